@@ -1,0 +1,14 @@
+// Every environment variable FanStore reads or sets, in one place (after GekkoFS env.hpp).
+#pragma once
+
+namespace fanstore::env {
+
+// Set for user tasks by `fanstore run` and the SPANK plugin; read by the interceptor.
+inline constexpr char kMount[] = "FANSTORE_MOUNT";      // virtual path, e.g. /fanstore/imagenet
+inline constexpr char kTable[] = "FANSTORE_TABLE";      // path of the shared-memory metadata table
+inline constexpr char kSocket[] = "FANSTORE_SOCKET";    // the local agent's Unix socket
+inline constexpr char kLog[] = "FANSTORE_LOG";          // interceptor logging: unset = silent
+// Set to 1 in the agent's own environment so that a preload library it inherits stays inert.
+inline constexpr char kDisable[] = "FANSTORE_DISABLE";
+
+}  // namespace fanstore::env

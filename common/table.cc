@@ -1,0 +1,354 @@
+// The metadata table: builder and read-only view.
+#include "common/table.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "common/hash.h"
+#include "common/unique_fd.h"
+
+namespace fanstore::table {
+namespace {
+
+bool Canonical(std::string_view p) {
+  if (p.empty()) return true;
+  if (p.front() == '/' || p.back() == '/') return false;
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find('/', start);
+    if (end == std::string_view::npos) end = p.size();
+    std::string_view c = p.substr(start, end - start);
+    if (c.empty() || c == "." || c == ".." || c.find('\0') != std::string_view::npos) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+std::string_view ParentOf(std::string_view p) {
+  size_t slash = p.rfind('/');
+  return slash == std::string_view::npos ? std::string_view() : p.substr(0, slash);
+}
+
+uint64_t Align8(uint64_t v) { return (v + 7) & ~uint64_t{7}; }
+
+}  // namespace
+
+uint64_t InodeFor(uint64_t path_hash) {
+  uint64_t ino = path_hash & 0x7fffffffffffffffULL;
+  return ino == 0 ? 1 : ino;
+}
+
+Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
+  // Index given nodes, add missing parents, ensure the root exists.
+  std::unordered_map<std::string, size_t> by_path;
+  by_path.reserve(nodes.size() * 2 + 1);
+  for (size_t i = 0; i < nodes.size(); i++) {
+    if (!Canonical(nodes[i].path))
+      return Status::InvalidArgument("table: non-canonical path '" + nodes[i].path + "'");
+    if (!by_path.emplace(nodes[i].path, i).second)
+      return Status::InvalidArgument("table: duplicate path '" + nodes[i].path + "'");
+  }
+  if (!by_path.count("")) {
+    by_path.emplace("", nodes.size());
+    nodes.push_back(Node{"", S_IFDIR | 0555, 0, 0, 0, {}});
+  }
+  for (size_t i = 0; i < nodes.size(); i++) {
+    std::string parent(ParentOf(nodes[i].path));
+    if (nodes[i].path.empty()) continue;
+    while (true) {
+      auto it = by_path.find(parent);
+      if (it != by_path.end()) {
+        if (!S_ISDIR(nodes[it->second].mode))
+          return Status::InvalidArgument("table: parent of '" + nodes[i].path + "' is not a directory");
+        break;
+      }
+      by_path.emplace(parent, nodes.size());
+      nodes.push_back(Node{parent, S_IFDIR | 0555, 0, nodes[i].mtime_ns, 0, {}});
+      parent = std::string(ParentOf(parent));
+    }
+  }
+  // Order: root first, then by path, so that children of one directory sort by name... except
+  // that "a/b" < "a-c" bytewise would interleave; children lists are built separately below.
+  std::sort(nodes.begin(), nodes.end(), [](const Node& a, const Node& b) { return a.path < b.path; });
+  const uint32_t n = static_cast<uint32_t>(nodes.size());
+  by_path.clear();
+  for (uint32_t i = 0; i < n; i++) by_path.emplace(nodes[i].path, i);
+
+  std::vector<Entry> entries(n);
+  std::vector<std::vector<uint32_t>> kids(n);
+  std::string strings;
+  strings.append(opts.local_root);
+  for (uint32_t i = 0; i < n; i++) {
+    const Node& nd = nodes[i];
+    Entry& e = entries[i];
+    std::memset(&e, 0, sizeof e);
+    e.hash = Xxh3(nd.path);
+    e.ino = InodeFor(e.hash);
+    e.mode = nd.mode;
+    e.size = S_ISDIR(nd.mode) ? 0 : nd.size;
+    e.mtime_ns = nd.mtime_ns;
+    e.flags = nd.flags;
+    e.path_off = static_cast<uint32_t>(strings.size());
+    e.path_len = static_cast<uint32_t>(nd.path.size());
+    strings.append(nd.path);
+    if (S_ISLNK(nd.mode)) {
+      e.aux = static_cast<uint32_t>(strings.size());
+      e.size = nd.link_target.size();
+      strings.append(nd.link_target);
+    }
+    e.parent = i == 0 ? 0 : by_path.at(std::string(ParentOf(nd.path)));
+    if (i != 0) kids[e.parent].push_back(i);
+    if (strings.size() > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
+  }
+  std::vector<uint32_t> children;
+  for (uint32_t i = 0; i < n; i++) {
+    auto& k = kids[i];
+    std::sort(k.begin(), k.end(), [&](uint32_t a, uint32_t b) {
+      auto na = std::string_view(nodes[a].path).substr(nodes[a].path.rfind('/') + 1);
+      auto nb = std::string_view(nodes[b].path).substr(nodes[b].path.rfind('/') + 1);
+      return na < nb;
+    });
+    entries[i].first_child = static_cast<uint32_t>(children.size());
+    entries[i].child_count = static_cast<uint32_t>(k.size());
+    if (S_ISDIR(entries[i].mode))
+      entries[i].aux = static_cast<uint32_t>(
+          std::count_if(k.begin(), k.end(), [&](uint32_t c) { return S_ISDIR(nodes[c].mode); }));
+    children.insert(children.end(), k.begin(), k.end());
+  }
+  uint32_t buckets = 16;
+  while (buckets < 2ull * n) buckets <<= 1;
+  std::vector<uint32_t> table(buckets, kNone);
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t b = static_cast<uint32_t>(entries[i].hash) & (buckets - 1);
+    while (table[b] != kNone) b = (b + 1) & (buckets - 1);
+    table[b] = i;
+  }
+
+  Header h;
+  std::memset(&h, 0, sizeof h);
+  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  h.version = kVersion;
+  h.entry_count = n;
+  h.bucket_count = buckets;
+  h.buckets_off = Align8(sizeof(Header));
+  h.entries_off = Align8(h.buckets_off + uint64_t{buckets} * 4);
+  h.children_off = h.entries_off + uint64_t{n} * sizeof(Entry);
+  h.children_count = children.size();
+  h.strings_off = Align8(h.children_off + children.size() * 4);
+  h.strings_size = strings.size();
+  h.local_root_off = 0;
+  h.local_root_len = static_cast<uint32_t>(opts.local_root.size());
+  h.dev = opts.dev;
+  h.dataset_id = opts.dataset_id;
+  h.uid = opts.uid;
+  h.gid = opts.gid;
+  h.total_size = h.strings_off + strings.size();
+
+  std::string image(h.total_size, '\0');
+  std::memcpy(image.data(), &h, sizeof h);
+  std::memcpy(image.data() + h.buckets_off, table.data(), table.size() * 4);
+  std::memcpy(image.data() + h.entries_off, entries.data(), entries.size() * sizeof(Entry));
+  if (!children.empty())
+    std::memcpy(image.data() + h.children_off, children.data(), children.size() * 4);
+  std::memcpy(image.data() + h.strings_off, strings.data(), strings.size());
+  return image;
+}
+
+Status WriteFile(const std::string& path, std::string_view image) {
+  std::string tmp = path + ".tmp";
+  UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return Status::FromErrno("table: create " + tmp, errno);
+  size_t done = 0;
+  while (done < image.size()) {
+    ssize_t w = ::write(fd.get(), image.data() + done, image.size() - done);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::unlink(tmp.c_str());
+      return Status::FromErrno("table: write " + tmp, err);
+    }
+    done += static_cast<size_t>(w);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::FromErrno("table: rename to " + path, err);
+  }
+  return Status::OK();
+}
+
+TableView::~TableView() { Unmap(); }
+
+void TableView::Unmap() {
+  if (mapped_ && base_) ::munmap(const_cast<char*>(base_), map_len_);
+  base_ = nullptr;
+  mapped_ = false;
+}
+
+Status TableView::Open(const std::string& path) {
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno("table: open " + path, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("table: stat " + path, errno);
+  if (st.st_size < static_cast<off_t>(sizeof(Header))) return Status::Corruption("table: " + path + " too short");
+  void* p = ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) return Status::FromErrno("table: mmap " + path, errno);
+  Unmap();
+  base_ = static_cast<const char*>(p);
+  map_len_ = st.st_size;
+  mapped_ = true;
+  Status s = Validate(map_len_);
+  if (!s.ok()) Unmap();
+  return s;
+}
+
+Status TableView::Attach(std::string_view image) {
+  Unmap();
+  base_ = image.data();
+  map_len_ = image.size();
+  Status s = Validate(map_len_);
+  if (!s.ok()) base_ = nullptr;
+  return s;
+}
+
+Status TableView::Validate(size_t len) {
+  if (len < sizeof(Header) || reinterpret_cast<uintptr_t>(base_) % 8 != 0)
+    return Status::Corruption("table: too short");
+  hdr_ = reinterpret_cast<const Header*>(base_);
+  const Header& h = *hdr_;
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return Status::Corruption("table: bad magic");
+  if (h.version != kVersion) return Status::Corruption("table: unsupported version");
+  auto fits = [len](uint64_t off, uint64_t bytes) { return off <= len && bytes <= len - off; };
+  if (h.total_size != len || h.entry_count == 0 || h.bucket_count == 0 ||
+      (h.bucket_count & (h.bucket_count - 1)) != 0 || h.bucket_count < h.entry_count ||
+      !fits(h.buckets_off, uint64_t{h.bucket_count} * 4) ||
+      !fits(h.entries_off, uint64_t{h.entry_count} * sizeof(Entry)) ||
+      !fits(h.children_off, h.children_count * 4) || !fits(h.strings_off, h.strings_size) ||
+      h.entries_off % 8 != 0 || h.buckets_off % 4 != 0 || h.children_off % 4 != 0 ||
+      h.local_root_off + h.local_root_len > h.strings_size)
+    return Status::Corruption("table: inconsistent header");
+  buckets_ = reinterpret_cast<const uint32_t*>(base_ + h.buckets_off);
+  entries_ = reinterpret_cast<const Entry*>(base_ + h.entries_off);
+  children_ = reinterpret_cast<const uint32_t*>(base_ + h.children_off);
+  strings_ = base_ + h.strings_off;
+  for (uint32_t i = 0; i < h.entry_count; i++) {
+    const Entry& e = entries_[i];
+    if (uint64_t{e.path_off} + e.path_len > h.strings_size || e.parent >= h.entry_count ||
+        uint64_t{e.first_child} + e.child_count > h.children_count ||
+        (S_ISLNK(e.mode) && uint64_t{e.aux} + e.size > h.strings_size))
+      return Status::Corruption("table: entry out of bounds");
+  }
+  for (uint64_t i = 0; i < h.children_count; i++)
+    if (children_[i] >= h.entry_count) return Status::Corruption("table: child out of bounds");
+  for (uint32_t i = 0; i < h.bucket_count; i++)
+    if (buckets_[i] != kNone && buckets_[i] >= h.entry_count) return Status::Corruption("table: bucket out of bounds");
+  if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0) return Status::Corruption("table: bad root");
+  return Status::OK();
+}
+
+std::string_view TableView::Name(const Entry& e) const {
+  std::string_view p = Path(e);
+  size_t slash = p.rfind('/');
+  return slash == std::string_view::npos ? p : p.substr(slash + 1);
+}
+
+const Entry* TableView::Lookup(std::string_view rel) const {
+  const uint64_t h = Xxh3(rel);
+  const uint32_t mask = hdr_->bucket_count - 1;
+  for (uint32_t b = static_cast<uint32_t>(h) & mask, probes = 0; probes <= mask; b = (b + 1) & mask, probes++) {
+    uint32_t i = buckets_[b];
+    if (i == kNone) return nullptr;
+    const Entry& e = entries_[i];
+    if (e.hash == h && e.path_len == rel.size() && std::memcmp(strings_ + e.path_off, rel.data(), rel.size()) == 0)
+      return &e;
+  }
+  return nullptr;
+}
+
+int TableView::Resolve(std::string_view rel, bool follow_last, const Entry** out) const {
+  // Fast path: a canonical path that exists names no symlink among its parents.
+  if (const Entry* e = Lookup(rel)) {
+    if (!(follow_last && IsLink(*e))) {
+      *out = e;
+      return 0;
+    }
+  }
+  // Slow path: walk component by component, expanding symlinks (relative to their directory).
+  char buf[4096];
+  std::string_view pending = rel;
+  std::string work;  // holds expanded remainders; only reached for symlinks or misses
+  const Entry* cur = &entries_[0];
+  int links = 0;
+  while (true) {
+    while (!pending.empty() && pending.front() == '/') pending.remove_prefix(1);
+    if (pending.empty()) break;
+    size_t slash = pending.find('/');
+    std::string_view comp = pending.substr(0, slash);
+    std::string_view rest = slash == std::string_view::npos ? std::string_view() : pending.substr(slash);
+    bool last = rest.find_first_not_of('/') == std::string_view::npos;
+    if (!IsDir(*cur)) return ENOTDIR;
+    if (comp == ".") {
+      pending = rest;
+      continue;
+    }
+    if (comp == "..") {
+      cur = &entries_[cur->parent];
+      pending = rest;
+      continue;
+    }
+    std::string_view base = Path(*cur);
+    size_t need = base.size() + 1 + comp.size();
+    if (need >= sizeof buf) return ENOENT;
+    size_t n = 0;
+    if (!base.empty()) {
+      std::memcpy(buf, base.data(), base.size());
+      n = base.size();
+      buf[n++] = '/';
+    }
+    std::memcpy(buf + n, comp.data(), comp.size());
+    n += comp.size();
+    const Entry* next = Lookup(std::string_view(buf, n));
+    if (!next) return ENOENT;
+    if (IsLink(*next) && (!last || follow_last)) {
+      if (++links > 40) return ELOOP;
+      std::string_view target = LinkTarget(*next);
+      if (!target.empty() && target.front() == '/') return ENOENT;  // never produced by pack
+      std::string expanded(target);
+      expanded.append(rest);
+      work.swap(expanded);
+      pending = work;
+      continue;  // cur stays: the target is relative to the link's directory
+    }
+    if (!last && !IsDir(*next)) return ENOTDIR;
+    cur = next;
+    pending = rest;
+  }
+  // A trailing slash requires a directory.
+  if (!rel.empty() && rel.back() == '/' && !IsDir(*cur)) return ENOTDIR;
+  *out = cur;
+  return 0;
+}
+
+void TableView::FillStat(const Entry& e, struct stat* st) const {
+  std::memset(st, 0, sizeof *st);
+  st->st_dev = hdr_->dev;
+  st->st_ino = e.ino;
+  st->st_mode = e.mode;
+  st->st_nlink = IsDir(e) ? 2 + e.aux : 1;
+  st->st_uid = hdr_->uid;
+  st->st_gid = hdr_->gid;
+  st->st_size = static_cast<off_t>(e.size);
+  st->st_blksize = 4096;
+  st->st_blocks = static_cast<blkcnt_t>((e.size + 511) / 512);
+  st->st_mtim.tv_sec = e.mtime_ns / 1000000000;
+  st->st_mtim.tv_nsec = e.mtime_ns % 1000000000;
+  st->st_atim = st->st_mtim;
+  st->st_ctim = st->st_mtim;
+}
+
+}  // namespace fanstore::table

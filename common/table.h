@@ -1,0 +1,146 @@
+// The node's metadata table: a read-only, lock-free image of the whole dataset namespace,
+// built once by the agent in shared memory and mapped by every client process.
+//
+// Layout (all little-endian, offsets from the start of the mapping):
+//   Header | buckets: uint32[bucket_count] | entries: Entry[entry_count] |
+//   children: uint32[] | strings
+// Entry 0 is the root directory (relative path ""). Paths are relative to the mount, without a
+// leading '/'. Lookup is open addressing on XXH3(path) with linear probing. Children of a
+// directory are contiguous in `children`, sorted by name.
+//
+// Thread safety: a TableView is immutable after Open() and safe to share between threads.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fanstore::table {
+
+inline constexpr char kMagic[8] = {'F', 'S', 'T', 'A', 'B', 'L', 'E', '1'};
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kNone = 0xffffffffu;
+
+enum EntryFlags : uint32_t {
+  kLocal = 1u << 0,  // file is materialised at <local_root>/<path>
+};
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t entry_count;
+  uint64_t total_size;
+  uint32_t bucket_count;  // a power of two
+  uint32_t local_root_len;
+  uint64_t buckets_off;
+  uint64_t entries_off;
+  uint64_t children_off;
+  uint64_t children_count;
+  uint64_t strings_off;
+  uint64_t strings_size;
+  uint64_t local_root_off;  // into strings
+  uint64_t dev;             // st_dev reported for every entry
+  uint64_t dataset_id;
+  uint32_t uid, gid;        // owner reported for every entry
+};
+
+struct Entry {
+  uint64_t hash;      // XXH3 of the relative path
+  uint64_t ino;       // stable: derived from the path hash, never 0
+  uint64_t size;      // bytes; symlink: length of the target
+  int64_t mtime_ns;
+  uint32_t path_off;  // into strings
+  uint32_t path_len;
+  uint32_t parent;    // entry index; the root is its own parent
+  uint32_t first_child;
+  uint32_t child_count;
+  uint32_t mode;      // full st_mode, type bits included
+  uint32_t flags;     // EntryFlags
+  uint32_t aux;       // symlink: target offset in strings; directory: number of subdirectories
+};
+static_assert(sizeof(Entry) == 64);
+
+// What the builder takes for one namespace entry. Missing parent directories are added.
+struct Node {
+  std::string path;     // relative, canonical ("a/b/c"), "" is the root
+  uint32_t mode = 0;    // full st_mode with type bits
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t flags = 0;
+  std::string link_target;  // symlinks only
+};
+
+struct BuildOptions {
+  std::string local_root;  // where kLocal files live
+  uint64_t dev = 0;
+  uint64_t dataset_id = 0;
+  uint32_t uid = 0, gid = 0;
+};
+
+// Serialises `nodes` into a table image. Fails on duplicate or non-canonical paths, or a
+// parent that is not a directory.
+Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts);
+
+// Writes `image` to `path` (mode 0600) atomically: a temporary file, then rename.
+Status WriteFile(const std::string& path, std::string_view image);
+
+// Stable inode number for a relative path.
+uint64_t InodeFor(uint64_t path_hash);
+
+class TableView {
+ public:
+  TableView() = default;
+  ~TableView();
+  TableView(const TableView&) = delete;
+  TableView& operator=(const TableView&) = delete;
+
+  // Maps the table file read-only and validates its structure.
+  Status Open(const std::string& path);
+  // Uses an in-memory image (tests, the agent itself). `image` must outlive the view.
+  Status Attach(std::string_view image);
+
+  bool valid() const { return base_ != nullptr; }
+  const Header& header() const { return *hdr_; }
+  uint32_t size() const { return hdr_->entry_count; }
+  const Entry& at(uint32_t i) const { return entries_[i]; }
+  uint32_t IndexOf(const Entry& e) const { return static_cast<uint32_t>(&e - entries_); }
+
+  // Exact lookup of a canonical relative path; nullptr when absent.
+  const Entry* Lookup(std::string_view rel) const;
+  // Resolves a relative path (components may be symlinks inside the dataset). On success sets
+  // *out and returns 0; otherwise returns ENOENT, ENOTDIR or ELOOP.
+  int Resolve(std::string_view rel, bool follow_last, const Entry** out) const;
+
+  std::string_view Path(const Entry& e) const { return {strings_ + e.path_off, e.path_len}; }
+  std::string_view Name(const Entry& e) const;
+  std::string_view LinkTarget(const Entry& e) const { return {strings_ + e.aux, e.size}; }
+  std::string_view LocalRoot() const { return {strings_ + hdr_->local_root_off, hdr_->local_root_len}; }
+  std::span<const uint32_t> Children(const Entry& e) const { return {children_ + e.first_child, e.child_count}; }
+
+  void FillStat(const Entry& e, struct stat* st) const;
+
+ private:
+  Status Validate(size_t len);
+  void Unmap();
+
+  const char* base_ = nullptr;
+  size_t map_len_ = 0;
+  bool mapped_ = false;
+  const Header* hdr_ = nullptr;
+  const uint32_t* buckets_ = nullptr;
+  const Entry* entries_ = nullptr;
+  const uint32_t* children_ = nullptr;
+  const char* strings_ = nullptr;
+};
+
+inline bool IsDir(const Entry& e) { return S_ISDIR(e.mode); }
+inline bool IsReg(const Entry& e) { return S_ISREG(e.mode); }
+inline bool IsLink(const Entry& e) { return S_ISLNK(e.mode); }
+
+}  // namespace fanstore::table

@@ -1,0 +1,118 @@
+#include "common/table.h"
+
+#include <gtest/gtest.h>
+
+namespace fanstore::table {
+namespace {
+
+std::vector<Node> Sample() {
+  return {
+      {"a", S_IFDIR | 0755, 0, 1000, 0, {}},
+      {"a/x.txt", S_IFREG | 0644, 12, 2000000001, kLocal, {}},
+      {"a/b/y.bin", S_IFREG | 0600, 5, 3, kLocal, {}},
+      {"empty", S_IFDIR | 0700, 0, 4, 0, {}},
+      {"link", S_IFLNK | 0777, 0, 5, 0, "a/b"},
+      {"dangling", S_IFLNK | 0777, 0, 5, 0, "nowhere"},
+      {"loop", S_IFLNK | 0777, 0, 5, 0, "loop"},
+  };
+}
+
+class TableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BuildOptions o;
+    o.local_root = "/tmp/local";
+    o.dev = 77;
+    o.uid = 1000;
+    auto img = Build(Sample(), o);
+    ASSERT_TRUE(img.ok()) << img.status().ToString();
+    image_ = std::move(img).value();
+    ASSERT_TRUE(view_.Attach(image_).ok());
+  }
+  std::string image_;
+  TableView view_;
+};
+
+TEST_F(TableTest, RootAndImplicitParents) {
+  // a, a/x.txt, a/b (implicit), a/b/y.bin, empty, link, dangling, loop, root
+  EXPECT_EQ(view_.size(), 9u);
+  EXPECT_EQ(view_.Path(view_.at(0)), "");
+  const Entry* b = view_.Lookup("a/b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(IsDir(*b));
+  EXPECT_EQ(view_.LocalRoot(), "/tmp/local");
+}
+
+TEST_F(TableTest, ChildrenSortedByNameWithSubdirCount) {
+  const Entry* a = view_.Lookup("a");
+  ASSERT_NE(a, nullptr);
+  auto kids = view_.Children(*a);
+  ASSERT_EQ(kids.size(), 2u);
+  EXPECT_EQ(view_.Name(view_.at(kids[0])), "b");
+  EXPECT_EQ(view_.Name(view_.at(kids[1])), "x.txt");
+  struct stat st;
+  view_.FillStat(*a, &st);
+  EXPECT_EQ(st.st_nlink, 3u);
+  EXPECT_EQ(view_.Children(view_.at(0)).size(), 5u);
+}
+
+TEST_F(TableTest, StatFieldsAndStableInode) {
+  const Entry* x = view_.Lookup("a/x.txt");
+  ASSERT_NE(x, nullptr);
+  struct stat st;
+  view_.FillStat(*x, &st);
+  EXPECT_EQ(st.st_size, 12);
+  EXPECT_EQ(st.st_dev, 77u);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_mtim.tv_sec, 2);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 1);
+  EXPECT_EQ(st.st_ino, InodeFor(x->hash));
+  EXPECT_NE(st.st_ino, 0u);
+}
+
+TEST_F(TableTest, ResolveFollowsSymlinksAndDotDot) {
+  const Entry* e = nullptr;
+  ASSERT_EQ(view_.Resolve("link/y.bin", true, &e), 0);
+  EXPECT_EQ(view_.Path(*e), "a/b/y.bin");
+  ASSERT_EQ(view_.Resolve("link", false, &e), 0);
+  EXPECT_TRUE(IsLink(*e));
+  EXPECT_EQ(view_.LinkTarget(*e), "a/b");
+  ASSERT_EQ(view_.Resolve("link", true, &e), 0);
+  EXPECT_TRUE(IsDir(*e));
+  ASSERT_EQ(view_.Resolve("a/./b/../x.txt", true, &e), 0);
+  EXPECT_EQ(view_.Path(*e), "a/x.txt");
+  ASSERT_EQ(view_.Resolve("a/", true, &e), 0);
+}
+
+TEST_F(TableTest, ResolveErrors) {
+  const Entry* e = nullptr;
+  EXPECT_EQ(view_.Resolve("nope", true, &e), ENOENT);
+  EXPECT_EQ(view_.Resolve("a/x.txt/z", true, &e), ENOTDIR);
+  EXPECT_EQ(view_.Resolve("a/x.txt/", true, &e), ENOTDIR);
+  EXPECT_EQ(view_.Resolve("dangling", true, &e), ENOENT);
+  EXPECT_EQ(view_.Resolve("dangling", false, &e), 0);
+  EXPECT_EQ(view_.Resolve("loop", true, &e), ELOOP);
+}
+
+TEST(TableBuild, RejectsBadInput) {
+  EXPECT_FALSE(Build({{"../x", S_IFREG, 0, 0, 0, {}}}, {}).ok());
+  EXPECT_FALSE(Build({{"/x", S_IFREG, 0, 0, 0, {}}}, {}).ok());
+  EXPECT_FALSE(Build({{"x", S_IFREG, 0, 0, 0, {}}, {"x", S_IFREG, 0, 0, 0, {}}}, {}).ok());
+  EXPECT_FALSE(Build({{"f", S_IFREG, 0, 0, 0, {}}, {"f/g", S_IFREG, 0, 0, 0, {}}}, {}).ok());
+}
+
+TEST(TableView, RejectsCorruptImage) {
+  auto img = Build({{"f", S_IFREG | 0644, 1, 0, 0, {}}}, {});
+  ASSERT_TRUE(img.ok());
+  std::string bad = img.value();
+  bad[0] = 'X';
+  TableView v;
+  EXPECT_FALSE(v.Attach(bad).ok());
+  bad = img.value();
+  reinterpret_cast<Header*>(bad.data())->entry_count = 1000000;
+  EXPECT_FALSE(v.Attach(bad).ok());
+  EXPECT_FALSE(v.Attach(std::string_view(img.value()).substr(0, 10)).ok());
+}
+
+}  // namespace
+}  // namespace fanstore::table
