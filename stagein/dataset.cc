@@ -1,0 +1,242 @@
+// Dataset: open, verify and extract.
+#include "stagein/dataset.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "common/hash.h"
+#include "common/unique_fd.h"
+#include "stagein/io.h"
+#include "stagein/thread_pool.h"
+
+namespace fanstore::format {
+
+Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir_in) {
+  std::string dir = dir_in;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::NotFound("dataset " + dir + " does not exist");
+    return Status::FromErrno("dataset " + dir, errno);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + " is not a FanStore dataset (not a directory)");
+  auto ds = std::make_unique<Dataset>();
+  ds->dir_ = dir;
+  auto m = LoadManifest(dir);
+  if (!m.ok()) return m.status();
+  ds->manifest_ = std::move(m).value();
+  FS_RETURN_IF_ERROR(ds->dict_.Load(dir, ds->manifest_.dict));
+  for (size_t i = 0; i < ds->manifest_.shards.size(); i++) {
+    const ShardRef& ref = ds->manifest_.shards[i];
+    auto sh = OpenShard(dir + "/" + ref.file, ds->manifest_.dataset_id);
+    if (!sh.ok()) return sh.status();
+    if ((*sh)->size != ref.bytes)
+      return Status::Corruption(dir + "/" + ref.file + ": size " + std::to_string((*sh)->size) +
+                                " differs from the manifest's " + std::to_string(ref.bytes) + " (truncated?)");
+    if ((*sh)->header.shard_id != i)
+      return Status::Corruption(dir + "/" + ref.file + ": shard id " + std::to_string((*sh)->header.shard_id) +
+                                " where the manifest expects " + std::to_string(i));
+    for (uint32_t j = 0; j < (*sh)->entries.size(); j++) {
+      const auto& e = (*sh)->entries[j];
+      if (e.codec == Codec::kZstdDict && !ds->dict_.ddict())
+        return Status::Corruption(dir + "/" + ref.file + ": file '" + e.path + "' needs a dictionary the manifest does not list");
+      if (!ds->by_path_.emplace(e.path, Ref{static_cast<uint32_t>(i), j}).second)
+        return Status::Corruption(dir + "/" + ref.file + ": path '" + e.path + "' appears twice in the dataset");
+    }
+    ds->shards_.push_back(std::move(sh).value());
+  }
+  // Every parent of every entry must be a directory entry.
+  for (const auto& [path, r] : ds->by_path_) {
+    size_t slash = path.rfind('/');
+    if (slash == std::string::npos) continue;
+    const IndexEntry* parent = ds->Find(path.substr(0, slash));
+    if (!parent || parent->type != EntryType::kDir)
+      return Status::Corruption(dir + "/" + ds->manifest_.shards[r.shard].file + ": '" + path +
+                                "' has no parent directory entry");
+  }
+  return ds;
+}
+
+const IndexEntry* Dataset::Find(const std::string& path, Ref* ref) const {
+  auto it = by_path_.find(path);
+  if (it == by_path_.end()) return nullptr;
+  if (ref) *ref = it->second;
+  return &shards_[it->second.shard]->entries[it->second.entry];
+}
+
+std::vector<const IndexEntry*> Dataset::SortedEntries() const {
+  std::vector<const IndexEntry*> v;
+  v.reserve(by_path_.size());
+  for (const auto& s : shards_)
+    for (const auto& e : s->entries) v.push_back(&e);
+  std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->path < b->path; });
+  return v;
+}
+
+namespace {
+
+uint64_t TotalBytes(const Dataset& ds) {
+  uint64_t t = 0;
+  for (size_t i = 0; i < ds.shard_count(); i++) t += ds.shard(i).size;
+  return t;
+}
+
+// Per-thread decoders keyed by thread: the pool's threads each get their own zstd context.
+class DecoderSet {
+ public:
+  explicit DecoderSet(const Dictionary* d) : dict_(d) {}
+  FrameDecoder* Get() {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& slot = per_thread_[std::this_thread::get_id()];
+    if (!slot) slot = std::make_unique<FrameDecoder>(dict_);
+    return slot.get();
+  }
+
+ private:
+  const Dictionary* dict_;
+  std::mutex mu_;
+  std::unordered_map<std::thread::id, std::unique_ptr<FrameDecoder>> per_thread_;
+};
+
+Status ScanAll(const Dataset& ds, size_t threads, const std::function<void(uint64_t, uint64_t)>& progress,
+               const FrameFn& fn) {
+  ThreadPool pool(threads ? threads : ThreadPool::DefaultThreads());
+  const uint64_t total = TotalBytes(ds);
+  uint64_t done = 0;
+  for (size_t i = 0; i < ds.shard_count(); i++) {
+    ScanOptions so;
+    so.pool = &pool;
+    so.check_file_hash = true;
+    so.expect_file_xxh3 = ds.manifest().shards[i].xxh3;
+    so.on_read = [&](uint64_t n) {
+      done += n;
+      if (progress) progress(done, total);
+    };
+    FS_RETURN_IF_ERROR(ScanShard(ds.shard(i), so, fn));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Verify(const Dataset& ds, const VerifyOptions& opts) {
+  DecoderSet decoders(&ds.dict());
+  return ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) {
+    std::string scratch;
+    std::string_view raw;
+    return decoders.Get()->Decode(e, stored, &scratch, &raw);
+  });
+}
+
+namespace {
+
+// Opens the parent directory of `rel` under root_fd, one component at a time with O_NOFOLLOW,
+// so a symlink can never redirect a write outside the destination.
+Result<UniqueFD> OpenParent(int root_fd, const std::string& rel, std::string* leaf) {
+  size_t slash = rel.rfind('/');
+  *leaf = slash == std::string::npos ? rel : rel.substr(slash + 1);
+  UniqueFD cur(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
+  if (slash == std::string::npos) return cur;
+  size_t start = 0;
+  while (start < slash) {
+    size_t end = rel.find('/', start);
+    std::string comp = rel.substr(start, end - start);
+    int fd = ::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno("open directory " + rel.substr(0, end), errno);
+    cur.Reset(fd);
+    start = end + 1;
+  }
+  return cur;
+}
+
+Status SetTimes(int dirfd, const std::string& leaf, int64_t mtime_ns, bool nofollow, const std::string& what) {
+  struct timespec ts[2];
+  ts[0].tv_sec = 0;
+  ts[0].tv_nsec = UTIME_OMIT;
+  ts[1].tv_sec = mtime_ns / 1000000000;
+  ts[1].tv_nsec = mtime_ns % 1000000000;
+  if (::utimensat(dirfd, leaf.c_str(), ts, nofollow ? AT_SYMLINK_NOFOLLOW : 0) != 0)
+    return Status::FromErrno("set time of " + what, errno);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions& opts) {
+  if (::mkdir(dest.c_str(), 0700) != 0) {
+    if (errno != EEXIST) return Status::FromErrno("create " + dest, errno);
+    UniqueFD probe(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!probe.valid()) return Status::FromErrno("open " + dest, errno);
+    DIR* d = ::fdopendir(probe.Release());
+    int count = 0;
+    while (struct dirent* de = ::readdir(d)) count += std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, "..");
+    ::closedir(d);
+    if (count) return Status::InvalidArgument(dest + " exists and is not empty");
+  }
+  UniqueFD root(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root.valid()) return Status::FromErrno("open " + dest, errno);
+  auto entries = ds.SortedEntries();
+  // 1. Directories (owner-writable for now; final modes are applied last).
+  for (const IndexEntry* e : entries) {
+    if (e->type != EntryType::kDir) continue;
+    std::string leaf;
+    auto parent = OpenParent(root.get(), e->path, &leaf);
+    if (!parent.ok()) return parent.status();
+    if (::mkdirat(parent->get(), leaf.c_str(), 0700) != 0)
+      return Status::FromErrno("create directory " + dest + "/" + e->path, errno);
+  }
+  // 2. File content, decoded and verified on all cores while the shards stream in.
+  DecoderSet decoders(&ds.dict());
+  Status st = ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) -> Status {
+    if (e.type != EntryType::kFile) return Status::OK();
+    std::string scratch;
+    std::string_view raw;
+    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, &scratch, &raw));
+    std::string leaf;
+    auto parent = OpenParent(root.get(), e.path, &leaf);
+    if (!parent.ok()) return parent.status();
+    UniqueFD fd(::openat(parent->get(), leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd.valid()) return Status::FromErrno("create " + dest + "/" + e.path, errno);
+    FS_RETURN_IF_ERROR(WriteFull(fd.get(), raw.data(), raw.size(), dest + "/" + e.path));
+    if (::fchmod(fd.get(), e.mode) != 0) return Status::FromErrno("chmod " + e.path, errno);
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {e.mtime_ns / 1000000000, e.mtime_ns % 1000000000}};
+    if (::futimens(fd.get(), ts) != 0) return Status::FromErrno("set time of " + e.path, errno);
+    return Status::OK();
+  });
+  if (!st.ok()) return st;
+  // 3. Symlinks, after everything else, so none can redirect a write.
+  FrameDecoder dec(&ds.dict());
+  for (const IndexEntry* e : entries) {
+    if (e->type != EntryType::kSymlink) continue;
+    Dataset::Ref ref;
+    ds.Find(e->path, &ref);
+    std::string target;
+    FS_RETURN_IF_ERROR(ReadEntry(ds.shard(ref.shard), *e, &dec, &target));
+    std::string leaf;
+    auto parent = OpenParent(root.get(), e->path, &leaf);
+    if (!parent.ok()) return parent.status();
+    if (::symlinkat(target.c_str(), parent->get(), leaf.c_str()) != 0)
+      return Status::FromErrno("create symlink " + dest + "/" + e->path, errno);
+    FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, true, e->path));
+  }
+  // 4. Directory modes and times, deepest first so that children do not disturb parents.
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    const IndexEntry* e = *it;
+    if (e->type != EntryType::kDir) continue;
+    std::string leaf;
+    auto parent = OpenParent(root.get(), e->path, &leaf);
+    if (!parent.ok()) return parent.status();
+    if (::fchmodat(parent->get(), leaf.c_str(), e->mode, 0) != 0) return Status::FromErrno("chmod " + e->path, errno);
+    FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, false, e->path));
+  }
+  return Status::OK();
+}
+
+}  // namespace fanstore::format

@@ -1,0 +1,64 @@
+// A packed dataset opened for reading: manifest, dictionary and every shard's index.
+// Used by verify, ls, cat, extract and the agent's stage-in.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+#include "stagein/manifest.h"
+#include "stagein/shard.h"
+
+namespace fanstore::format {
+
+class Dataset {
+ public:
+  // Reads the manifest, the dictionary and the indexes of all shards (not their data).
+  // Rejects missing shards, foreign shards, and a path that appears twice.
+  static Result<std::unique_ptr<Dataset>> Open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const Manifest& manifest() const { return manifest_; }
+  const Dictionary& dict() const { return dict_; }
+  size_t shard_count() const { return shards_.size(); }
+  const ShardFile& shard(size_t i) const { return *shards_[i]; }
+
+  struct Ref {
+    uint32_t shard;
+    uint32_t entry;
+  };
+  // nullptr when `path` is not in the namespace. "" is the root and has no entry.
+  const IndexEntry* Find(const std::string& path, Ref* ref = nullptr) const;
+  // Every entry, sorted by path.
+  std::vector<const IndexEntry*> SortedEntries() const;
+
+ private:
+  std::string dir_;
+  Manifest manifest_;
+  Dictionary dict_;
+  std::vector<std::unique_ptr<ShardFile>> shards_;
+  std::unordered_map<std::string, Ref> by_path_;
+};
+
+struct VerifyOptions {
+  size_t threads = 0;
+  std::function<void(uint64_t bytes_read, uint64_t total)> progress;
+};
+// Reads every shard completely and checks every hash and structure. The error names the first
+// bad shard, file and offset.
+Status Verify(const Dataset& ds, const VerifyOptions& opts);
+
+struct ExtractOptions {
+  size_t threads = 0;
+  std::function<void(uint64_t bytes_read, uint64_t total)> progress;
+};
+// Restores the tree under `dest` (created; must not exist or be empty): content, mode, mtime,
+// empty directories and symlinks. Never writes outside dest: paths are checked, every parent is
+// opened with O_NOFOLLOW, and symlinks are created last.
+Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions& opts);
+
+}  // namespace fanstore::format

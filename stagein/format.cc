@@ -1,0 +1,233 @@
+// Header, footer and index codecs, with the validation every reader relies on.
+#include "stagein/format.h"
+
+#include <zstd.h>
+
+#include <cstring>
+#include <memory>
+
+#include "common/hash.h"
+
+namespace fanstore::format {
+namespace {
+
+void Put32(std::string& s, uint32_t v) {
+  for (int i = 0; i < 4; i++) s.push_back(static_cast<char>(v >> (8 * i)));
+}
+void Put64(std::string& s, uint64_t v) {
+  for (int i = 0; i < 8; i++) s.push_back(static_cast<char>(v >> (8 * i)));
+}
+uint32_t Get32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+uint64_t Get64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | static_cast<uint8_t>(p[i]);
+  return v;
+}
+
+std::string Num(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::string EncodeHeader(const Header& h) {
+  std::string s(kShardMagic, sizeof kShardMagic);
+  Put32(s, h.version);
+  Put32(s, h.shard_id);
+  Put64(s, h.dataset_id);
+  s.resize(kHeaderSize, '\0');
+  return s;
+}
+
+Status DecodeHeader(std::string_view b, Header* h) {
+  if (b.size() < kHeaderSize) return Status::Corruption("truncated header");
+  if (std::memcmp(b.data(), kShardMagic, sizeof kShardMagic) != 0)
+    return Status::Corruption("bad magic at offset 0 (not a FanStore shard)");
+  h->version = Get32(b.data() + 8);
+  if (h->version != kVersion)
+    return Status::Corruption("unsupported shard version " + Num(h->version) + " (this tool reads " +
+                              Num(kVersion) + ")");
+  h->shard_id = Get32(b.data() + 12);
+  h->dataset_id = Get64(b.data() + 16);
+  return Status::OK();
+}
+
+std::string EncodeFooter(const Footer& f) {
+  std::string s;
+  Put64(s, f.index_offset);
+  Put64(s, f.index_stored_len);
+  Put64(s, f.index_raw_len);
+  Put64(s, f.index_xxh3);
+  Put32(s, f.entry_count);
+  Put32(s, f.version);
+  Put32(s, f.shard_id);
+  Put32(s, 0);
+  Put64(s, f.dataset_id);
+  s.append(kFooterMagic, sizeof kFooterMagic);
+  return s;
+}
+
+Status DecodeFooter(std::string_view b, uint64_t file_size, Footer* f) {
+  if (file_size < kHeaderSize + kFooterSize || b.size() < kFooterSize)
+    return Status::Corruption("truncated shard: " + Num(file_size) + " bytes is shorter than header and footer");
+  const char* p = b.data();
+  const uint64_t footer_off = file_size - kFooterSize;
+  if (std::memcmp(p + 56, kFooterMagic, sizeof kFooterMagic) != 0)
+    return Status::Corruption("bad footer magic at offset " + Num(footer_off) + " (truncated or not a shard)");
+  f->index_offset = Get64(p);
+  f->index_stored_len = Get64(p + 8);
+  f->index_raw_len = Get64(p + 16);
+  f->index_xxh3 = Get64(p + 24);
+  f->entry_count = Get32(p + 32);
+  f->version = Get32(p + 36);
+  f->shard_id = Get32(p + 40);
+  f->dataset_id = Get64(p + 48);
+  if (f->version != kVersion)
+    return Status::Corruption("unsupported shard version " + Num(f->version) + " in footer");
+  if (f->index_offset < kHeaderSize || f->index_offset > footer_off ||
+      f->index_stored_len != footer_off - f->index_offset)
+    return Status::Corruption("index at offset " + Num(f->index_offset) + " length " +
+                              Num(f->index_stored_len) + " does not fit a file of " + Num(file_size) + " bytes");
+  if (f->index_raw_len > kMaxIndexRaw)
+    return Status::Corruption("absurd index size " + Num(f->index_raw_len));
+  if (uint64_t{f->entry_count} * kEntryFixedSize > f->index_raw_len)
+    return Status::Corruption("absurd entry count " + Num(f->entry_count) + " for an index of " +
+                              Num(f->index_raw_len) + " bytes");
+  return Status::OK();
+}
+
+std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries) {
+  std::string s;
+  for (const auto& e : entries) {
+    s.push_back(static_cast<char>(e.type));
+    s.push_back(static_cast<char>(e.codec));
+    s.push_back(static_cast<char>(e.path.size() & 0xff));
+    s.push_back(static_cast<char>(e.path.size() >> 8));
+    Put32(s, e.mode);
+    Put64(s, e.size);
+    Put64(s, static_cast<uint64_t>(e.mtime_ns));
+    Put64(s, e.offset);
+    Put64(s, e.stored_len);
+    Put64(s, e.xxh3);
+    s.append(e.path);
+  }
+  return s;
+}
+
+bool IsSafePath(std::string_view p) {
+  if (p.empty() || p.size() > kMaxPath || p.front() == '/' || p.back() == '/') return false;
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find('/', start);
+    if (end == std::string_view::npos) end = p.size();
+    std::string_view c = p.substr(start, end - start);
+    if (c.empty() || c == "." || c == ".." || c.size() > kMaxName) return false;
+    start = end + 1;
+  }
+  return p.find('\0') == std::string_view::npos;
+}
+
+bool IsContainedLink(std::string_view link_path, std::string_view target) {
+  if (target.empty() || target.front() == '/' || target.size() > kMaxPath ||
+      target.find('\0') != std::string_view::npos)
+    return false;
+  // Depth of the link's directory, then walk the target's components.
+  long depth = 0;
+  for (char c : link_path) depth += c == '/';
+  size_t start = 0;
+  while (start <= target.size()) {
+    size_t end = target.find('/', start);
+    if (end == std::string_view::npos) end = target.size();
+    std::string_view c = target.substr(start, end - start);
+    if (c == "..") {
+      if (--depth < 0) return false;
+    } else if (!c.empty() && c != ".") {
+      depth++;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t data_end,
+                                              uint32_t expected_count) {
+  std::vector<IndexEntry> out;
+  if (uint64_t{expected_count} * kEntryFixedSize > raw.size())
+    return Status::Corruption("absurd entry count " + Num(expected_count));
+  out.reserve(expected_count);
+  size_t pos = 0;
+  for (uint32_t i = 0; i < expected_count; i++) {
+    const std::string at = "index entry " + Num(i) + " (index byte " + Num(pos) + ")";
+    if (raw.size() - pos < kEntryFixedSize) return Status::Corruption(at + ": truncated");
+    const char* p = raw.data() + pos;
+    IndexEntry e;
+    uint8_t type = static_cast<uint8_t>(p[0]);
+    uint8_t codec = static_cast<uint8_t>(p[1]);
+    size_t path_len = static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8);
+    e.mode = Get32(p + 4);
+    e.size = Get64(p + 8);
+    e.mtime_ns = static_cast<int64_t>(Get64(p + 16));
+    e.offset = Get64(p + 24);
+    e.stored_len = Get64(p + 32);
+    e.xxh3 = Get64(p + 40);
+    pos += kEntryFixedSize;
+    if (raw.size() - pos < path_len) return Status::Corruption(at + ": path runs past the index");
+    e.path.assign(raw.data() + pos, path_len);
+    pos += path_len;
+    if (!IsSafePath(e.path))
+      return Status::Corruption(at + ": unsafe path '" + e.path.substr(0, 200) + "'");
+    const std::string where = at + " '" + e.path + "'";
+    if (type < 1 || type > 3) return Status::Corruption(where + ": bad type " + Num(type));
+    if (codec > 2) return Status::Corruption(where + ": bad codec " + Num(codec));
+    e.type = static_cast<EntryType>(type);
+    e.codec = static_cast<Codec>(codec);
+    if (e.mode & ~07777u) return Status::Corruption(where + ": bad mode");
+    if (e.type == EntryType::kDir) {
+      if (e.size != 0 || e.stored_len != 0 || e.codec != Codec::kRaw)
+        return Status::Corruption(where + ": directory with data");
+      out.push_back(std::move(e));
+      continue;
+    }
+    if (e.size > kMaxFileSize) return Status::Corruption(where + ": absurd size " + Num(e.size));
+    if (e.type == EntryType::kSymlink && (e.codec != Codec::kRaw || e.size == 0 || e.size > kMaxPath))
+      return Status::Corruption(where + ": bad symlink entry");
+    if (e.codec == Codec::kRaw && e.stored_len != e.size)
+      return Status::Corruption(where + ": raw frame length " + Num(e.stored_len) + " differs from size " + Num(e.size));
+    if (e.offset < kHeaderSize || e.offset > data_end || e.stored_len > data_end - e.offset)
+      return Status::Corruption(where + ": frame at offset " + Num(e.offset) + " length " +
+                                Num(e.stored_len) + " lies outside the data area [" + Num(kHeaderSize) +
+                                ", " + Num(data_end) + ")");
+    out.push_back(std::move(e));
+  }
+  if (pos != raw.size()) return Status::Corruption("index has " + Num(raw.size() - pos) + " trailing bytes");
+  return out;
+}
+
+Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Footer& f) {
+  if (stored.size() != f.index_stored_len) return Status::Corruption("index length mismatch");
+  if (Xxh3(stored) != f.index_xxh3)
+    return Status::Corruption("index checksum mismatch at offset " + Num(f.index_offset));
+  unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content != f.index_raw_len)
+    return Status::Corruption("index at offset " + Num(f.index_offset) + " is not a zstd frame of " +
+                              Num(f.index_raw_len) + " bytes");
+  std::string raw(f.index_raw_len, '\0');
+  size_t n = ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size());
+  if (ZSTD_isError(n) || n != raw.size())
+    return Status::Corruption(std::string("index does not decompress: ") +
+                              (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short"));
+  return ParseIndexRaw(raw, f.index_offset, f.entry_count);
+}
+
+const char* TypeName(EntryType t) {
+  switch (t) {
+    case EntryType::kFile: return "file";
+    case EntryType::kDir: return "dir";
+    case EntryType::kSymlink: return "symlink";
+  }
+  return "?";
+}
+
+}  // namespace fanstore::format

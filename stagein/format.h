@@ -1,0 +1,90 @@
+// The on-disk dataset format: constants, header/footer codecs and the shard index.
+// The specification, precise enough to write a reader from, is docs/format.md.
+//
+// A dataset NAME.fs/ holds manifest.json, shard-NNNNN.fsd files and optionally dict.zstd.
+// Shard layout:  Header (64 B) | frames ... | index (zstd) | Footer (64 B)
+// All integers are little-endian. Every number read from a shard is checked against the file's
+// real size before it is used.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fanstore::format {
+
+inline constexpr char kShardMagic[8] = {'F', 'S', 'S', 'H', 'A', 'R', 'D', '1'};
+inline constexpr char kFooterMagic[8] = {'F', 'S', 'F', 'O', 'O', 'T', 'R', '1'};
+inline constexpr uint32_t kVersion = 1;
+inline constexpr size_t kHeaderSize = 64;
+inline constexpr size_t kFooterSize = 64;
+inline constexpr size_t kEntryFixedSize = 48;  // index entry without its path
+inline constexpr size_t kMaxPath = 4096;
+inline constexpr size_t kMaxName = 255;
+inline constexpr uint64_t kMaxFileSize = uint64_t{1} << 40;   // 1 TiB
+inline constexpr uint64_t kMaxIndexRaw = uint64_t{1} << 31;   // 2 GiB of index per shard
+inline constexpr char kManifestName[] = "manifest.json";
+inline constexpr char kDictName[] = "dict.zstd";
+inline constexpr char kFormatName[] = "fanstore";
+
+enum class EntryType : uint8_t { kFile = 1, kDir = 2, kSymlink = 3 };
+enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
+
+struct Header {
+  uint32_t version = kVersion;
+  uint32_t shard_id = 0;
+  uint64_t dataset_id = 0;
+};
+
+struct Footer {
+  uint64_t index_offset = 0;
+  uint64_t index_stored_len = 0;
+  uint64_t index_raw_len = 0;
+  uint64_t index_xxh3 = 0;  // of the stored (compressed) index bytes
+  uint32_t entry_count = 0;
+  uint32_t version = kVersion;
+  uint32_t shard_id = 0;
+  uint64_t dataset_id = 0;
+};
+
+// One namespace entry as stored in a shard's index.
+struct IndexEntry {
+  EntryType type = EntryType::kFile;
+  Codec codec = Codec::kRaw;
+  uint32_t mode = 0;       // permission bits (07777)
+  uint64_t size = 0;       // raw bytes (symlink: target length; directory: 0)
+  int64_t mtime_ns = 0;
+  uint64_t offset = 0;     // of the frame within the shard
+  uint64_t stored_len = 0; // bytes of the frame
+  uint64_t xxh3 = 0;       // of the raw content (symlink: of the target)
+  std::string path;        // relative, canonical
+};
+
+std::string EncodeHeader(const Header& h);
+// Checks magic and version.
+Status DecodeHeader(std::string_view bytes, Header* h);
+std::string EncodeFooter(const Footer& f);
+// Checks magic, version and that the index lies between the header and the footer of a file of
+// `file_size` bytes, with sane lengths.
+Status DecodeFooter(std::string_view bytes, uint64_t file_size, Footer* f);
+
+std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries);
+// Parses and validates a raw (decompressed) index. Frames must lie in [kHeaderSize, data_end).
+Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t data_end,
+                                              uint32_t expected_count);
+// Checks the stored index against the footer (hash, lengths), decompresses and parses it.
+Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Footer& f);
+
+// True for a relative, canonical path: no leading or trailing '/', no empty, "." or ".."
+// component, no NUL, within kMaxPath and kMaxName.
+bool IsSafePath(std::string_view p);
+// For a symlink at `link_path` with `target`: true when the target is relative and, resolved
+// lexically from the link's directory, stays inside the dataset.
+bool IsContainedLink(std::string_view link_path, std::string_view target);
+
+const char* TypeName(EntryType t);
+
+}  // namespace fanstore::format

@@ -1,0 +1,145 @@
+#include "stagein/format.h"
+
+#include <gtest/gtest.h>
+#include <zstd.h>
+
+#include "common/hash.h"
+
+namespace fanstore::format {
+namespace {
+
+IndexEntry File(std::string path, uint64_t off, uint64_t len) {
+  IndexEntry e;
+  e.path = std::move(path);
+  e.mode = 0644;
+  e.size = len;
+  e.offset = off;
+  e.stored_len = len;
+  return e;
+}
+
+TEST(Format, HeaderRoundTripAndChecks) {
+  Header h{kVersion, 7, 0x1234};
+  std::string b = EncodeHeader(h);
+  ASSERT_EQ(b.size(), kHeaderSize);
+  Header out;
+  ASSERT_TRUE(DecodeHeader(b, &out).ok());
+  EXPECT_EQ(out.shard_id, 7u);
+  EXPECT_EQ(out.dataset_id, 0x1234u);
+  std::string bad = b;
+  bad[0] = 'X';
+  Status s = DecodeHeader(bad, &out);
+  EXPECT_TRUE(s.IsCorruption());
+  EXPECT_NE(s.message().find("magic"), std::string::npos);
+  bad = b;
+  bad[8] = 9;  // version
+  s = DecodeHeader(bad, &out);
+  EXPECT_NE(s.message().find("version"), std::string::npos);
+  EXPECT_FALSE(DecodeHeader(b.substr(0, 10), &out).ok());
+}
+
+TEST(Format, FooterBoundsAreChecked) {
+  Footer f;
+  f.index_offset = 100;
+  f.index_stored_len = 50;
+  f.index_raw_len = 96;
+  f.entry_count = 2;
+  std::string b = EncodeFooter(f);
+  ASSERT_EQ(b.size(), kFooterSize);
+  Footer out;
+  EXPECT_TRUE(DecodeFooter(b, 100 + 50 + kFooterSize, &out).ok());
+  EXPECT_FALSE(DecodeFooter(b, 100 + 49 + kFooterSize, &out).ok());  // index runs into footer
+  f.index_offset = 10;                                                // inside the header
+  EXPECT_FALSE(DecodeFooter(EncodeFooter(f), 10 + 50 + kFooterSize, &out).ok());
+  f.index_offset = 100;
+  f.entry_count = 1000000;  // absurd for a 96-byte index
+  Status s = DecodeFooter(EncodeFooter(f), 100 + 50 + kFooterSize, &out);
+  EXPECT_NE(s.message().find("absurd"), std::string::npos);
+  f.entry_count = 2;
+  f.index_raw_len = uint64_t{1} << 40;
+  EXPECT_FALSE(DecodeFooter(EncodeFooter(f), 100 + 50 + kFooterSize, &out).ok());
+  std::string bad = EncodeFooter(f);
+  bad[60] = 'x';
+  EXPECT_FALSE(DecodeFooter(bad, 1000, &out).ok());
+}
+
+TEST(Format, IndexRoundTrip) {
+  std::vector<IndexEntry> v = {File("a/b.txt", 64, 10), File("c", 74, 0)};
+  IndexEntry d;
+  d.type = EntryType::kDir;
+  d.path = "a";
+  d.mode = 0755;
+  v.push_back(d);
+  std::string raw = EncodeIndexRaw(v);
+  auto out = ParseIndexRaw(raw, 200, 3);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  ASSERT_EQ(out->size(), 3u);
+  EXPECT_EQ((*out)[0].path, "a/b.txt");
+  EXPECT_EQ((*out)[2].type, EntryType::kDir);
+}
+
+Status ParseOne(const IndexEntry& e, uint64_t data_end = 1000) {
+  return ParseIndexRaw(EncodeIndexRaw({e}), data_end, 1).status();
+}
+
+TEST(Format, IndexRejectsHostileEntries) {
+  EXPECT_TRUE(ParseOne(File("ok", 64, 10)).ok());
+  EXPECT_FALSE(ParseOne(File("../etc/passwd", 64, 10)).ok());
+  EXPECT_FALSE(ParseOne(File("a/../../x", 64, 10)).ok());
+  EXPECT_FALSE(ParseOne(File("/etc/passwd", 64, 10)).ok());
+  EXPECT_FALSE(ParseOne(File("a//b", 64, 10)).ok());
+  EXPECT_FALSE(ParseOne(File("./a", 64, 10)).ok());
+  EXPECT_FALSE(ParseOne(File(std::string("a\0b", 3), 64, 10)).ok());
+  EXPECT_FALSE(ParseOne(File("x", 995, 10)).ok());          // past data end
+  EXPECT_FALSE(ParseOne(File("x", 10, 10)).ok());           // inside the header
+  EXPECT_FALSE(ParseOne(File("x", UINT64_MAX - 2, 10)).ok());  // overflow
+  IndexEntry e = File("x", 64, 10);
+  e.stored_len = 5;  // raw frame must match size
+  EXPECT_FALSE(ParseOne(e).ok());
+  e = File("x", 64, 10);
+  e.size = uint64_t{1} << 50;
+  e.codec = Codec::kZstd;
+  EXPECT_FALSE(ParseOne(e).ok());
+  e = File("x", 64, 10);
+  e.mode = 0100644;  // type bits do not belong in mode
+  EXPECT_FALSE(ParseOne(e).ok());
+  std::string raw = EncodeIndexRaw({File("x", 64, 10)});
+  raw[0] = 9;  // bad type
+  EXPECT_FALSE(ParseIndexRaw(raw, 1000, 1).ok());
+  raw = EncodeIndexRaw({File("x", 64, 10)});
+  EXPECT_FALSE(ParseIndexRaw(raw, 1000, 2).ok());            // count larger than content
+  EXPECT_FALSE(ParseIndexRaw(raw + "zz", 1000, 1).ok());     // trailing bytes
+  EXPECT_FALSE(ParseIndexRaw(raw, 1000, 0xffffffffu).ok());  // absurd count
+}
+
+TEST(Format, DecodeIndexChecksHashAndSize) {
+  std::string raw = EncodeIndexRaw({File("x", 64, 10)});
+  std::string stored(ZSTD_compressBound(raw.size()), '\0');
+  stored.resize(ZSTD_compress(stored.data(), stored.size(), raw.data(), raw.size(), 3));
+  Footer f;
+  f.index_offset = 200;
+  f.index_stored_len = stored.size();
+  f.index_raw_len = raw.size();
+  f.index_xxh3 = Xxh3(stored);
+  f.entry_count = 1;
+  EXPECT_TRUE(DecodeIndex(stored, f).ok());
+  std::string flipped = stored;
+  flipped[stored.size() / 2] ^= 1;
+  EXPECT_NE(DecodeIndex(flipped, f).status().message().find("checksum"), std::string::npos);
+  f.index_raw_len += 1;
+  EXPECT_FALSE(DecodeIndex(stored, f).ok());
+}
+
+TEST(Format, SymlinkContainment) {
+  EXPECT_TRUE(IsContainedLink("a/l", "b"));
+  EXPECT_TRUE(IsContainedLink("a/l", "../c"));
+  EXPECT_TRUE(IsContainedLink("a/b/l", "../../c"));
+  EXPECT_FALSE(IsContainedLink("a/l", "../../c"));
+  EXPECT_FALSE(IsContainedLink("l", ".."));
+  EXPECT_FALSE(IsContainedLink("l", "/etc/passwd"));
+  EXPECT_FALSE(IsContainedLink("a/l", "x/../../../y"));
+  EXPECT_FALSE(IsContainedLink("l", ""));
+}
+
+}  // namespace
+}  // namespace fanstore::format

@@ -1,0 +1,100 @@
+// POSIX I/O helpers.
+#include "stagein/io.h"
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "common/unique_fd.h"
+
+namespace fanstore {
+
+Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno("open " + path, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return Status::Corruption(path + " is too large");
+  std::string out(st.st_size, '\0');
+  FS_RETURN_IF_ERROR(PreadFull(fd.get(), out.data(), out.size(), 0, path));
+  return out;
+}
+
+Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string& what) {
+  char* p = static_cast<char*>(buf);
+  size_t done = 0;
+  while (done < len) {
+    ssize_t r = ::pread(fd, p + done, len - done, static_cast<off_t>(off + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("read " + what + " at offset " + std::to_string(off + done), errno);
+    }
+    if (r == 0)
+      return Status::Corruption(what + ": unexpected end of file at offset " + std::to_string(off + done));
+    done += static_cast<size_t>(r);
+  }
+  return Status::OK();
+}
+
+Status WriteFull(int fd, const void* buf, size_t len, const std::string& what) {
+  const char* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    ssize_t w = ::write(fd, p, len);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("write " + what, errno);
+    }
+    p += w;
+    len -= static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode) {
+  const std::string tmp = path + ".tmp";
+  UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
+  if (!fd.valid()) return Status::FromErrno("create " + tmp, errno);
+  Status s = WriteFull(fd.get(), data.data(), data.size(), tmp);
+  if (s.ok() && ::fsync(fd.get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::FromErrno("rename " + tmp, errno);
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
+Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::OK() : Status::FromErrno("stat " + path, errno);
+  auto rm = [](const char* p, const struct stat*, int flag, struct FTW*) -> int {
+    if (flag == FTW_DP || flag == FTW_D) {
+      ::chmod(p, 0700);  // a read-only directory cannot be emptied
+      return ::rmdir(p) == 0 || errno == ENOENT ? 0 : -1;
+    }
+    return ::unlink(p) == 0 || errno == ENOENT ? 0 : -1;
+  };
+  // Make directories writable first (nftw visits them before their content in pre-order).
+  ::nftw(path.c_str(), [](const char* p, const struct stat* s, int flag, struct FTW*) -> int {
+    if (flag == FTW_D) ::chmod(p, (s->st_mode & 07777) | 0700);
+    return 0;
+  }, 64, FTW_PHYS);
+  if (::nftw(path.c_str(), rm, 64, FTW_DEPTH | FTW_PHYS) != 0)
+    return Status::FromErrno("remove " + path, errno);
+  return Status::OK();
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (b >= 1024 && u < 5) {
+    b /= 1024;
+    u++;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+}  // namespace fanstore

@@ -1,0 +1,23 @@
+// Small I/O helpers over POSIX calls, returning Status with the path named.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace fanstore {
+
+Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
+// Full pread of `len` bytes at `off`; a short file is Corruption naming `what`.
+Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string& what);
+Status WriteFull(int fd, const void* buf, size_t len, const std::string& what);
+// Writes `data` to `path` through a temporary file and rename, with fsync.
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode);
+// Removes a tree without following symlinks. Missing is fine.
+Status RemoveTree(const std::string& path);
+std::string HumanBytes(double bytes);
+
+}  // namespace fanstore

@@ -1,0 +1,131 @@
+// manifest.json encoding and strict, exception-free decoding.
+#include "stagein/manifest.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/hash.h"
+#include "stagein/format.h"
+#include "stagein/io.h"
+
+namespace fanstore::format {
+namespace {
+
+using nlohmann::json;
+
+bool IsPlainName(const std::string& s) {
+  return !s.empty() && s.size() <= kMaxName && s.find('/') == std::string::npos && s != "." &&
+         s != ".." && s.find('\0') == std::string::npos;
+}
+
+bool GetU64(const json& j, const char* key, uint64_t* out) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_unsigned()) return false;
+  *out = it->get<uint64_t>();
+  return true;
+}
+bool GetStr(const json& j, const char* key, std::string* out) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return false;
+  *out = it->get<std::string>();
+  return true;
+}
+bool GetHex(const json& j, const char* key, uint64_t* out) {
+  std::string s;
+  if (!GetStr(j, key, &s) || s.size() != 16) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+std::string ManifestToJson(const Manifest& m) {
+  json j;
+  j["format"] = kFormatName;
+  j["version"] = m.version;
+  j["tool_version"] = m.tool_version;
+  j["created"] = m.created;
+  j["dataset_id"] = HashHex(m.dataset_id);
+  j["files"] = m.files;
+  j["dirs"] = m.dirs;
+  j["symlinks"] = m.symlinks;
+  j["raw_bytes"] = m.raw_bytes;
+  j["stored_bytes"] = m.stored_bytes;
+  j["codec"] = m.codec;
+  j["level"] = m.level;
+  if (m.dict.file.empty()) {
+    j["dict"] = nullptr;
+  } else {
+    j["dict"] = {{"file", m.dict.file}, {"bytes", m.dict.bytes}, {"xxh3", HashHex(m.dict.xxh3)}, {"id", m.dict.id}};
+  }
+  json shards = json::array();
+  for (const auto& s : m.shards)
+    shards.push_back({{"file", s.file}, {"bytes", s.bytes}, {"files", s.files}, {"xxh3", HashHex(s.xxh3)}});
+  j["shards"] = std::move(shards);
+  return j.dump(1) + "\n";
+}
+
+Result<Manifest> ManifestFromJson(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::Corruption("not valid JSON");
+  Manifest m;
+  std::string fmt;
+  if (!GetStr(j, "format", &fmt) || fmt != kFormatName) return Status::Corruption("not a FanStore manifest (\"format\" is not \"fanstore\")");
+  uint64_t version = 0;
+  if (!GetU64(j, "version", &version)) return Status::Corruption("missing \"version\"");
+  if (version != kVersion)
+    return Status::Corruption("unsupported dataset version " + std::to_string(version) +
+                              " (this tool reads version " + std::to_string(kVersion) + ")");
+  m.version = static_cast<uint32_t>(version);
+  uint64_t level = 0;
+  if (!GetStr(j, "tool_version", &m.tool_version) || !GetStr(j, "created", &m.created) ||
+      !GetHex(j, "dataset_id", &m.dataset_id) || !GetU64(j, "files", &m.files) ||
+      !GetU64(j, "dirs", &m.dirs) || !GetU64(j, "symlinks", &m.symlinks) ||
+      !GetU64(j, "raw_bytes", &m.raw_bytes) || !GetU64(j, "stored_bytes", &m.stored_bytes) ||
+      !GetStr(j, "codec", &m.codec) || !GetU64(j, "level", &level) || level > 22)
+    return Status::Corruption("missing or mistyped summary field");
+  m.level = static_cast<int>(level);
+  auto d = j.find("dict");
+  if (d != j.end() && !d->is_null()) {
+    uint64_t id = 0;
+    if (!d->is_object() || !GetStr(*d, "file", &m.dict.file) || !IsPlainName(m.dict.file) ||
+        !GetU64(*d, "bytes", &m.dict.bytes) || !GetHex(*d, "xxh3", &m.dict.xxh3) ||
+        !GetU64(*d, "id", &id) || id > 0xffffffffu || m.dict.bytes > (64u << 20))
+      return Status::Corruption("bad \"dict\" entry");
+    m.dict.id = static_cast<uint32_t>(id);
+  }
+  auto s = j.find("shards");
+  if (s == j.end() || !s->is_array()) return Status::Corruption("missing \"shards\" array");
+  if (s->size() > 10000000) return Status::Corruption("absurd shard count");
+  for (const auto& e : *s) {
+    ShardRef r;
+    if (!e.is_object() || !GetStr(e, "file", &r.file) || !GetU64(e, "bytes", &r.bytes) ||
+        !GetU64(e, "files", &r.files) || !GetHex(e, "xxh3", &r.xxh3))
+      return Status::Corruption("bad shard entry " + std::to_string(m.shards.size()));
+    if (!IsPlainName(r.file))
+      return Status::Corruption("shard entry names an unsafe file '" + r.file.substr(0, 200) + "'");
+    m.shards.push_back(std::move(r));
+  }
+  if (m.shards.empty()) return Status::Corruption("no shards");
+  return m;
+}
+
+Result<Manifest> LoadManifest(const std::string& dataset_dir) {
+  const std::string path = dataset_dir + "/" + kManifestName;
+  auto text = ReadSmallFile(path, 256u << 20);
+  if (!text.ok()) {
+    if (text.status().IsNotFound())
+      return Status::NotFound(dataset_dir + " is not a FanStore dataset (no " + kManifestName + ")");
+    return text.status();
+  }
+  auto m = ManifestFromJson(text.value());
+  if (!m.ok()) return m.status().Prefixed(path);
+  return m;
+}
+
+}  // namespace fanstore::format

@@ -1,0 +1,328 @@
+// Pack, verify and extract round trips, and detection of damaged or hostile datasets.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "common/hash.h"
+#include "stagein/dataset.h"
+#include "stagein/io.h"
+#include "stagein/pack.h"
+
+namespace fanstore {
+namespace {
+
+using format::Dataset;
+
+void Write(const std::string& path, const std::string& data) {
+  std::ofstream f(path, std::ios::binary);
+  f << data;
+}
+std::string Read(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+std::string Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+class PackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fanstore-pack-test-XXXXXX";
+    base_ = ::mkdtemp(tmpl);
+    src_ = base_ + "/src";
+    ds_ = base_ + "/ds.fs";
+    ::mkdir(src_.c_str(), 0755);
+    ::mkdir((src_ + "/a").c_str(), 0750);
+    ::mkdir((src_ + "/a/b").c_str(), 0755);
+    ::mkdir((src_ + "/empty").c_str(), 0700);
+    Write(src_ + "/a/text.txt", std::string(5000, 'x') + "hello");
+    Write(src_ + "/a/b/rand.bin", Random(200000, 1));
+    Write(src_ + "/empty.dat", "");
+    Write(src_ + "/caf\xc3\xa9.txt", "non-ascii name");
+    for (int i = 0; i < 40; i++) Write(src_ + "/a/f" + std::to_string(i), Random(1000 + i * 97, i));
+    ::chmod((src_ + "/a/text.txt").c_str(), 0600);
+    ::symlink("a/b", (src_ + "/link").c_str());
+    ::symlink("/etc/passwd", (src_ + "/escape").c_str());
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {1500000000, 123456789}};
+    ::utimensat(AT_FDCWD, (src_ + "/a/text.txt").c_str(), ts, 0);
+  }
+  void TearDown() override { (void)RemoveTree(base_); }
+
+  Status DoPack(pack::Options o = {}) {
+    o.sync = false;
+    o.warn = [this](const std::string& w) { warnings_.push_back(w); };
+    return pack::Pack(src_, ds_, o, &stats_);
+  }
+  std::string Shard(int i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "/shard-%05d.fsd", i);
+    return ds_ + buf;
+  }
+
+  std::string base_, src_, ds_;
+  pack::Stats stats_;
+  std::vector<std::string> warnings_;
+};
+
+TEST_F(PackTest, RoundTripRestoresTreeExactly) {
+  pack::Options o;
+  o.shard_size = 64 << 10;  // several shards
+  ASSERT_TRUE(DoPack(o).ok());
+  EXPECT_EQ(stats_.files, 44u);
+  EXPECT_EQ(stats_.symlinks, 1u);
+  EXPECT_EQ(stats_.dirs, 3u);
+  EXPECT_GE(stats_.shards, 3u);
+  ASSERT_EQ(warnings_.size(), 1u);  // the escaping symlink
+  EXPECT_NE(warnings_[0].find("outside"), std::string::npos);
+
+  auto ds = Dataset::Open(ds_);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_TRUE(format::Verify(**ds, {}).ok());
+  const std::string out = base_ + "/out";
+  Status s = format::Extract(**ds, out, {});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const char* f : {"/a/text.txt", "/a/b/rand.bin", "/empty.dat", "/caf\xc3\xa9.txt", "/a/f39"})
+    EXPECT_EQ(Read(src_ + f), Read(out + f)) << f;
+  struct stat a, b;
+  ASSERT_EQ(::stat((out + "/a/text.txt").c_str(), &b), 0);
+  ASSERT_EQ(::stat((src_ + "/a/text.txt").c_str(), &a), 0);
+  EXPECT_EQ(a.st_mode, b.st_mode);
+  EXPECT_EQ(b.st_mtim.tv_sec, 1500000000);
+  EXPECT_EQ(b.st_mtim.tv_nsec, 123456789);
+  ASSERT_EQ(::stat((out + "/empty").c_str(), &b), 0);
+  EXPECT_TRUE(S_ISDIR(b.st_mode));
+  EXPECT_EQ(b.st_mode & 07777, 0700u);
+  char target[64] = {};
+  ASSERT_GT(::readlink((out + "/link").c_str(), target, sizeof target), 0);
+  EXPECT_STREQ(target, "a/b");
+  EXPECT_NE(::lstat((out + "/escape").c_str(), &b), 0);
+}
+
+TEST_F(PackTest, ShardsAreBalancedByBytes) {
+  for (int i = 0; i < 200; i++) Write(src_ + "/a/b/x" + std::to_string(i), Random(10000 + (i % 7) * 3000, i));
+  pack::Options o;
+  o.shard_size = 500 << 10;
+  o.level = 0;
+  ASSERT_TRUE(DoPack(o).ok());
+  auto ds = Dataset::Open(ds_);
+  ASSERT_TRUE(ds.ok());
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& s : (*ds)->manifest().shards) {
+    lo = std::min(lo, s.bytes);
+    hi = std::max(hi, s.bytes);
+  }
+  EXPECT_GE((*ds)->manifest().shards.size(), 4u);
+  EXPECT_LT(static_cast<double>(hi - lo), 0.1 * hi) << lo << " " << hi;
+}
+
+TEST_F(PackTest, CompressesOnlyWhenSmallerAndDictWorks) {
+  for (int i = 0; i < 300; i++)
+    Write(src_ + "/a/t" + std::to_string(i), "{\"id\": " + std::to_string(i) + ", \"label\": \"class-" + std::to_string(i % 10) + "\", \"text\": \"lorem ipsum dolor sit amet\"}");
+  pack::Options o;
+  o.dict = true;
+  ASSERT_TRUE(DoPack(o).ok());
+  EXPECT_TRUE(stats_.dict_used);
+  auto ds = Dataset::Open(ds_);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  const format::IndexEntry* rnd = (*ds)->Find("a/b/rand.bin");
+  ASSERT_NE(rnd, nullptr);
+  EXPECT_EQ(rnd->codec, format::Codec::kRaw);
+  const format::IndexEntry* txt = (*ds)->Find("a/text.txt");
+  ASSERT_NE(txt, nullptr);
+  EXPECT_NE(txt->codec, format::Codec::kRaw);
+  EXPECT_LT(txt->stored_len, txt->size);
+  EXPECT_TRUE(format::Verify(**ds, {}).ok());
+  ASSERT_TRUE(format::Extract(**ds, base_ + "/out", {}).ok());
+  EXPECT_EQ(Read(src_ + "/a/t7"), Read(base_ + "/out/a/t7"));
+}
+
+TEST_F(PackTest, ExistingDestinationIsRefused) {
+  ::mkdir(ds_.c_str(), 0755);
+  Status s = DoPack();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("already exists"), std::string::npos);
+}
+
+TEST_F(PackTest, UnreadableSourceFailsCleanly) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads everything";
+  ::chmod((src_ + "/a/b/rand.bin").c_str(), 0);
+  Status s = DoPack();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rand.bin"), std::string::npos);
+  struct stat st;
+  EXPECT_NE(::stat(ds_.c_str(), &st), 0);
+}
+
+TEST_F(PackTest, CancelLeavesNothing) {
+  std::atomic<bool> cancel{true};
+  pack::Options o;
+  o.cancel = &cancel;
+  EXPECT_FALSE(DoPack(o).ok());
+  struct stat st;
+  EXPECT_NE(::stat(ds_.c_str(), &st), 0);
+  EXPECT_EQ(Read(base_ + "/ds.fs.tmp-" + std::to_string(getpid())), "");
+}
+
+TEST_F(PackTest, SkipsSocketsWithWarning) {
+  int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s/sock", src_.c_str());
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ::mkfifo((src_ + "/fifo").c_str(), 0644);
+  ASSERT_TRUE(DoPack().ok());
+  ::close(s);
+  EXPECT_EQ(stats_.skipped, 3u);
+  bool sock = false, fifo = false;
+  for (auto& w : warnings_) {
+    sock |= w.find("socket") != std::string::npos;
+    fifo |= w.find("FIFO") != std::string::npos;
+  }
+  EXPECT_TRUE(sock && fifo);
+}
+
+// --- damaged datasets ------------------------------------------------------------------
+
+class DamageTest : public PackTest {
+ protected:
+  void SetUp() override {
+    PackTest::SetUp();
+    pack::Options o;
+    o.shard_size = 64 << 10;
+    ASSERT_TRUE(DoPack(o).ok());
+  }
+  Status OpenAndVerify() {
+    auto ds = Dataset::Open(ds_);
+    if (!ds.ok()) return ds.status();
+    return format::Verify(**ds, {});
+  }
+  void Patch(const std::string& path, uint64_t off, const std::string& bytes) {
+    int fd = ::open(path.c_str(), O_WRONLY);
+    ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), off), static_cast<ssize_t>(bytes.size()));
+    ::close(fd);
+  }
+};
+
+TEST_F(DamageTest, FlippedDataByteNamesShardFileAndOffset) {
+  auto ds = Dataset::Open(ds_);
+  ASSERT_TRUE(ds.ok());
+  const format::IndexEntry* e = (*ds)->Find("a/b/rand.bin");
+  format::Dataset::Ref r;
+  (*ds)->Find("a/b/rand.bin", &r);
+  std::string shard = (*ds)->shard(r.shard).path;
+  const uint64_t frame_off = e->offset;
+  uint64_t off = frame_off + 1000;
+  ds->reset();
+  std::string b = Read(shard).substr(off, 1);
+  b[0] ^= 0x40;
+  Patch(shard, off, b);
+  Status s = OpenAndVerify();
+  ASSERT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find(shard), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("a/b/rand.bin"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("offset " + std::to_string(frame_off)), std::string::npos) << s.message();
+}
+
+TEST_F(DamageTest, TruncatedShard) {
+  ASSERT_EQ(::truncate(Shard(1).c_str(), 100), 0);
+  Status s = OpenAndVerify();
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("shard-00001"), std::string::npos);
+}
+
+TEST_F(DamageTest, MissingShard) {
+  ASSERT_EQ(::unlink(Shard(2).c_str()), 0);
+  Status s = OpenAndVerify();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("missing shard"), std::string::npos) << s.message();
+}
+
+TEST_F(DamageTest, WrongMagicAndVersion) {
+  Patch(Shard(0), 0, "NOTSHARD");
+  Status s = OpenAndVerify();
+  EXPECT_NE(s.message().find("magic"), std::string::npos) << s.message();
+  Patch(Shard(0), 0, std::string(format::kShardMagic, 8) + std::string("\x09\0\0\0", 4));
+  s = OpenAndVerify();
+  EXPECT_NE(s.message().find("version"), std::string::npos) << s.message();
+}
+
+TEST_F(DamageTest, CorruptManifest) {
+  std::string m = Read(ds_ + "/manifest.json");
+  Write(ds_ + "/manifest.json", m.substr(0, m.size() / 2));
+  Status s = OpenAndVerify();
+  EXPECT_NE(s.message().find("manifest.json"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("JSON"), std::string::npos) << s.message();
+  size_t v = m.find("\"version\": 1");
+  ASSERT_NE(v, std::string::npos);
+  Write(ds_ + "/manifest.json", m.substr(0, v) + "\"version\": 99" + m.substr(v + 12));
+  s = OpenAndVerify();
+  EXPECT_NE(s.message().find("version 99"), std::string::npos) << s.message();
+  size_t f = m.find("shard-00000.fsd");
+  Write(ds_ + "/manifest.json", m.substr(0, f) + "../../../etc/pwd" + m.substr(f + 15));
+  s = OpenAndVerify();
+  EXPECT_NE(s.message().find("unsafe"), std::string::npos) << s.message();
+  ::unlink((ds_ + "/manifest.json").c_str());
+  s = OpenAndVerify();
+  EXPECT_NE(s.message().find("not a FanStore dataset"), std::string::npos) << s.message();
+}
+
+TEST_F(DamageTest, ShardSwappedFromAnotherDatasetIsRejected) {
+  std::string other = base_ + "/other.fs";
+  pack::Options o;
+  o.sync = false;
+  o.shard_size = 64 << 10;
+  ASSERT_TRUE(pack::Pack(src_, other, o, nullptr).ok());
+  Write(Shard(1), Read(other + "/shard-00001.fsd"));
+  Status s = OpenAndVerify();
+  EXPECT_FALSE(s.ok());
+}
+
+// A shard whose index is hostile (crafted with a valid checksum) is rejected on open, and
+// extraction never writes outside DEST.
+TEST_F(DamageTest, HostileIndexIsRejected) {
+  auto ds0 = Dataset::Open(ds_);
+  ASSERT_TRUE(ds0.ok());
+  const uint64_t dataset_id = (*ds0)->manifest().dataset_id;
+  ds0->reset();
+  for (const char* evil : {"../escape", "/abs/path"}) {
+    std::vector<format::IndexEntry> v(1);
+    v[0].path = evil;
+    v[0].mode = 0644;
+    v[0].size = v[0].stored_len = 4;
+    v[0].offset = format::kHeaderSize;
+    std::string raw = format::EncodeIndexRaw(v);
+    std::string stored(ZSTD_compressBound(raw.size()), '\0');
+    stored.resize(ZSTD_compress(stored.data(), stored.size(), raw.data(), raw.size(), 3));
+    format::Footer f;
+    f.index_offset = format::kHeaderSize + 4;
+    f.index_stored_len = stored.size();
+    f.index_raw_len = raw.size();
+    f.index_xxh3 = Xxh3(stored);
+    f.entry_count = 1;
+    f.shard_id = 1;
+    f.dataset_id = dataset_id;
+    std::string shard = format::EncodeHeader({format::kVersion, 1, f.dataset_id}) + "evil" + stored + format::EncodeFooter(f);
+    Write(Shard(1), shard);
+    Status s = OpenAndVerify();
+    EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find("unsafe path"), std::string::npos) << s.message();
+  }
+  struct stat st;
+  EXPECT_NE(::stat((base_ + "/escape").c_str(), &st), 0);
+}
+
+}  // namespace
+}  // namespace fanstore

@@ -1,0 +1,176 @@
+// Shard reading.
+#include "stagein/shard.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "common/hash.h"
+#include "stagein/io.h"
+#include "stagein/thread_pool.h"
+
+namespace fanstore::format {
+namespace {
+std::string Num(uint64_t v) { return std::to_string(v); }
+}  // namespace
+
+Dictionary::~Dictionary() { ZSTD_freeDDict(ddict_); }
+
+Status Dictionary::Load(const std::string& dataset_dir, const DictRef& ref) {
+  if (ref.file.empty()) return Status::OK();
+  const std::string path = dataset_dir + "/" + ref.file;
+  auto bytes = ReadSmallFile(path, 64u << 20);
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->size() != ref.bytes || Xxh3(*bytes) != ref.xxh3)
+    return Status::Corruption(path + ": dictionary checksum or size mismatch");
+  bytes_ = std::move(bytes).value();
+  ddict_ = ZSTD_createDDict(bytes_.data(), bytes_.size());
+  if (!ddict_) return Status::Corruption(path + ": not a zstd dictionary");
+  return Status::OK();
+}
+
+FrameDecoder::FrameDecoder(const Dictionary* dict) : dict_(dict), dctx_(ZSTD_createDCtx()) {}
+FrameDecoder::~FrameDecoder() { ZSTD_freeDCtx(dctx_); }
+
+Status FrameDecoder::Decode(const IndexEntry& e, std::string_view stored, std::string* scratch,
+                            std::string_view* raw) {
+  auto fail = [&](const std::string& why) {
+    return Status::Corruption("file '" + e.path + "' (frame at offset " + Num(e.offset) + "): " + why);
+  };
+  if (stored.size() != e.stored_len) return fail("frame length mismatch");
+  if (e.codec == Codec::kRaw) {
+    *raw = stored;
+  } else {
+    unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
+    if (content == ZSTD_CONTENTSIZE_ERROR || content != e.size)
+      return fail("not a zstd frame of " + Num(e.size) + " bytes");
+    scratch->resize(e.size);
+    size_t n;
+    if (e.codec == Codec::kZstdDict) {
+      if (!dict_ || !dict_->ddict()) return fail("frame needs the dataset's dictionary, which is missing");
+      n = ZSTD_decompress_usingDDict(dctx_, scratch->data(), scratch->size(), stored.data(), stored.size(),
+                                     dict_->ddict());
+    } else {
+      n = ZSTD_decompressDCtx(dctx_, scratch->data(), scratch->size(), stored.data(), stored.size());
+    }
+    if (ZSTD_isError(n)) return fail(std::string("zstd: ") + ZSTD_getErrorName(n));
+    if (n != e.size) return fail("decompressed to " + Num(n) + " bytes, expected " + Num(e.size));
+    *raw = std::string_view(scratch->data(), n);
+  }
+  if (Xxh3(raw->data(), raw->size()) != e.xxh3) return fail("content checksum mismatch");
+  if (e.type == EntryType::kSymlink && !IsContainedLink(e.path, *raw))
+    return fail("symlink target points outside the dataset");
+  return Status::OK();
+}
+
+Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id) {
+  auto s = std::make_unique<ShardFile>();
+  s->path = path;
+  s->fd.Reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!s->fd.valid()) {
+    if (errno == ENOENT) return Status::NotFound("missing shard " + path);
+    return Status::FromErrno("open " + path, errno);
+  }
+  struct stat st;
+  if (::fstat(s->fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return Status::Corruption(path + ": not a regular file");
+  s->size = static_cast<uint64_t>(st.st_size);
+  if (s->size < kHeaderSize + kFooterSize)
+    return Status::Corruption(path + ": truncated shard (" + Num(s->size) + " bytes)");
+  std::string buf(kHeaderSize, '\0');
+  FS_RETURN_IF_ERROR(PreadFull(s->fd.get(), buf.data(), kHeaderSize, 0, path));
+  Status st1 = DecodeHeader(buf, &s->header);
+  if (!st1.ok()) return st1.Prefixed(path);
+  buf.assign(kFooterSize, '\0');
+  FS_RETURN_IF_ERROR(PreadFull(s->fd.get(), buf.data(), kFooterSize, s->size - kFooterSize, path));
+  st1 = DecodeFooter(buf, s->size, &s->footer);
+  if (!st1.ok()) return st1.Prefixed(path);
+  if (s->footer.shard_id != s->header.shard_id || s->footer.dataset_id != s->header.dataset_id)
+    return Status::Corruption(path + ": header and footer disagree (shard id or dataset id)");
+  if (dataset_id != 0 && s->header.dataset_id != dataset_id)
+    return Status::Corruption(path + ": shard belongs to another dataset");
+  buf.assign(s->footer.index_stored_len, '\0');
+  FS_RETURN_IF_ERROR(PreadFull(s->fd.get(), buf.data(), buf.size(), s->footer.index_offset, path));
+  auto entries = DecodeIndex(buf, s->footer);
+  if (!entries.ok()) return entries.status().Prefixed(path);
+  s->entries = std::move(entries).value();
+  return s;
+}
+
+Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
+  std::string stored(e.stored_len, '\0');
+  FS_RETURN_IF_ERROR(PreadFull(shard.fd.get(), stored.data(), stored.size(), e.offset, shard.path));
+  std::string scratch;
+  std::string_view raw;
+  Status s = dec->Decode(e, stored, &scratch, &raw);
+  if (!s.ok()) return s.Prefixed(shard.path);
+  if (e.codec == Codec::kRaw) *out = std::move(stored);
+  else *out = std::move(scratch);
+  return Status::OK();
+}
+
+Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn& fn) {
+  std::vector<const IndexEntry*> order;
+  order.reserve(shard.entries.size());
+  for (const auto& e : shard.entries)
+    if (e.type != EntryType::kDir) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+
+  std::mutex mu;
+  Status first;
+  auto record = [&](Status s) {
+    std::lock_guard<std::mutex> l(mu);
+    if (first.ok() && !s.ok()) first = s.Prefixed(shard.path);
+  };
+  auto failed = [&] {
+    std::lock_guard<std::mutex> l(mu);
+    return !first.ok();
+  };
+
+  Xxh3Stream file_hash;
+  // At most a few chunks in flight: bounds memory while decoding overlaps reading.
+  TaskGroup group(opts.pool, opts.pool ? opts.pool->size() * 2 + 2 : 1);
+  std::shared_ptr<std::string> buf;
+  uint64_t buf_start = 0, pos = 0;  // buf holds [buf_start, pos)
+  size_t next = 0;
+  while (pos < shard.size && !failed()) {
+    // Carry the unfinished tail (from the next frame's start) into a fresh buffer.
+    uint64_t keep_from = next < order.size() ? std::max(order[next]->offset, buf_start) : pos;
+    if (keep_from > pos) keep_from = pos;
+    uint64_t want = opts.chunk_bytes;
+    if (next < order.size() && order[next]->offset + order[next]->stored_len > pos + want)
+      want = order[next]->offset + order[next]->stored_len - pos;
+    want = std::min<uint64_t>(want, shard.size - pos);
+    auto nb = std::make_shared<std::string>();
+    nb->resize(pos - keep_from + want);
+    if (buf && pos > keep_from) std::copy(buf->data() + (keep_from - buf_start), buf->data() + (pos - buf_start), nb->data());
+    char* dst = nb->data() + (pos - keep_from);
+    Status rs = PreadFull(shard.fd.get(), dst, want, pos, shard.path);
+    if (!rs.ok()) {
+      record(rs);
+      break;
+    }
+    file_hash.Update(dst, want);
+    if (opts.on_read) opts.on_read(want);
+    buf = std::move(nb);
+    buf_start = keep_from;
+    pos += want;
+    while (next < order.size() && order[next]->offset + order[next]->stored_len <= pos) {
+      const IndexEntry* e = order[next++];
+      std::string_view stored(buf->data() + (e->offset - buf_start), e->stored_len);
+      group.Add([&, e, stored, hold = buf] { record(fn(*e, stored)); });
+    }
+  }
+  group.Wait();
+  if (!first.ok()) return first;
+  if (next != order.size()) return Status::Corruption(shard.path + ": frames run past the end of the file");
+  if (opts.check_file_hash && file_hash.Digest() != opts.expect_file_xxh3)
+    return Status::Corruption(shard.path + ": whole-shard checksum differs from the manifest");
+  return Status::OK();
+}
+
+}  // namespace fanstore::format

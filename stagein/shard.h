@@ -1,0 +1,88 @@
+// Reading shards: open and validate, decode frames, and scan a whole shard sequentially.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "stagein/format.h"
+#include "stagein/manifest.h"
+
+struct ZSTD_DDict_s;
+struct ZSTD_DCtx_s;
+
+namespace fanstore {
+class ThreadPool;
+}
+
+namespace fanstore::format {
+
+// The dataset's zstd dictionary (if any), shared read-only by all decoders.
+class Dictionary {
+ public:
+  Dictionary() = default;
+  ~Dictionary();
+  Dictionary(const Dictionary&) = delete;
+  Dictionary& operator=(const Dictionary&) = delete;
+  // Loads and checks dataset_dir/<ref.file>; an empty ref loads nothing.
+  Status Load(const std::string& dataset_dir, const DictRef& ref);
+  const ZSTD_DDict_s* ddict() const { return ddict_; }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+  ZSTD_DDict_s* ddict_ = nullptr;
+};
+
+// Decodes frames. One per thread (holds a zstd context).
+class FrameDecoder {
+ public:
+  explicit FrameDecoder(const Dictionary* dict = nullptr);
+  ~FrameDecoder();
+  FrameDecoder(const FrameDecoder&) = delete;
+  FrameDecoder& operator=(const FrameDecoder&) = delete;
+  // Decodes `stored` for entry `e` and checks its XXH3. On success *raw views the content:
+  // `stored` itself for raw frames, or *scratch. Errors name the path and the frame offset.
+  Status Decode(const IndexEntry& e, std::string_view stored, std::string* scratch,
+                std::string_view* raw);
+
+ private:
+  const Dictionary* dict_;
+  ZSTD_DCtx_s* dctx_;
+};
+
+struct ShardFile {
+  std::string path;
+  UniqueFD fd;
+  uint64_t size = 0;
+  Header header;
+  Footer footer;
+  std::vector<IndexEntry> entries;
+};
+
+// Opens a shard and reads its header, footer and index (three preads). When dataset_id is
+// non-zero the shard must belong to that dataset. Errors are prefixed with the path.
+Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id);
+// Reads one entry's frame with a single pread, decodes and verifies it.
+Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec, std::string* out);
+
+// Called for each file or symlink entry with its stored frame bytes; may run on pool threads.
+using FrameFn = std::function<Status(const IndexEntry& e, std::string_view stored)>;
+
+struct ScanOptions {
+  ThreadPool* pool = nullptr;       // null: callbacks run on the calling thread
+  size_t chunk_bytes = 8u << 20;    // sequential read size
+  uint64_t expect_file_xxh3 = 0;    // checked when check_file_hash is set
+  bool check_file_hash = false;
+  std::function<void(uint64_t bytes)> on_read;  // progress, called from the scanning thread
+};
+
+// Reads the shard front to back with large sequential reads, hashing the whole file, and hands
+// every frame to `fn` (in parallel when a pool is given). Returns the first error.
+Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn& fn);
+
+}  // namespace fanstore::format

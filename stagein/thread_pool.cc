@@ -1,0 +1,70 @@
+// ThreadPool and TaskGroup.
+#include "stagein/thread_pool.h"
+
+namespace fanstore {
+
+ThreadPool::ThreadPool(size_t threads) {
+  if (threads == 0) threads = 1;
+  for (size_t i = 0; i < threads; i++) workers_.emplace_back([this] { Run(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+size_t ThreadPool::DefaultThreads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 2 : n;
+}
+
+void ThreadPool::Submit(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void ThreadPool::Run() {
+  while (true) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void TaskGroup::Add(std::function<void()> task) {
+  if (!pool_) {
+    task();
+    return;
+  }
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return pending_ < max_; });
+    pending_++;
+  }
+  pool_->Submit([this, task = std::move(task)] {
+    task();
+    std::lock_guard<std::mutex> l(mu_);
+    pending_--;
+    cv_.notify_all();
+  });
+}
+
+void TaskGroup::Wait() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [this] { return pending_ == 0; });
+}
+
+}  // namespace fanstore
