@@ -177,7 +177,7 @@ int CmdPack(int argc, char** argv) {
                                  {"quiet", no_argument, nullptr, 'q'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "+q", kOpts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "q", kOpts, nullptr)) != -1) {
     switch (c) {
       case 's':
         if (!pack::ParseSize(optarg, &o.shard_size)) return Usage(kPackHelp, std::string("bad --shard-size '") + optarg + "'");
@@ -239,7 +239,7 @@ int CmdVerify(int argc, char** argv) {
   bool quiet = false;
   static const option kOpts[] = {{"threads", required_argument, nullptr, 't'}, {"quiet", no_argument, nullptr, 'q'}, {nullptr, 0, nullptr, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "+q", kOpts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "q", kOpts, nullptr)) != -1) {
     if (c == 't') {
       if (!ParseThreads(optarg, &o.threads)) return Usage(kVerifyHelp, "bad --threads");
     } else if (c == 'q') {
@@ -305,7 +305,7 @@ int CmdLs(int argc, char** argv) {
   bool lng = false;
   int c;
   static const option kOpts[] = {{"long", no_argument, nullptr, 'l'}, {nullptr, 0, nullptr, 0}};
-  while ((c = getopt_long(argc, argv, "+l", kOpts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "l", kOpts, nullptr)) != -1) {
     if (c == 'l') lng = true;
     else return Usage(kLsHelp, "");
   }
@@ -362,7 +362,7 @@ int CmdExtract(int argc, char** argv) {
   bool quiet = false;
   static const option kOpts[] = {{"threads", required_argument, nullptr, 't'}, {"quiet", no_argument, nullptr, 'q'}, {nullptr, 0, nullptr, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "+q", kOpts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "q", kOpts, nullptr)) != -1) {
     if (c == 't') {
       if (!ParseThreads(optarg, &o.threads)) return Usage(kExtractHelp, "bad --threads");
     } else if (c == 'q') {
@@ -390,7 +390,7 @@ int CmdInfo(int argc, char** argv) {
   bool json = false;
   int c;
   static const option kOpts[] = {{"json", no_argument, nullptr, 'j'}, {nullptr, 0, nullptr, 0}};
-  while ((c = getopt_long(argc, argv, "+", kOpts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "", kOpts, nullptr)) != -1) {
     if (c == 'j') json = true;
     else return Usage(kInfoHelp, "");
   }

@@ -1,6 +1,8 @@
 // manifest.json encoding and strict, exception-free decoding.
 #include "stagein/manifest.h"
 
+#include <sys/stat.h>
+
 #include <nlohmann/json.hpp>
 
 #include "common/hash.h"
@@ -116,6 +118,12 @@ Result<Manifest> ManifestFromJson(const std::string& text) {
 }
 
 Result<Manifest> LoadManifest(const std::string& dataset_dir) {
+  struct stat st;
+  if (::stat(dataset_dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::NotFound("dataset " + dataset_dir + " does not exist");
+    return Status::FromErrno("dataset " + dataset_dir, errno);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dataset_dir + " is not a FanStore dataset (not a directory)");
   const std::string path = dataset_dir + "/" + kManifestName;
   auto text = ReadSmallFile(path, 256u << 20);
   if (!text.ok()) {

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The `fanstore` command line against real trees: round trips, exit codes, --help, and every
+# kind of damaged dataset. Usage: cli_test.sh BUILD_DIR
+source "$(dirname "$0")/../lib.sh"
+F="$1/bin/fanstore"
+T=$(mktmp)
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+
+echo "== round trip"
+make_tree src 5
+mkfifo src/a/fifo
+ln -s /etc/passwd src/a/escape
+# ref: the tree as a dataset can hold it (no FIFO, no escaping link), mtimes kept.
+cp -a src ref && rm ref/a/fifo ref/a/escape && touch -r src/a ref/a
+out=$("$F" pack src ds.fs --shard-size 100K 2>err.txt); rc=$?
+check "pack succeeds" test $rc -eq 0
+check "pack warns about the FIFO" grep -q "FIFO.*fifo" err.txt
+check "pack warns about the escaping symlink" grep -q "escape.*outside" err.txt
+check "pack prints a summary" grep -q "packed .* files" <<<"$out"
+check "no temporary directory is left" bash -c '! ls -d ds.fs.tmp-* 2>/dev/null'
+check "info prints counts" bash -c "'$F' info ds.fs | grep -q 'files: *3[0-9]'"
+check "info --json is valid JSON" bash -c "'$F' info ds.fs --json | /usr/bin/python3 -m json.tool >/dev/null"
+check "verify succeeds" "$F" verify ds.fs -q
+check "ls lists the non-ASCII file" bash -c "'$F' ls ds.fs | grep -q 'données/élève/naïve.txt'"
+check "ls of a directory lists its children" bash -c "'$F' ls ds.fs a/b/c | grep -qx random.bin"
+check "ls -l shows the symlink target" bash -c "'$F' ls -l ds.fs dirlink | grep -q -- '-> a/b'"
+check "cat gives identical bytes" cmp <("$F" cat ds.fs a/b/numbers.txt) src/a/b/numbers.txt
+check "cat of the large file" cmp <("$F" cat ds.fs big.bin) src/big.bin
+"$F" extract ds.fs restored -q
+check "extract: diff -r matches" diff -r --no-dereference ref restored
+# The root is DEST itself, created by extract: compare everything below it.
+manifest() { (cd "$1" && find . -mindepth 1 -printf '%p %y %m %s %T@ %l\n' | sort); }
+check "extract: modes, sizes, mtimes and link targets match" diff <(manifest ref) <(manifest restored)
+hashes() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+check "extract: content hash of every file matches" diff <(hashes ref) <(hashes restored)
+expect_fail "extract into a non-empty directory" 2 "not empty" "$F" extract ds.fs restored
+
+echo "== --help and usage"
+for sub in pack verify ls cat extract info run; do
+  check "$sub --help exits 0 with usage" bash -c "'$F' $sub --help | grep -q '^Usage: fanstore $sub'"
+done
+check "fanstore --help" bash -c "'$F' --help | grep -q Commands"
+expect_fail "no command" 2 "no command" "$F"
+expect_fail "unknown command" 2 "unknown command" "$F" frobnicate
+expect_fail "pack without arguments" 2 "needs SRC" "$F" pack
+expect_fail "bad --level" 2 "bad --level" "$F" pack src x.fs --level 99
+expect_fail "bad --shard-size" 2 "bad --shard-size" "$F" pack src x.fs --shard-size 12Q
+expect_fail "pack onto an existing destination" 2 "already exists" "$F" pack src ds.fs
+expect_fail "pack of a missing source" 1 "src-missing.*No such file" "$F" pack src-missing y.fs
+check "failed packs leave nothing" bash -c '! ls -d x.fs y.fs y.fs.tmp-* x.fs.tmp-* 2>/dev/null'
+expect_fail "missing dataset" 1 "nope.fs does not exist" "$F" verify nope.fs
+expect_fail "not a dataset" 1 "not a FanStore dataset" "$F" verify src
+expect_fail "cat of a missing path" 1 "no/such: no such file" "$F" cat ds.fs no/such
+
+echo "== damaged datasets"
+fresh() { rm -rf bad.fs; cp -a ds.fs bad.fs; }
+fresh
+# The biggest shard holds big.bin (5 MiB > shard size): flip a byte in its middle.
+big=$(ls -S bad.fs/shard-*.fsd | head -1)
+printf '\x5a' | dd of="$big" bs=1 seek=1048576 conv=notrunc status=none
+expect_fail "flipped byte: names shard, file and offset" 1 "$(basename "$big").*file 'big.bin' \(frame at offset [0-9]+\)" "$F" verify bad.fs
+expect_fail "flipped byte: cat refuses bad bytes" 1 "checksum mismatch" "$F" cat bad.fs big.bin
+fresh; truncate -s 1000 bad.fs/shard-00003.fsd
+expect_fail "truncated shard" 1 "shard-00003.fsd.*(truncated|differs)" "$F" verify bad.fs
+fresh; rm bad.fs/shard-00002.fsd
+expect_fail "missing shard" 1 "missing shard .*shard-00002.fsd" "$F" verify bad.fs
+fresh; printf 'XXXXXXXX' | dd of=bad.fs/shard-00001.fsd bs=1 conv=notrunc status=none
+expect_fail "wrong magic" 1 "shard-00001.fsd: bad magic" "$F" verify bad.fs
+fresh; printf '\x07' | dd of=bad.fs/shard-00001.fsd bs=1 seek=8 conv=notrunc status=none
+expect_fail "wrong version" 1 "shard-00001.fsd: unsupported shard version 7" "$F" verify bad.fs
+fresh; sz=$(stat -c %s bad.fs/shard-00000.fsd); printf '\xff' | dd of=bad.fs/shard-00000.fsd bs=1 seek=$((sz - 70)) conv=notrunc status=none
+expect_fail "corrupt index" 1 "shard-00000.fsd: index (checksum|at offset)" "$F" verify bad.fs
+fresh; echo '{"format": "fanstore", "version": 1' > bad.fs/manifest.json
+expect_fail "corrupt manifest" 1 "manifest.json: not valid JSON" "$F" verify bad.fs
+fresh; sed -i 's/"version": 1/"version": 2/' bad.fs/manifest.json
+expect_fail "manifest of a newer version" 1 "unsupported dataset version 2" "$F" info bad.fs
+
+echo "== unreadable source (as an unprivileged user)"
+if id nobody >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then
+  mkdir -p "$T/u" && cp -a ref "$T/u/src" && chmod -R a+rX "$T/u/src" && chmod 0000 "$T/u/src/a/b/numbers.txt" && chmod 0777 "$T/u"
+  chmod 0711 "$T"
+  expect_fail "permission denied names the file" 1 "cannot read .*numbers.txt: Permission denied" runuser -u nobody -- "$F" pack "$T/u/src" "$T/u/out.fs"
+  check "nothing left behind" bash -c "! ls -d '$T'/u/out.fs* 2>/dev/null"
+  chmod 0644 "$T/u/src/a/b/numbers.txt"; chmod 0000 "$T/u/src/a/b/c"
+  expect_fail "unreadable directory names the directory" 1 "cannot read directory .*a/b/c" runuser -u nobody -- "$F" pack "$T/u/src" "$T/u/out.fs"
+  chmod 0755 "$T/u/src/a/b/c"
+else
+  echo "  (skipped: needs root and the user nobody)"
+fi
+
+echo "== interrupted pack"
+mkdir big; for i in $(seq 1 40); do seq $((i * 100000)) > big/t$i.txt; done
+"$F" pack big int.fs --level 19 --threads 1 -q & pid=$!
+sleep 0.5; kill -INT $pid; wait $pid; rc=$?
+check "SIGINT stops the pack with an error" test $rc -ne 0
+check "SIGINT leaves no dataset and no temporary" bash -c '! ls -d int.fs int.fs.tmp-* 2>/dev/null'
+"$F" pack big kill.fs --level 19 --threads 1 -q & pid=$!
+sleep 0.5; kill -KILL $pid; wait $pid 2>/dev/null
+check "SIGKILL leaves no valid-looking dataset" bash -c '! test -e kill.fs'
+for t in kill.fs.tmp-*; do expect_fail "the leftover temporary is not a dataset" 1 "not a FanStore dataset" "$F" verify "$t"; done
+
+finish

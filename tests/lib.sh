@@ -1,0 +1,48 @@
+# Shared helpers for FanStore's shell tests. Source it; set FANSTORE_BIN_DIR first or pass
+# the build directory as $1 to the test.
+set -uo pipefail
+
+FAILURES=0
+CHECKS=0
+TEST_NAME=${TEST_NAME:-$(basename "$0" .sh)}
+
+ok()   { CHECKS=$((CHECKS + 1)); echo "  ok   $*"; }
+bad()  { CHECKS=$((CHECKS + 1)); FAILURES=$((FAILURES + 1)); echo "  FAIL $*" >&2; }
+# check "description" command...   passes when the command succeeds
+check() { local d=$1; shift; if "$@"; then ok "$d"; else bad "$d"; fi; }
+# expect_fail "description" EXPECTED_RC "pattern in stderr" command...
+expect_fail() {
+  local d=$1 rc_want=$2 pat=$3; shift 3
+  local err rc
+  err=$("$@" 2>&1 >/dev/null); rc=$?
+  if [[ $rc -eq $rc_want ]] && grep -qE -- "$pat" <<<"$err"; then
+    ok "$d (exit $rc: $(head -c 160 <<<"$err" | head -1))"
+  else
+    bad "$d: exit $rc (want $rc_want), stderr: $err (want /$pat/)"
+  fi
+}
+finish() {
+  echo "$TEST_NAME: $((CHECKS - FAILURES))/$CHECKS checks passed"
+  [[ $FAILURES -eq 0 ]]
+}
+mktmp() { mktemp -d "${TMPDIR:-/tmp}/fanstore-$TEST_NAME.XXXXXX"; }
+
+# A tree with the awkward cases: nested and empty directories, non-ASCII names, a symlink,
+# an empty file, compressible and incompressible files, and optionally a large file.
+make_tree() {
+  local dir=$1 big_mb=${2:-0}
+  mkdir -p "$dir/a/b/c" "$dir/empty" "$dir/also empty/inner" "$dir/données/élève"
+  printf 'hello\n' > "$dir/a/hello.txt"
+  : > "$dir/a/empty.txt"
+  seq 1 20000 > "$dir/a/b/numbers.txt"
+  head -c 300000 /dev/urandom > "$dir/a/b/c/random.bin"
+  printf 'ünïcödé\n' > "$dir/données/élève/naïve.txt"
+  printf 'space\n' > "$dir/a/with space.txt"
+  for i in $(seq 1 30); do head -c $((i * 700)) /dev/urandom > "$dir/a/b/s$i.dat"; done
+  ln -s b/numbers.txt "$dir/a/link-to-numbers"
+  ln -s a/b "$dir/dirlink"
+  chmod 0600 "$dir/a/hello.txt"
+  chmod 0750 "$dir/a/b"
+  touch -d '2020-02-03 04:05:06.789' "$dir/a/hello.txt"
+  if [[ $big_mb -gt 0 ]]; then head -c $((big_mb * 1048576)) /dev/urandom > "$dir/big.bin"; fi
+}
