@@ -137,25 +137,6 @@ Status Verify(const Dataset& ds, const VerifyOptions& opts) {
 
 namespace {
 
-// Opens the parent directory of `rel` under root_fd, one component at a time with O_NOFOLLOW,
-// so a symlink can never redirect a write outside the destination.
-Result<UniqueFD> OpenParent(int root_fd, const std::string& rel, std::string* leaf) {
-  size_t slash = rel.rfind('/');
-  *leaf = slash == std::string::npos ? rel : rel.substr(slash + 1);
-  UniqueFD cur(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
-  if (slash == std::string::npos) return cur;
-  size_t start = 0;
-  while (start < slash) {
-    size_t end = rel.find('/', start);
-    std::string comp = rel.substr(start, end - start);
-    int fd = ::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno("open directory " + rel.substr(0, end), errno);
-    cur.Reset(fd);
-    start = end + 1;
-  }
-  return cur;
-}
-
 Status SetTimes(int dirfd, const std::string& leaf, int64_t mtime_ns, bool nofollow, const std::string& what) {
   struct timespec ts[2];
   ts[0].tv_sec = 0;
@@ -187,7 +168,7 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
   for (const IndexEntry* e : entries) {
     if (e->type != EntryType::kDir) continue;
     std::string leaf;
-    auto parent = OpenParent(root.get(), e->path, &leaf);
+    auto parent = OpenParentDir(root.get(), e->path, &leaf);
     if (!parent.ok()) return parent.status();
     if (::mkdirat(parent->get(), leaf.c_str(), 0700) != 0)
       return Status::FromErrno("create directory " + dest + "/" + e->path, errno);
@@ -200,7 +181,7 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
     std::string_view raw;
     FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, &scratch, &raw));
     std::string leaf;
-    auto parent = OpenParent(root.get(), e.path, &leaf);
+    auto parent = OpenParentDir(root.get(), e.path, &leaf);
     if (!parent.ok()) return parent.status();
     UniqueFD fd(::openat(parent->get(), leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.valid()) return Status::FromErrno("create " + dest + "/" + e.path, errno);
@@ -220,7 +201,7 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
     std::string target;
     FS_RETURN_IF_ERROR(ReadEntry(ds.shard(ref.shard), *e, &dec, &target));
     std::string leaf;
-    auto parent = OpenParent(root.get(), e->path, &leaf);
+    auto parent = OpenParentDir(root.get(), e->path, &leaf);
     if (!parent.ok()) return parent.status();
     if (::symlinkat(target.c_str(), parent->get(), leaf.c_str()) != 0)
       return Status::FromErrno("create symlink " + dest + "/" + e->path, errno);
@@ -231,7 +212,7 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
     const IndexEntry* e = *it;
     if (e->type != EntryType::kDir) continue;
     std::string leaf;
-    auto parent = OpenParent(root.get(), e->path, &leaf);
+    auto parent = OpenParentDir(root.get(), e->path, &leaf);
     if (!parent.ok()) return parent.status();
     if (::fchmodat(parent->get(), leaf.c_str(), e->mode, 0) != 0) return Status::FromErrno("chmod " + e->path, errno);
     FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, false, e->path));

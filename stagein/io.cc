@@ -98,3 +98,43 @@ std::string HumanBytes(double b) {
 }
 
 }  // namespace fanstore
+
+namespace fanstore {
+
+Result<UniqueFD> OpenParentDir(int root_fd, const std::string& rel, std::string* leaf) {
+  size_t slash = rel.rfind('/');
+  *leaf = slash == std::string::npos ? rel : rel.substr(slash + 1);
+  UniqueFD cur(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
+  if (!cur.valid()) return Status::FromErrno("dup", errno);
+  if (slash == std::string::npos) return cur;
+  size_t start = 0;
+  while (start < slash) {
+    size_t end = rel.find('/', start);
+    std::string comp = rel.substr(start, end - start);
+    int fd = ::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno("open directory " + rel.substr(0, end), errno);
+    cur.Reset(fd);
+    start = end + 1;
+  }
+  return cur;
+}
+
+Status MakeDirs(int root_fd, const std::string& rel, mode_t mode) {
+  UniqueFD cur(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
+  if (!cur.valid()) return Status::FromErrno("dup", errno);
+  size_t start = 0;
+  while (start < rel.size()) {
+    size_t end = rel.find('/', start);
+    if (end == std::string::npos) end = rel.size();
+    std::string comp = rel.substr(start, end - start);
+    if (::mkdirat(cur.get(), comp.c_str(), mode) != 0 && errno != EEXIST)
+      return Status::FromErrno("create directory " + rel.substr(0, end), errno);
+    int fd = ::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno("open directory " + rel.substr(0, end), errno);
+    cur.Reset(fd);
+    start = end + 1;
+  }
+  return Status::OK();
+}
+
+}  // namespace fanstore

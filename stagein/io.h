@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace fanstore {
 
@@ -19,5 +20,12 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
 // Removes a tree without following symlinks. Missing is fine.
 Status RemoveTree(const std::string& path);
 std::string HumanBytes(double bytes);
+// Opens the parent directory of the canonical relative path `rel` under root_fd, one component
+// at a time with O_NOFOLLOW, so a symlink can never redirect a write. *leaf gets the last
+// component.
+Result<UniqueFD> OpenParentDir(int root_fd, const std::string& rel, std::string* leaf);
+// Creates every missing directory of the canonical relative path `rel` under root_fd (mode),
+// without following symlinks.
+Status MakeDirs(int root_fd, const std::string& rel, mode_t mode);
 
 }  // namespace fanstore

@@ -98,6 +98,7 @@ Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t d
   auto entries = DecodeIndex(buf, s->footer);
   if (!entries.ok()) return entries.status().Prefixed(path);
   s->entries = std::move(entries).value();
+  s->index_stored = std::move(buf);
   return s;
 }
 

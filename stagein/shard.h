@@ -62,6 +62,7 @@ struct ShardFile {
   Header header;
   Footer footer;
   std::vector<IndexEntry> entries;
+  std::string index_stored;  // the compressed index as read (published in the metadata exchange)
 };
 
 // Opens a shard and reads its header, footer and index (three preads). When dataset_id is

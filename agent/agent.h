@@ -1,0 +1,90 @@
+// The node agent: bootstrap, placement, stage-in, metadata exchange, the metadata table, and
+// the local service. One per node per job, running as the job user.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/bootstrap.h"
+#include "agent/server.h"
+#include "common/status.h"
+#include "stagein/manifest.h"
+#include "stagein/shard.h"
+#include "stagein/thread_pool.h"
+
+namespace fanstore::agent {
+
+struct Config {
+  std::string dataset;      // DS.fs directory
+  std::string local_dir;    // node-local directory for the staged copy (created, private)
+  std::string run_dir;      // private directory for agent.sock, table, status.json
+  std::string mount;        // virtual path clients use
+  std::string bootstrap = "auto";
+  uint32_t replicas = 0;    // 0: every node holds every shard
+  std::string node_name;    // for messages; default: SLURMD_NODENAME or the hostname
+  size_t threads = 0;
+};
+
+// Files in the run directory.
+inline constexpr char kSocketName[] = "agent.sock";
+inline constexpr char kTableName[] = "table";
+inline constexpr char kStatusName[] = "status.json";
+
+class Agent {
+ public:
+  explicit Agent(Config cfg);
+  ~Agent();
+
+  // Stages in and publishes the table; returns once the agent is ready to serve (or failed).
+  // On failure status.json says why and everything else the agent created is removed.
+  Status Start(const std::atomic<bool>* cancel);
+  // Removes everything the agent created: socket, table, local data and the run directory.
+  void Shutdown();
+  // A JSON summary of the counters (also served as kStats).
+  std::string StatsJson() const;
+
+ private:
+  struct FileRef {
+    uint32_t shard;
+    uint32_t entry;
+    bool local;
+  };
+
+  Status Prepare();
+  Status StageAndExchange(const std::atomic<bool>* cancel);
+  Status BuildTable();
+  void WriteStatus(const std::string& state, const std::string& error);
+  Reply Handle(proto::Op op, const std::string& payload);
+  Reply Open(const std::string& path);
+  Result<int> FallbackOpen(const FileRef& ref);
+  std::string StatusJson() const;
+
+  Config cfg_;
+  std::unique_ptr<Bootstrap> boot_;
+  format::Manifest manifest_;
+  format::Dictionary dict_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<uint32_t> mine_;                           // shards staged here
+  std::vector<std::vector<format::IndexEntry>> index_;   // every shard's entries, from the exchange
+  std::vector<bool> local_shard_;
+  std::unordered_map<std::string, FileRef> files_;       // regular files by path
+  std::unordered_map<std::string, std::string> links_;   // symlink targets by path
+  std::mutex shard_fd_mu_;
+  std::unordered_map<uint32_t, int> shard_fds_;          // shards opened for fallback reads
+  LocalServer server_;
+  bool created_local_ = false, created_run_ = false, server_started_ = false;
+  std::string state_ = "starting", error_;
+  mutable std::mutex state_mu_;
+
+  // Counters.
+  std::atomic<uint64_t> staged_bytes_{0}, staged_files_{0}, read_bytes_{0};
+  double stage_seconds_ = 0, exchange_seconds_ = 0;
+  uint64_t exchange_bytes_ = 0;
+  std::atomic<uint64_t> opens_local_{0}, opens_fallback_{0}, bytes_fallback_{0}, open_errors_{0};
+};
+
+}  // namespace fanstore::agent

@@ -1,0 +1,140 @@
+// fanstore-agent: one per node per job. Started by the SPANK plugin as a PMIx job step, or by
+// `fanstore run` on one machine. Runs as the job user.
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "agent/agent.h"
+#include "common/env.h"
+#include "common/log.h"
+
+namespace {
+
+const char kHelp[] =
+    "Usage: fanstore-agent --dataset DS.fs --local-dir DIR --run-dir DIR --mount PATH\n"
+    "                      [--bootstrap auto|single|pmix] [--replicas N|all] [--threads N]\n"
+    "                      [--node-name NAME] [--job-id ID] [--verbose]\n"
+    "\n"
+    "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
+    "with the other agents of the job (PMIx), publishes the metadata table and serves local\n"
+    "clients until SIGTERM, then removes everything it created. Normally started by the SPANK\n"
+    "plugin or by `fanstore run`, not by hand.\n"
+    "\n"
+    "  --dataset DS.fs    the packed dataset\n"
+    "  --local-dir DIR    node-local directory for the staged files (created, mode 0700)\n"
+    "  --run-dir DIR      private directory for agent.sock, table and status.json (0700)\n"
+    "                     (in both directories, %r is replaced by the agent's rank)\n"
+    "  --mount PATH       the virtual path clients use\n"
+    "  --bootstrap KIND   auto (PMIx when started by srun --mpi=pmix), single or pmix\n"
+    "  --replicas N|all   nodes holding each shard (default all)\n"
+    "  --threads N        stage-in threads (default: all cores)\n"
+    "\n"
+    "status.json in the run directory reads {\"state\": \"staging|ready|failed\", \"error\": ...}.\n"
+    "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage.\n";
+
+int Usage(const std::string& err) {
+  std::fprintf(stderr, "fanstore-agent: %s\n\n%s", err.c_str(), kHelp);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fanstore;
+  agent::Config cfg;
+  static const option kOpts[] = {{"dataset", required_argument, nullptr, 'd'},
+                                 {"local-dir", required_argument, nullptr, 'l'},
+                                 {"run-dir", required_argument, nullptr, 'r'},
+                                 {"mount", required_argument, nullptr, 'm'},
+                                 {"bootstrap", required_argument, nullptr, 'b'},
+                                 {"replicas", required_argument, nullptr, 'R'},
+                                 {"threads", required_argument, nullptr, 't'},
+                                 {"node-name", required_argument, nullptr, 'n'},
+                                 {"job-id", required_argument, nullptr, 'j'},
+                                 {"verbose", no_argument, nullptr, 'v'},
+                                 {"help", no_argument, nullptr, 'h'},
+                                 {nullptr, 0, nullptr, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "vh", kOpts, nullptr)) != -1) {
+    switch (c) {
+      case 'd': cfg.dataset = optarg; break;
+      case 'l': cfg.local_dir = optarg; break;
+      case 'r': cfg.run_dir = optarg; break;
+      case 'm': cfg.mount = optarg; break;
+      case 'b': cfg.bootstrap = optarg; break;
+      case 'R':
+        if (!std::strcmp(optarg, "all")) {
+          cfg.replicas = 0;
+        } else {
+          char* end;
+          long v = std::strtol(optarg, &end, 10);
+          if (*end || v < 1 || v > 100000) return Usage(std::string("bad --replicas '") + optarg + "'");
+          cfg.replicas = static_cast<uint32_t>(v);
+        }
+        break;
+      case 't': cfg.threads = static_cast<size_t>(std::max(1L, std::strtol(optarg, nullptr, 10))); break;
+      case 'n': cfg.node_name = optarg; break;
+      case 'j': break;
+      case 'v': log::SetLevel(log::kDebug); break;
+      case 'h': std::fputs(kHelp, stdout); return 0;
+      default: return Usage("bad option");
+    }
+  }
+  if (optind != argc) return Usage(std::string("unexpected argument '") + argv[optind] + "'");
+  if (cfg.dataset.empty() || cfg.local_dir.empty() || cfg.run_dir.empty() || cfg.mount.empty())
+    return Usage("--dataset, --local-dir, --run-dir and --mount are required");
+  if (cfg.node_name.empty()) {
+    const char* n = std::getenv("SLURMD_NODENAME");
+    char host[256] = "localhost";
+    if (!n) ::gethostname(host, sizeof host - 1);
+    cfg.node_name = n ? n : host;
+  }
+  // The agent never runs through its own interception library.
+  ::setenv(env::kDisable, "1", 1);
+  ::unsetenv("LD_PRELOAD");
+  if (::geteuid() == 0 && !std::getenv("FANSTORE_ALLOW_ROOT")) {
+    std::fprintf(stderr, "fanstore-agent: refusing to run as root; agents run as the job user\n");
+    return 1;
+  }
+  std::string tag = "fanstore-agent[" + cfg.node_name + "]";
+  log::SetTag(tag.c_str());
+
+  // Signals go to one thread; everything else runs with them blocked.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::atomic<bool> stop{false};
+  std::thread([&set, &stop] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    stop = true;
+  }).detach();
+
+  agent::Agent a(cfg);
+  Status st = a.Start(&stop);
+  if (!st.ok()) {
+    if (stop) {
+      LOG_INFO("stopped during stage-in");
+      a.Shutdown();
+      return 0;
+    }
+    LOG_ERROR("%s", st.ToString().c_str());
+    return 1;
+  }
+  while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  LOG_INFO("shutting down; stats: %s", a.StatsJson().c_str());
+  a.Shutdown();
+  return 0;
+}

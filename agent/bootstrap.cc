@@ -1,0 +1,104 @@
+// Bootstrap: the single-node case and the PMIx one.
+#include "agent/bootstrap.h"
+
+#include <pmix.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace fanstore::agent {
+namespace {
+
+class Single : public Bootstrap {
+ public:
+  uint32_t rank() const override { return 0; }
+  uint32_t size() const override { return 1; }
+  Result<std::vector<std::string>> Exchange(const std::string& mine) override { return std::vector<std::string>{mine}; }
+};
+
+constexpr char kKey[] = "fanstore.meta";
+
+std::string PmixError(const char* what, pmix_status_t rc) {
+  return std::string(what) + ": " + PMIx_Error_string(rc);
+}
+
+class Pmix : public Bootstrap {
+ public:
+  ~Pmix() override { Finalize(); }
+
+  Status Init() {
+    // The default store (gds ds21) fails above about 4 MB per value and takes the step's PMIx
+    // server down with it; the hash store has no such limit (see SLURM-TESTBED.md).
+    ::setenv("PMIX_MCA_gds", "hash", 1);
+    pmix_status_t rc = PMIx_Init(&me_, nullptr, 0);
+    if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Init", rc));
+    inited_ = true;
+    pmix_proc_t wild;
+    PMIX_PROC_LOAD(&wild, me_.nspace, PMIX_RANK_WILDCARD);
+    pmix_value_t* val = nullptr;
+    rc = PMIx_Get(&wild, PMIX_JOB_SIZE, nullptr, 0, &val);
+    if (rc != PMIX_SUCCESS || !val) return Status::IOError(PmixError("PMIx_Get(job size)", rc));
+    size_ = val->type == PMIX_UINT32 ? val->data.uint32 : 0;
+    PMIX_VALUE_RELEASE(val);
+    if (size_ == 0 || me_.rank >= size_) return Status::IOError("PMIx: bad job size or rank");
+    return Status::OK();
+  }
+  uint32_t rank() const override { return me_.rank; }
+  uint32_t size() const override { return size_; }
+
+  Result<std::vector<std::string>> Exchange(const std::string& mine) override {
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_BYTE_OBJECT;
+    v.data.bo.bytes = const_cast<char*>(mine.data());
+    v.data.bo.size = mine.size();
+    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, kKey, &v);
+    if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Put", rc));
+    rc = PMIx_Commit();
+    if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Commit", rc));
+    pmix_info_t info;
+    PMIX_INFO_CONSTRUCT(&info);
+    bool collect = true;
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    rc = PMIx_Fence(nullptr, 0, &info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Fence", rc));
+    std::vector<std::string> all(size_);
+    for (uint32_t r = 0; r < size_; r++) {
+      pmix_proc_t p;
+      PMIX_PROC_LOAD(&p, me_.nspace, r);
+      pmix_value_t* got = nullptr;
+      rc = PMIx_Get(&p, kKey, nullptr, 0, &got);
+      if (rc != PMIX_SUCCESS || !got) return Status::IOError(PmixError("PMIx_Get", rc) + " for rank " + std::to_string(r));
+      if (got->type == PMIX_BYTE_OBJECT && got->data.bo.bytes) all[r].assign(got->data.bo.bytes, got->data.bo.size);
+      PMIX_VALUE_RELEASE(got);
+    }
+    return all;
+  }
+
+  void Finalize() override {
+    if (inited_) PMIx_Finalize(nullptr, 0);
+    inited_ = false;
+  }
+
+ private:
+  pmix_proc_t me_;
+  uint32_t size_ = 0;
+  bool inited_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Bootstrap>> MakeBootstrap(const std::string& kind) {
+  bool pmix = kind == "pmix" || (kind == "auto" && (std::getenv("PMIX_RANK") || std::getenv("PMIX_NAMESPACE")));
+  if (kind != "pmix" && kind != "auto" && kind != "single")
+    return Status::InvalidArgument("unknown bootstrap '" + kind + "' (auto, single or pmix)");
+  if (!pmix) return std::unique_ptr<Bootstrap>(new Single);
+  auto p = std::make_unique<Pmix>();
+  FS_RETURN_IF_ERROR(p->Init());
+  return std::unique_ptr<Bootstrap>(std::move(p));
+}
+
+}  // namespace fanstore::agent

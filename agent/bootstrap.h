@@ -1,0 +1,28 @@
+// How the agents of one job find each other: rank, size, and an all-to-all exchange of one
+// blob per agent. PMIx when started as a Slurm step with --mpi=pmix; a single node otherwise.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace fanstore::agent {
+
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  virtual uint32_t rank() const = 0;
+  virtual uint32_t size() const = 0;
+  // Publishes `mine` and returns every agent's blob, indexed by rank (collective: every agent
+  // must call it once).
+  virtual Result<std::vector<std::string>> Exchange(const std::string& mine) = 0;
+  // Ends the job-wide session (PMIx_Finalize). Safe to call twice.
+  virtual void Finalize() {}
+};
+
+// kind: "single", "pmix" or "auto" (PMIx when PMIX_RANK or PMIX_NAMESPACE is set).
+Result<std::unique_ptr<Bootstrap>> MakeBootstrap(const std::string& kind);
+
+}  // namespace fanstore::agent

@@ -1,0 +1,110 @@
+// LocalServer.
+#include "agent/server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "common/log.h"
+
+namespace fanstore::agent {
+
+Status LocalServer::Start(const std::string& path, Handler handler) {
+  path_ = path;
+  handler_ = std::move(handler);
+  struct sockaddr_un addr;
+  std::memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return Status::InvalidArgument("socket path too long: " + path);
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return Status::FromErrno("socket", errno);
+  mode_t old = ::umask(0177);  // the socket file is born 0600
+  int rc = ::bind(listen_fd_, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr);
+  ::umask(old);
+  if (rc != 0) return Status::FromErrno("bind " + path, errno);
+  if (::listen(listen_fd_, 128) != 0) return Status::FromErrno("listen " + path, errno);
+  if (::pipe2(wake_, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::OK();
+}
+
+void LocalServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (wake_[1] >= 0) {
+    char c = 0;
+    ssize_t ignored = ::write(wake_[1], &c, 1);
+    (void)ignored;
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  // Connection threads poll the wake pipe too; wait for them (bounded).
+  for (int i = 0; i < 500 && active_.load() > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  listen_fd_ = -1;
+  if (!path_.empty()) ::unlink(path_.c_str());
+  if (active_.load() == 0) {
+    for (int& fd : wake_)
+      if (fd >= 0) ::close(fd), fd = -1;
+  }
+}
+
+void LocalServer::AcceptLoop() {
+  while (!stopping_) {
+    struct pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      LOG_ERROR("local socket: poll: %s", std::strerror(errno));
+      return;
+    }
+    if (p[1].revents) return;
+    if (!(p[0].revents & POLLIN)) continue;
+    int conn = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) continue;
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != ::getuid()) {
+      LOG_WARN("local socket: refused a connection from uid %d", static_cast<int>(cred.uid));
+      ::close(conn);
+      continue;
+    }
+    active_++;
+    std::thread([this, conn] {
+      Serve(conn);
+      ::close(conn);
+      active_--;
+    }).detach();
+  }
+}
+
+void LocalServer::Serve(int conn) {
+  std::vector<char> buf(proto::kMaxPayload);
+  while (!stopping_) {
+    struct pollfd p[2] = {{conn, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (p[1].revents) return;
+    // A request arrives whole or the client is gone: bound the wait for the rest of a frame.
+    struct timeval tv = {5, 0};
+    ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    proto::Frame f;
+    int fd = -1;
+    if (proto::Recv(conn, &f, buf.data(), buf.size(), &fd) != 0) return;
+    if (fd >= 0) ::close(fd);  // clients never send descriptors
+    Reply r = handler_(static_cast<proto::Op>(f.op), std::string(buf.data(), f.len));
+    proto::Frame out{proto::kMagic, f.op, r.status, static_cast<uint32_t>(r.payload.size())};
+    int rc = proto::Send(conn, out, r.payload.data(), r.fd);
+    if (r.fd >= 0) ::close(r.fd);
+    if (rc != 0) return;
+  }
+}
+
+}  // namespace fanstore::agent

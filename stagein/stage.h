@@ -1,0 +1,52 @@
+// The stage-in engine: reads a node's shards from the dataset directory (usually on the
+// parallel file system) with large sequential reads, and unpacks them into a local directory.
+// Hashing, decompression and writing overlap on a thread pool; every file's hash is checked.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "stagein/manifest.h"
+#include "stagein/shard.h"
+
+namespace fanstore {
+class ThreadPool;
+}
+
+namespace fanstore::stage {
+
+struct Options {
+  ThreadPool* pool = nullptr;                      // decode/hash/write workers; null: inline
+  std::function<void(uint64_t bytes)> on_read;     // progress from the reading thread
+  const std::atomic<bool>* cancel = nullptr;       // checked between chunks
+  size_t chunk_bytes = 8u << 20;
+};
+
+struct Stats {
+  uint64_t shards = 0, files = 0, raw_bytes = 0, read_bytes = 0;
+  double seconds = 0;
+};
+
+// Bytes needed locally to stage `shards`: the raw size of their files (known from the manifest
+// only approximately before the indexes are read, so this reads the indexes).
+uint64_t RawBytes(const std::vector<std::unique_ptr<format::ShardFile>>& shards);
+
+// Opens the given shards (header, footer, index; three reads each) and checks each against the
+// manifest (size, shard id, dataset id).
+Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::string& dataset_dir,
+                                                                  const format::Manifest& m,
+                                                                  const std::vector<uint32_t>& ids);
+
+// Unpacks every regular file of `shards` under `local_root` (an existing, private, empty
+// directory): directories 0700, files 0400, at <local_root>/<path>. The whole-shard checksum
+// from the manifest and every file's checksum are verified. On error the caller removes
+// local_root; nothing is ever written outside it.
+Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
+                   const std::vector<std::unique_ptr<format::ShardFile>>& shards,
+                   const std::string& local_root, const Options& opts, Stats* stats);
+
+}  // namespace fanstore::stage
