@@ -1,0 +1,85 @@
+// Resolver: path walking inside the mounted namespace, with the kernel's semantics.
+//
+// Pure logic over a TableView: no syscalls, no allocation (fixed PATH_MAX buffers). The
+// wrappers locate a path (absolute under the mount, relative to the virtual working directory
+// or to a tracked directory descriptor) and hand the part below the anchor to Resolve().
+//
+// Semantics follow path_resolution(7): "." and ".." are physical (".." of a symlinked
+// directory is the target's parent); symlinks are expanded relative to their directory, at
+// most 40 of them; a trailing slash requires a directory and follows a final symlink; ".."
+// from the mount root, or an absolute symlink target, leaves the namespace: Resolve() then
+// reports the real path to continue with, which the caller locates again (it may re-enter).
+//
+// Thread safety: a Resolver is immutable after construction.
+#pragma once
+
+#include <limits.h>
+
+#include <cstdint>
+#include <string_view>
+
+#include "common/table.h"
+
+namespace fanstore::interceptor {
+
+// What the last component of a path was, for the operations that care (rmdir ".").
+enum class LastKind : uint8_t { kNone, kName, kDot, kDotDot };
+
+struct Walk {
+  int err = 0;                                 // 0, ENOENT, ENOTDIR, ELOOP or ENAMETOOLONG
+  const table::Entry* entry = nullptr;         // err == 0: what the path names
+  const table::Entry* parent = nullptr;        // err == ENOENT and only the last component is
+                                               // missing: the directory that would hold it
+  bool escaped = false;                        // left the namespace: see Resolve()
+  bool trailing_slash = false;                 // the path ended in '/'
+  LastKind last = LastKind::kNone;             // kNone: the path had no component
+};
+
+class Resolver {
+ public:
+  // `mount` is the normalised absolute mount path (no trailing slash, not "/").
+  Resolver(const table::TableView* table, std::string_view mount);
+
+  // Resolves `rel` (relative; leading slashes are ignored) starting at directory `start`.
+  // follow_last: expand a final symlink. On escape, sets w.escaped and writes the absolute
+  // real path to continue with into out[PATH_MAX] (ENAMETOOLONG if it does not fit).
+  Walk Resolve(const table::Entry& start, std::string_view rel, bool follow_last,
+               char* out) const;
+
+  const table::TableView& table() const { return *table_; }
+  const table::Entry& root() const { return table_->at(0); }
+  std::string_view mount() const { return mount_; }
+
+  // Writes the absolute virtual path of `e` (mount + "/" + path) into out[cap]; returns its
+  // length, or -ERANGE when it does not fit with its terminating NUL.
+  long AbsolutePath(const table::Entry& e, char* out, size_t cap) const;
+
+ private:
+  std::string_view mount_;
+  std::string_view mount_parent_;  // "/" for a mount like "/ds"
+  const table::TableView* table_;
+};
+
+// Normalises an absolute mount path: collapses "//" and "/./", strips trailing slashes.
+// Returns false for relative paths, "..", "/" itself, or paths that do not fit out[PATH_MAX].
+bool NormalizeMount(const char* in, char* out);
+
+// When `path` is absolute and lies under `mount` (a component-wise prefix), returns the rest
+// (possibly empty, possibly starting with '/'); otherwise nullptr. One prefix compare.
+inline const char* UnderMount(std::string_view mount, const char* path) {
+  // strncmp, not memcmp: `path` may be shorter than the mount and end right before a page.
+  if (path[0] != '/' || __builtin_strncmp(path, mount.data(), mount.size()) != 0) return nullptr;
+  char c = path[mount.size()];
+  return c == '/' || c == '\0' ? path + mount.size() : nullptr;
+}
+
+// Length of `dir` when it is a strict ancestor of `mount` ("/" or a component-wise prefix),
+// else -1. `dir` is an absolute, normalised directory path (a getcwd result).
+int AncestorLength(std::string_view mount, std::string_view dir);
+
+// For a relative path seen from the ancestor mount[0, anc_len): the rest of `path` below the
+// mount when it enters the mount ("ds/x" from "/fanstore" for mount "/fanstore/ds"), else
+// nullptr. Leading "./" are skipped.
+const char* EntersFromAncestor(std::string_view mount, int anc_len, const char* path);
+
+}  // namespace fanstore::interceptor

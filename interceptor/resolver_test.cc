@@ -1,0 +1,178 @@
+#include "interceptor/resolver.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace fanstore::interceptor {
+namespace {
+
+using table::Node;
+
+class ResolverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<Node> nodes = {
+        {"a", S_IFDIR | 0755, 0, 1, 0, {}},
+        {"a/x.txt", S_IFREG | 0644, 12, 2, table::kLocal, {}},
+        {"a/b/y.bin", S_IFREG | 0600, 5, 3, table::kLocal, {}},
+        {"empty", S_IFDIR | 0700, 0, 4, 0, {}},
+        {"link", S_IFLNK | 0777, 0, 5, 0, "a/b"},
+        {"a/up", S_IFLNK | 0777, 0, 5, 0, "../empty"},
+        {"dangling", S_IFLNK | 0777, 0, 5, 0, "nowhere"},
+        {"loop", S_IFLNK | 0777, 0, 5, 0, "loop"},
+        {"abs", S_IFLNK | 0777, 0, 5, 0, "/etc"},
+        {"h\xc3\xa9llo w\xc3\xb6rld", S_IFREG | 0644, 1, 6, 0, {}},
+    };
+    auto img = table::Build(nodes, {});
+    ASSERT_TRUE(img.ok()) << img.status().ToString();
+    image_ = std::move(img).value();
+    ASSERT_TRUE(view_.Attach(image_).ok());
+  }
+
+  Walk Go(std::string_view rel, bool follow = true, const char* mount = "/fanstore/ds",
+          std::string_view start = "") {
+    Resolver r(&view_, mount);
+    const table::Entry* s = view_.Lookup(start);
+    EXPECT_NE(s, nullptr);
+    out_[0] = '\0';
+    return r.Resolve(*s, rel, follow, out_);
+  }
+  std::string PathOf(const Walk& w) { return w.entry ? std::string(view_.Path(*w.entry)) : "<null>"; }
+
+  std::string image_;
+  table::TableView view_;
+  char out_[PATH_MAX];
+};
+
+TEST_F(ResolverTest, CanonicalAndEmpty) {
+  Walk w = Go("a/x.txt");
+  ASSERT_EQ(w.err, 0);
+  EXPECT_EQ(PathOf(w), "a/x.txt");
+  w = Go("");
+  ASSERT_EQ(w.err, 0);
+  EXPECT_EQ(PathOf(w), "");
+  EXPECT_EQ(w.last, LastKind::kNone);
+  w = Go("/a//b/");  // leading, doubled and trailing slashes
+  ASSERT_EQ(w.err, 0);
+  EXPECT_EQ(PathOf(w), "a/b");
+  EXPECT_TRUE(w.trailing_slash);
+  w = Go("h\xc3\xa9llo w\xc3\xb6rld");
+  ASSERT_EQ(w.err, 0);
+}
+
+TEST_F(ResolverTest, DotAndDotDotArePhysical) {
+  EXPECT_EQ(PathOf(Go("a/./b/../x.txt")), "a/x.txt");
+  // link -> a/b, so link/.. is a, not the root.
+  EXPECT_EQ(PathOf(Go("link/..")), "a");
+  EXPECT_EQ(PathOf(Go("a/up")), "empty");
+  EXPECT_EQ(Go("a/.").last, LastKind::kDot);
+  EXPECT_EQ(Go("a/b/..").last, LastKind::kDotDot);
+}
+
+TEST_F(ResolverTest, SymlinksFollowedOrNot) {
+  EXPECT_EQ(PathOf(Go("link/y.bin")), "a/b/y.bin");
+  EXPECT_EQ(PathOf(Go("link", false)), "link");
+  EXPECT_EQ(PathOf(Go("link", true)), "a/b");
+  EXPECT_EQ(PathOf(Go("link/", false)), "a/b");  // a trailing slash follows
+  EXPECT_EQ(Go("dangling", true).err, ENOENT);
+  EXPECT_EQ(Go("dangling", false).err, 0);
+  EXPECT_EQ(Go("loop", true).err, ELOOP);
+  EXPECT_EQ(Go("loop/x", false).err, ELOOP);
+}
+
+TEST_F(ResolverTest, Errors) {
+  Walk w = Go("nope");
+  EXPECT_EQ(w.err, ENOENT);
+  ASSERT_NE(w.parent, nullptr);
+  EXPECT_EQ(view_.Path(*w.parent), "");
+  w = Go("a/nope/");
+  EXPECT_EQ(w.err, ENOENT);
+  ASSERT_NE(w.parent, nullptr);
+  EXPECT_EQ(view_.Path(*w.parent), "a");
+  EXPECT_TRUE(w.trailing_slash);
+  w = Go("nope/x");
+  EXPECT_EQ(w.err, ENOENT);
+  EXPECT_EQ(w.parent, nullptr);
+  EXPECT_EQ(Go("a/x.txt/").err, ENOTDIR);
+  EXPECT_EQ(Go("a/x.txt/z").err, ENOTDIR);
+  EXPECT_EQ(Go("a/x.txt/.").err, ENOTDIR);
+  EXPECT_EQ(Go(std::string(300, 'n')).err, ENAMETOOLONG);
+}
+
+TEST_F(ResolverTest, EscapesAboveTheMount) {
+  Walk w = Go("..");
+  EXPECT_TRUE(w.escaped);
+  EXPECT_STREQ(out_, "/fanstore");
+  w = Go("a/../../other/x");
+  EXPECT_TRUE(w.escaped);
+  EXPECT_STREQ(out_, "/fanstore/other/x");
+  w = Go("../ds/a", true, "/fanstore/ds");
+  EXPECT_STREQ(out_, "/fanstore/ds/a");  // the caller locates it again: back inside
+  w = Go("..", true, "/ds");
+  EXPECT_STREQ(out_, "/");
+  w = Go("../x/", true, "/ds");
+  EXPECT_STREQ(out_, "/x/");
+  w = Go("abs/passwd");
+  EXPECT_TRUE(w.escaped);
+  EXPECT_STREQ(out_, "/etc/passwd");
+  EXPECT_FALSE(Go("abs", false).escaped);
+}
+
+TEST_F(ResolverTest, RelativeToADirectory) {
+  EXPECT_EQ(PathOf(Go("x.txt", true, "/m", "a")), "a/x.txt");
+  EXPECT_EQ(PathOf(Go("../empty", true, "/m", "a")), "empty");
+  EXPECT_EQ(PathOf(Go("", true, "/m", "a/b")), "a/b");
+  EXPECT_EQ(PathOf(Go("y.bin", true, "/m", "a/b")), "a/b/y.bin");
+}
+
+TEST_F(ResolverTest, AbsolutePath) {
+  Resolver r(&view_, "/fanstore/ds");
+  char buf[64];
+  ASSERT_EQ(r.AbsolutePath(view_.at(0), buf, sizeof buf), 12);
+  EXPECT_STREQ(buf, "/fanstore/ds");
+  ASSERT_GT(r.AbsolutePath(*view_.Lookup("a/b/y.bin"), buf, sizeof buf), 0);
+  EXPECT_STREQ(buf, "/fanstore/ds/a/b/y.bin");
+  EXPECT_EQ(r.AbsolutePath(*view_.Lookup("a/b/y.bin"), buf, 10), -ERANGE);
+}
+
+TEST(MountPath, Normalize) {
+  char out[PATH_MAX];
+  ASSERT_TRUE(NormalizeMount("/fanstore//ds/", out));
+  EXPECT_STREQ(out, "/fanstore/ds");
+  ASSERT_TRUE(NormalizeMount("//./a/.", out));
+  EXPECT_STREQ(out, "/a");
+  EXPECT_FALSE(NormalizeMount("rel/x", out));
+  EXPECT_FALSE(NormalizeMount("/", out));
+  EXPECT_FALSE(NormalizeMount("/a/../b", out));
+  EXPECT_FALSE(NormalizeMount(nullptr, out));
+}
+
+TEST(MountPath, UnderMount) {
+  EXPECT_STREQ(UnderMount("/fanstore/ds", "/fanstore/ds"), "");
+  EXPECT_STREQ(UnderMount("/fanstore/ds", "/fanstore/ds/x/y"), "/x/y");
+  EXPECT_EQ(UnderMount("/fanstore/ds", "/fanstore/dsx"), nullptr);
+  EXPECT_EQ(UnderMount("/fanstore/ds", "/fanstore"), nullptr);
+  EXPECT_EQ(UnderMount("/fanstore/ds", "/f"), nullptr);
+  EXPECT_EQ(UnderMount("/fanstore/ds", "fanstore/ds"), nullptr);
+}
+
+TEST(MountPath, WorkingDirectoryAboveTheMount) {
+  EXPECT_EQ(AncestorLength("/fanstore/ds", "/"), 1);
+  EXPECT_EQ(AncestorLength("/fanstore/ds", "/fanstore"), 9);
+  EXPECT_EQ(AncestorLength("/fanstore/ds", "/fanstore/ds"), -1);
+  EXPECT_EQ(AncestorLength("/fanstore/ds", "/fan"), -1);
+  EXPECT_EQ(AncestorLength("/fanstore/ds", "/tmp"), -1);
+  EXPECT_STREQ(EntersFromAncestor("/fanstore/ds", 9, "ds/x"), "/x");
+  EXPECT_STREQ(EntersFromAncestor("/fanstore/ds", 9, "ds"), "");
+  EXPECT_STREQ(EntersFromAncestor("/fanstore/ds", 9, "./ds/x"), "/x");
+  EXPECT_STREQ(EntersFromAncestor("/fanstore/ds", 9, ".//./ds"), "");
+  EXPECT_EQ(EntersFromAncestor("/fanstore/ds", 9, "dsx"), nullptr);
+  EXPECT_EQ(EntersFromAncestor("/fanstore/ds", 9, "other"), nullptr);
+  EXPECT_STREQ(EntersFromAncestor("/fanstore/ds", 1, "fanstore/ds/a"), "/a");
+  EXPECT_EQ(EntersFromAncestor("/fanstore/ds", 1, "fanstore"), nullptr);
+  EXPECT_EQ(EntersFromAncestor("/fanstore/ds", -1, "ds"), nullptr);
+}
+
+}  // namespace
+}  // namespace fanstore::interceptor

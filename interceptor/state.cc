@@ -1,0 +1,283 @@
+// Interceptor state: initialisation from the environment, logging, the working directory
+// word and path location.
+#include "interceptor/state.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <new>
+
+#include "common/env.h"
+
+namespace fanstore::interceptor {
+
+Config g_cfg;
+constinit FdTable g_fds;
+thread_local bool t_in_wrapper __attribute__((tls_model("initial-exec"))) = false;
+
+namespace {
+
+// Storage for objects that must never be destroyed (wrappers may run after exit handlers).
+alignas(table::TableView) unsigned char g_table_storage[sizeof(table::TableView)];
+alignas(Resolver) unsigned char g_resolver_storage[sizeof(Resolver)];
+const Resolver* g_ns = nullptr;
+pthread_once_t g_once = PTHREAD_ONCE_INIT;
+bool g_active = false;
+pid_t g_pid = 0;
+std::atomic<uint64_t> g_cwd{0};  // (CwdKind << 32) | value
+
+void AtForkChild() { g_pid = getpid(); }
+
+bool Truthy(const char* v) { return v && *v && strcmp(v, "0") != 0; }
+
+// FANSTORE_LOG = LEVEL[:FILE]; LEVEL is 1/info or 2/debug (anything else non-empty: 1).
+void ConfigureLog() {
+  g_cfg.log_level = 0;
+  g_cfg.log_fd = STDERR_FILENO;
+  const char* v = getenv(env::kLog);
+  if (!Truthy(v)) return;
+  g_cfg.log_level = (strncmp(v, "2", 1) == 0 || strncmp(v, "debug", 5) == 0) ? 2 : 1;
+  if (const char* colon = strchr(v, ':'); colon && colon[1] == '/') {
+    int fd = Real().open(colon + 1, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (fd >= 0) g_cfg.log_fd = fd;
+  }
+}
+
+bool CopyString(const char* src, char* dst, size_t cap) {
+  size_t n = strlen(src);
+  if (n >= cap) return false;
+  memcpy(dst, src, n + 1);
+  return true;
+}
+
+void Init() {
+  Guard guard;
+  g_pid = getpid();
+  if (Truthy(getenv(env::kDisable))) return;
+  const char* mount = getenv(env::kMount);
+  const char* table_path = getenv(env::kTable);
+  if (!mount || !*mount || !table_path || !*table_path) return;
+  ConfigureLog();
+  if (!NormalizeMount(mount, g_cfg.mount)) {
+    FS_ILOG(1, "%s='%s' is not an absolute directory path; inactive", env::kMount, mount);
+    return;
+  }
+  g_cfg.mount_len = strlen(g_cfg.mount);
+
+  auto* table = new (g_table_storage) table::TableView();
+  Status s = table->Open(table_path);
+  if (!s.ok()) {
+    FS_ILOG(1, "cannot open the metadata table: %s; inactive", s.ToString().c_str());
+    return;
+  }
+  std::string_view root = table->LocalRoot();
+  if (!root.empty() && root.size() < PATH_MAX) {
+    char tmp[PATH_MAX];
+    memcpy(tmp, root.data(), root.size());
+    tmp[root.size()] = '\0';
+    if (!Real().realpath(tmp, g_cfg.local_root)) memcpy(g_cfg.local_root, tmp, root.size() + 1);
+    g_cfg.local_root_len = strlen(g_cfg.local_root);
+    while (g_cfg.local_root_len > 1 && g_cfg.local_root[g_cfg.local_root_len - 1] == '/')
+      g_cfg.local_root[--g_cfg.local_root_len] = '\0';
+  }
+  if (const char* sock = getenv(env::kSocket); sock && !CopyString(sock, g_cfg.socket, sizeof g_cfg.socket))
+    FS_ILOG(1, "%s is too long for a Unix socket path; remote opens will fail", env::kSocket);
+  g_cfg.open_timeout_ms = kDefaultOpenTimeoutMs;
+  if (const char* t = getenv(kEnvOpenTimeout); t && *t) {
+    char* end = nullptr;
+    long ms = strtol(t, &end, 10);
+    if (end && *end == '\0' && ms >= 0 && ms <= 24L * 3600 * 1000) g_cfg.open_timeout_ms = static_cast<int>(ms);
+  }
+  g_ns = new (g_resolver_storage) Resolver(table, Mount());
+  g_cwd.store(0, std::memory_order_relaxed);  // kUnknown: computed on first relative path
+  pthread_atfork(nullptr, nullptr, AtForkChild);
+  g_active = true;
+  FS_ILOG(1, "active: mount %s, table %s (%u entries), local root '%s', agent '%s'", g_cfg.mount,
+          table_path, table->size(), g_cfg.local_root, g_cfg.socket);
+}
+
+// Runs before main for every process the library is preloaded into.
+__attribute__((constructor)) void OnLoad() noexcept { (void)Active(); }
+
+// The cwd word for a real directory path (a getcwd result).
+uint64_t ClassifyRealDir(const char* dir) {
+  auto pack = [](CwdKind k, uint32_t v) { return (uint64_t{static_cast<uint32_t>(k)} << 32) | v; };
+  std::string_view d(dir);
+  const table::TableView& t = Table();
+  // Inside the local root (a process started in a directory the interceptor chdir'ed to) or
+  // inside a real directory at the mount path: the corresponding virtual directory.
+  for (std::string_view base : {std::string_view(g_cfg.local_root, g_cfg.local_root_len), Mount()}) {
+    if (base.empty() || d.substr(0, base.size()) != base) continue;
+    if (d.size() == base.size()) return pack(CwdKind::kVirtual, 0);
+    if (d[base.size()] != '/') continue;
+    const table::Entry* e = t.Lookup(d.substr(base.size() + 1));
+    if (e && table::IsDir(*e)) return pack(CwdKind::kVirtual, t.IndexOf(*e));
+  }
+  int anc = AncestorLength(Mount(), d);
+  if (anc > 0) return pack(CwdKind::kAncestor, static_cast<uint32_t>(anc));
+  return pack(CwdKind::kOther, 0);
+}
+
+}  // namespace
+
+bool Active() noexcept {
+  pthread_once(&g_once, Init);
+  return g_active;
+}
+
+const Resolver& Ns() noexcept { return *g_ns; }
+
+bool InVforkChild() noexcept { return getpid() != g_pid; }
+
+void Log(int level, const char* fmt, ...) noexcept {
+  char buf[1024];
+  int n = snprintf(buf, sizeof buf, "fanstore-preload[%d]: %s", static_cast<int>(getpid()),
+                   level >= 2 ? "debug: " : "");
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + n, sizeof buf - n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = static_cast<size_t>(n) + (m < 0 ? 0 : std::min<size_t>(m, sizeof buf - n - 2));
+  buf[len++] = '\n';
+  ssize_t ignored = write(g_cfg.log_fd, buf, len);
+  (void)ignored;
+}
+
+Cwd LoadCwd() noexcept {
+  uint64_t v = g_cwd.load(std::memory_order_acquire);
+  if (static_cast<CwdKind>(v >> 32) == CwdKind::kUnknown) {
+    char buf[PATH_MAX];
+    uint64_t fresh = Real().getcwd(buf, sizeof buf) ? ClassifyRealDir(buf)
+                                                    : uint64_t{static_cast<uint32_t>(CwdKind::kOther)} << 32;
+    // A concurrent chdir wins over this (older) observation.
+    if (g_cwd.compare_exchange_strong(v, fresh, std::memory_order_acq_rel)) v = fresh;
+  }
+  return {static_cast<CwdKind>(v >> 32), static_cast<uint32_t>(v)};
+}
+
+void StoreCwd(CwdKind kind, uint32_t value) noexcept {
+  g_cwd.store((uint64_t{static_cast<uint32_t>(kind)} << 32) | value, std::memory_order_release);
+}
+
+bool MaybeOurs(int dirfd, const char* path) noexcept {
+  if (!path) return false;
+  if (path[0] == '/') return UnderMount(Mount(), path) != nullptr;
+  if (dirfd == AT_FDCWD)
+    return static_cast<CwdKind>(g_cwd.load(std::memory_order_relaxed) >> 32) != CwdKind::kOther;
+  return g_fds.Get(dirfd) != 0;
+}
+
+const table::Entry* TrackedEntry(int fd) noexcept {
+  uint64_t slot = g_fds.Get(fd);
+  if (!slot) return nullptr;
+  uint32_t i = FdTable::EntryOf(slot);
+  return i < Table().size() ? &Table().at(i) : nullptr;
+}
+
+Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
+               PathScratch* scratch) noexcept {
+  Located loc;
+  const table::TableView& t = Table();
+  for (int hop = 0; hop < 16; hop++) {
+    const table::Entry* start = nullptr;
+    const char* rel = nullptr;
+    if (path[0] == '/') {
+      rel = UnderMount(Mount(), path);
+      if (rel) start = &t.at(0);
+    } else if (path[0] == '\0') {
+      if (empty_path) {
+        rel = path;
+        if (dirfd == AT_FDCWD) {
+          Cwd c = LoadCwd();
+          if (c.kind == CwdKind::kVirtual) start = &t.at(c.value);
+        } else {
+          start = TrackedEntry(dirfd);
+        }
+        if (start) {  // the descriptor itself, whatever its type
+          loc.virt = true;
+          loc.walk.entry = start;
+          return loc;
+        }
+      }
+    } else if (dirfd == AT_FDCWD) {
+      Cwd c = LoadCwd();
+      if (c.kind == CwdKind::kVirtual) {
+        start = &t.at(c.value);
+        rel = path;
+      } else if (c.kind == CwdKind::kAncestor) {
+        rel = EntersFromAncestor(Mount(), static_cast<int>(c.value), path);
+        if (rel) start = &t.at(0);
+      }
+    } else if (const table::Entry* d = TrackedEntry(dirfd)) {
+      if (!table::IsDir(*d)) {
+        loc.virt = true;
+        loc.walk.err = ENOTDIR;
+        return loc;
+      }
+      start = d;
+      rel = path;
+    }
+    if (!start) {
+      loc.virt = false;
+      loc.dirfd = dirfd;
+      loc.path = path;
+      return loc;
+    }
+    char* out = scratch->buf[hop & 1];
+    loc.walk = Ns().Resolve(*start, rel, follow_last, out);
+    if (!loc.walk.escaped) {
+      loc.virt = true;
+      return loc;
+    }
+    path = out;
+    dirfd = AT_FDCWD;
+    empty_path = false;
+  }
+  loc.virt = true;
+  loc.walk = Walk();
+  loc.walk.err = ELOOP;
+  return loc;
+}
+
+bool LocalPath(const table::Entry& e, char* out) noexcept {
+  if (!g_cfg.local_root_len) return false;
+  std::string_view rel = Table().Path(e);
+  size_t n = g_cfg.local_root_len + (rel.empty() ? 0 : 1 + rel.size());
+  if (n >= PATH_MAX) return false;
+  memcpy(out, g_cfg.local_root, g_cfg.local_root_len);
+  if (!rel.empty()) {
+    out[g_cfg.local_root_len] = '/';
+    memcpy(out + g_cfg.local_root_len + 1, rel.data(), rel.size());
+  }
+  out[n] = '\0';
+  return true;
+}
+
+int OpenDirStandIn(const table::Entry& dir, int flags) noexcept {
+  const int cloexec = flags & O_CLOEXEC;
+  const int oflags = (flags & O_PATH) ? (O_PATH | O_DIRECTORY | cloexec) : (O_RDONLY | O_DIRECTORY | cloexec);
+  char path[PATH_MAX];
+  if (LocalPath(dir, path)) {
+    int fd = Real().open(path, oflags);
+    if (fd >= 0) return fd;
+    fd = Real().open(g_cfg.local_root, oflags);
+    if (fd >= 0) return fd;
+  }
+  int fd = Real().open("/", O_PATH | O_DIRECTORY | cloexec);
+  return fd >= 0 ? fd : -errno;
+}
+
+int TrackNew(int fd, const table::Entry& e) noexcept {
+  // No vfork check here: between vfork and exec only exec-preparation calls are allowed, and
+  // a stray record is cleared by the parent's next pass-through open of that number.
+  if (!g_fds.Track(fd, Table().IndexOf(e))) {
+    Real().close(fd);
+    return -EMFILE;
+  }
+  return fd;
+}
+
+}  // namespace fanstore::interceptor

@@ -1,0 +1,170 @@
+// The interceptor's process-wide state: configuration read once from the environment, the
+// mapped metadata table, the working-directory state and the descriptor table; and Locate(),
+// which decides whether a path is ours.
+//
+// Lifetime: initialised by the library constructor, or by the first wrapper called if that
+// comes earlier (another library's constructor). Never destroyed: wrappers may run during and
+// after exit handlers. When FANSTORE_MOUNT or FANSTORE_TABLE is unset, FANSTORE_DISABLE is
+// set, or the table cannot be opened, the library is inert: every wrapper calls libc at once.
+//
+// Thread safety: immutable after initialisation, except the working-directory word and the
+// descriptor table, which are atomics.
+#pragma once
+
+#include <errno.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "common/table.h"
+#include "interceptor/fd_table.h"
+#include "interceptor/real.h"
+#include "interceptor/resolver.h"
+
+namespace fanstore::interceptor {
+
+// Environment variables read only by the interceptor (common/env.h holds the shared ones).
+// Milliseconds to wait for the agent to connect, accept a request and answer an open.
+inline constexpr char kEnvOpenTimeout[] = "FANSTORE_OPEN_TIMEOUT_MS";
+inline constexpr int kDefaultOpenTimeoutMs = 120000;
+
+struct Config {
+  char mount[PATH_MAX];
+  size_t mount_len;
+  char local_root[PATH_MAX];  // realpath of the table's local root; "" if none
+  size_t local_root_len;
+  char socket[108];           // the agent's socket; "" when none is configured
+  int open_timeout_ms;
+  int log_level;              // 0 silent, 1 errors and setup, 2 every intercepted call
+  int log_fd;
+};
+
+extern Config g_cfg;
+extern FdTable g_fds;
+
+// True when the library intercepts in this process; initialises on first use.
+bool Active() noexcept;
+const Resolver& Ns() noexcept;
+inline const table::TableView& Table() noexcept { return Ns().table(); }
+inline std::string_view Mount() noexcept { return {g_cfg.mount, g_cfg.mount_len}; }
+
+void Log(int level, const char* fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
+#define FS_ILOG(level, ...)                                                      \
+  do {                                                                           \
+    if (::fanstore::interceptor::g_cfg.log_level >= (level))                     \
+      ::fanstore::interceptor::Log((level), __VA_ARGS__);                        \
+  } while (0)
+
+// Re-entry guard: set while the interceptor's own code runs (its calls into libc, and libc's
+// calls back into exported symbols, must reach libc directly).
+extern thread_local bool t_in_wrapper __attribute__((tls_model("initial-exec")));
+class Guard {
+ public:
+  Guard() noexcept : prev_(t_in_wrapper) { t_in_wrapper = true; }
+  ~Guard() { t_in_wrapper = prev_; }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+ private:
+  bool prev_;
+};
+// Lifts the guard around user callbacks (scandir filters, nftw functions).
+class Unguard {
+ public:
+  Unguard() noexcept : prev_(t_in_wrapper) { t_in_wrapper = false; }
+  ~Unguard() { t_in_wrapper = prev_; }
+  Unguard(const Unguard&) = delete;
+  Unguard& operator=(const Unguard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Whether a wrapper should consider interception at all. False inside our own code and in
+// inert processes.
+inline bool Intercepting() noexcept { return !t_in_wrapper && Active(); }
+
+// True between vfork (or posix_spawn's clone) and exec: the memory is the parent's, but the
+// descriptor table is not, so the child must not touch descriptor or cwd state. Costs a
+// getpid(), so callers only ask when they are about to change that state.
+bool InVforkChild() noexcept;
+
+// ---- Working directory -------------------------------------------------------------------
+// One atomic word: the kernel's working directory as the interceptor sees it.
+//   kVirtual: inside the namespace, at entry `value`;
+//   kAncestor: a real directory that is a strict ancestor of the mount, value = its length;
+//   kOther: any other real directory; kUnknown: not computed since the last real chdir.
+enum class CwdKind : uint32_t { kUnknown = 0, kOther = 1, kAncestor = 2, kVirtual = 3 };
+struct Cwd {
+  CwdKind kind;
+  uint32_t value;
+};
+Cwd LoadCwd() noexcept;  // computes kUnknown lazily (one real getcwd)
+void StoreCwd(CwdKind kind, uint32_t value) noexcept;
+
+// ---- Locating paths ----------------------------------------------------------------------
+// Where a (dirfd, path) pair points, after following escapes.
+struct Located {
+  bool virt = false;
+  // !virt: the real call to make (the original arguments, or an absolute rewrite).
+  int dirfd = AT_FDCWD;
+  const char* path = nullptr;
+  // virt: the walk result.
+  Walk walk;
+};
+
+// Scratch space for Locate(): rewritten paths live here.
+struct PathScratch {
+  char buf[2][PATH_MAX];
+};
+
+// The fast test: could (dirfd, path) be ours? For absolute paths one prefix compare; for
+// relative ones a look at the cwd word or the descriptor table.
+bool MaybeOurs(int dirfd, const char* path) noexcept;
+
+// Resolves (dirfd, path). empty_path: AT_EMPTY_PATH was given (an empty path names dirfd).
+// Call only when MaybeOurs() said yes; the result may still be real (escapes).
+Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
+               PathScratch* scratch) noexcept;
+
+// The entry a tracked descriptor refers to, or nullptr.
+const table::Entry* TrackedEntry(int fd) noexcept;
+
+// Writes <local root>/<path of e> into out[PATH_MAX]; false without a local root or when it
+// does not fit.
+bool LocalPath(const table::Entry& e, char* out) noexcept;
+
+// Opens a real descriptor standing for directory `dir`: <local root>/<path>, falling back to
+// the local root itself, then to "/" (O_PATH). Attributes and listings of it are never read
+// from the kernel. Returns fd (not yet tracked) or -errno.
+int OpenDirStandIn(const table::Entry& dir, int flags) noexcept;
+
+// Tracks fd as entry e. On failure closes fd and returns -EMFILE.
+int TrackNew(int fd, const table::Entry& e) noexcept;
+
+// A pass-through call produced descriptor fd: forget any stale record of that number.
+inline void ForgetStale(int fd) noexcept {
+  if (g_fds.Get(fd) != 0 && !InVforkChild()) g_fds.Take(fd);
+}
+
+// errno helpers: wrappers compute a result or -errno, then Finish() sets errno for failures
+// and restores the caller's errno on success.
+class ErrnoSaver {
+ public:
+  ErrnoSaver() noexcept : saved_(errno) {}
+  long Finish(long r) const noexcept {
+    if (r < 0) {
+      errno = static_cast<int>(-r);
+      return -1;
+    }
+    errno = saved_;
+    return r;
+  }
+  void Restore() const noexcept { errno = saved_; }
+
+ private:
+  int saved_;
+};
+
+}  // namespace fanstore::interceptor

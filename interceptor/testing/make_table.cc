@@ -1,0 +1,89 @@
+// fanstore-mktable: serves a real directory tree at a virtual mount, for tests.
+//
+//   fanstore-mktable SOURCE_DIR TABLE_FILE
+//
+// Walks SOURCE_DIR (without following symlinks) and writes a metadata table in which every
+// regular file is kLocal and the local root is SOURCE_DIR itself, so the interceptor opens the
+// source files directly. Modes, sizes, mtimes and symlink targets are copied; the owner is the
+// caller. Test-only: the agent builds the real tables.
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "common/hash.h"
+#include "common/table.h"
+
+namespace {
+
+using fanstore::table::Node;
+
+std::vector<Node>* g_nodes;
+size_t g_root_len;
+
+int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
+  if (type == FTW_NS || type == FTW_DNR) {
+    fprintf(stderr, "fanstore-mktable: cannot read %s\n", path);
+    return 1;
+  }
+  Node n;
+  n.path = strlen(path) > g_root_len ? std::string(path + g_root_len + 1) : std::string();
+  n.mode = st->st_mode;
+  n.size = static_cast<uint64_t>(st->st_size);
+  n.mtime_ns = int64_t{st->st_mtim.tv_sec} * 1000000000 + st->st_mtim.tv_nsec;
+  if (S_ISREG(st->st_mode)) n.flags = fanstore::table::kLocal;
+  if (S_ISLNK(st->st_mode)) {
+    char target[PATH_MAX];
+    ssize_t len = readlink(path, target, sizeof target);
+    if (len < 0) {
+      perror(path);
+      return 1;
+    }
+    n.link_target.assign(target, static_cast<size_t>(len));
+  }
+  g_nodes->push_back(std::move(n));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: fanstore-mktable SOURCE_DIR TABLE_FILE\n");
+    return 2;
+  }
+  char root[PATH_MAX];
+  if (!realpath(argv[1], root)) {
+    perror(argv[1]);
+    return 1;
+  }
+  std::vector<Node> nodes;
+  g_nodes = &nodes;
+  g_root_len = strlen(root);
+  if (nftw(root, Visit, 64, FTW_PHYS) != 0) return 1;
+
+  fanstore::table::BuildOptions opts;
+  opts.local_root = root;
+  opts.dev = 0xfa5700000000ULL | (fanstore::Xxh3(root) & 0xffff);
+  opts.dataset_id = fanstore::Xxh3(root);
+  opts.uid = getuid();
+  opts.gid = getgid();
+  auto image = fanstore::table::Build(std::move(nodes), opts);
+  if (!image.ok()) {
+    fprintf(stderr, "fanstore-mktable: %s\n", image.status().ToString().c_str());
+    return 1;
+  }
+  fanstore::Status s = fanstore::table::WriteFile(argv[2], image.value());
+  if (!s.ok()) {
+    fprintf(stderr, "fanstore-mktable: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,190 @@
+// Wrappers about names: symlink targets, canonical paths, and the working directory.
+//
+// The working directory may be virtual. chdir into the mount records the directory in the cwd
+// word and also moves the kernel's working directory to the directory's stand-in under the
+// local root, so that children started with exec inherit it: their interceptor maps a working
+// directory inside the local root back to the virtual path (state.cc, ClassifyRealDir).
+#include <stdlib.h>
+#include <string.h>
+
+#include "interceptor/wrappers.h"
+
+namespace fanstore::interceptor {
+namespace {
+
+using table::Entry;
+
+long ReadLink(const Walk& w, char* buf, size_t size) {
+  if (w.err) return -w.err;
+  if (!table::IsLink(*w.entry)) return -EINVAL;
+  std::string_view target = Table().LinkTarget(*w.entry);
+  size_t n = target.size() < size ? target.size() : size;
+  memcpy(buf, target.data(), n);
+  return static_cast<long>(n);
+}
+
+// realpath of a located virtual path into resolved (PATH_MAX bytes), or a malloc'ed buffer
+// when resolved is null.
+char* RealpathVirtual(const Walk& w, char* resolved, int* err) {
+  if (w.err) {
+    *err = w.err;
+    return nullptr;
+  }
+  char tmp[PATH_MAX];
+  long n = Ns().AbsolutePath(*w.entry, tmp, sizeof tmp);
+  if (n < 0) {
+    *err = ENAMETOOLONG;
+    return nullptr;
+  }
+  if (!resolved) {
+    resolved = static_cast<char*>(malloc(static_cast<size_t>(n) + 1));
+    if (!resolved) {
+      *err = ENOMEM;
+      return nullptr;
+    }
+  }
+  memcpy(resolved, tmp, static_cast<size_t>(n) + 1);
+  return resolved;
+}
+
+char* Realpath(const char* path, char* resolved) {
+  if (!Intercepting() || !path || !MaybeOurs(AT_FDCWD, path)) return Real().realpath(path, resolved);
+  Guard guard;
+  ErrnoSaver saved;
+  PathScratch scratch;
+  Located loc = Locate(AT_FDCWD, path, true, false, &scratch);
+  if (!loc.virt) {
+    saved.Restore();
+    return Real().realpath(loc.path, resolved);
+  }
+  int err = 0;
+  char* r = RealpathVirtual(loc.walk, resolved, &err);
+  saved.Finish(r ? 0 : -err);
+  return r;
+}
+
+// The virtual working directory as an absolute path into buf[cap]; length or -ERANGE.
+long VirtualCwd(uint32_t entry, char* buf, size_t cap) {
+  return Ns().AbsolutePath(Table().at(entry), buf, cap);
+}
+
+}  // namespace
+
+int ChdirVirtual(const Entry& dir) noexcept {
+  if (!table::IsDir(dir)) return -ENOTDIR;
+  // Best effort: without a stand-in the kernel's directory stays where it is; the virtual one
+  // is what this process resolves against.
+  char path[PATH_MAX];
+  if (LocalPath(dir, path) && Real().chdir(path) != 0)
+    FS_ILOG(1, "chdir to the stand-in %s failed: %s", path, strerror(errno));
+  if (!InVforkChild()) StoreCwd(CwdKind::kVirtual, Table().IndexOf(dir));
+  return 0;
+}
+
+}  // namespace fanstore::interceptor
+
+using namespace fanstore::interceptor;  // NOLINT: the wrappers below are the C entry points
+namespace table = fanstore::table;
+
+extern "C" ssize_t fanstore_readlink(const char* path, char* buf, size_t size) noexcept {
+  return OnPath(
+      AT_FDCWD, path, false, false, [&](int, const char* p) { return Real().readlink(p, buf, size); },
+      [&](const Walk& w) { return ReadLink(w, buf, size); });
+}
+
+// readlinkat(fd, "", ...) reads the link an O_PATH|O_NOFOLLOW descriptor refers to.
+extern "C" ssize_t fanstore_readlinkat(int dirfd, const char* path, char* buf, size_t size) noexcept {
+  return OnPath(
+      dirfd, path, false, true, [&](int d, const char* p) { return Real().readlinkat(d, p, buf, size); },
+      [&](const Walk& w) { return ReadLink(w, buf, size); });
+}
+
+extern "C" char* fanstore_realpath(const char* path, char* resolved) noexcept {
+  return Realpath(path, resolved);
+}
+
+extern "C" char* fanstore_canonicalize_file_name(const char* path) noexcept {
+  if (!Intercepting() || !path || !MaybeOurs(AT_FDCWD, path)) return Real().canonicalize_file_name(path);
+  return Realpath(path, nullptr);
+}
+
+extern "C" int fanstore_chdir(const char* path) noexcept {
+  if (!Intercepting()) return Real().chdir(path);
+  if (!MaybeOurs(AT_FDCWD, path)) {
+    int r = Real().chdir(path);
+    if (r == 0 && !InVforkChild()) StoreCwd(CwdKind::kUnknown, 0);
+    return r;
+  }
+  Guard guard;
+  ErrnoSaver saved;
+  PathScratch scratch;
+  Located loc = Locate(AT_FDCWD, path, true, false, &scratch);
+  if (!loc.virt) {
+    saved.Restore();
+    int r = Real().chdir(loc.path);
+    if (r == 0 && !InVforkChild()) StoreCwd(CwdKind::kUnknown, 0);
+    return r;
+  }
+  if (loc.walk.err) return AsInt(saved.Finish(-loc.walk.err));
+  return AsInt(saved.Finish(ChdirVirtual(*loc.walk.entry)));
+}
+
+extern "C" int fanstore_fchdir(int fd) noexcept {
+  if (!Intercepting()) return Real().fchdir(fd);
+  const Entry* e = t_in_wrapper ? nullptr : TrackedEntry(fd);
+  if (!e) {
+    int r = Real().fchdir(fd);
+    if (r == 0 && !InVforkChild()) StoreCwd(CwdKind::kUnknown, 0);
+    return r;
+  }
+  if (!table::IsDir(*e)) {
+    errno = ENOTDIR;
+    return -1;
+  }
+  int r = Real().fchdir(fd);  // the stand-in: inherited by children started with exec
+  if (r != 0) return r;
+  if (!InVforkChild()) StoreCwd(CwdKind::kVirtual, Table().IndexOf(*e));
+  return 0;
+}
+
+extern "C" char* fanstore_getcwd(char* buf, size_t size) noexcept {
+  if (!Intercepting()) return Real().getcwd(buf, size);
+  Cwd c = LoadCwd();
+  if (c.kind != CwdKind::kVirtual) return Real().getcwd(buf, size);
+  char tmp[PATH_MAX];
+  long n = VirtualCwd(c.value, tmp, sizeof tmp);
+  if (n < 0) {
+    errno = ENAMETOOLONG;
+    return nullptr;
+  }
+  const size_t need = static_cast<size_t>(n) + 1;
+  if (buf && size == 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (size != 0 && size < need) {
+    errno = ERANGE;
+    return nullptr;
+  }
+  if (!buf) {
+    buf = static_cast<char*>(malloc(size ? size : need));
+    if (!buf) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+  }
+  memcpy(buf, tmp, need);
+  return buf;
+}
+
+extern "C" char* fanstore_get_current_dir_name(void) noexcept {
+  if (!Intercepting()) return Real().get_current_dir_name();
+  Cwd c = LoadCwd();
+  if (c.kind != CwdKind::kVirtual) return Real().get_current_dir_name();
+  char tmp[PATH_MAX];
+  if (VirtualCwd(c.value, tmp, sizeof tmp) < 0) {
+    errno = ENAMETOOLONG;
+    return nullptr;
+  }
+  return strdup(tmp);
+}

@@ -1,0 +1,382 @@
+// Wrappers that create, duplicate and close descriptors: the open family, the stdio opens,
+// close, dup and fcntl. Opens under the mount return real descriptors (a local copy, a
+// descriptor from the agent, or a directory stand-in), recorded in g_fds so that fstat and
+// the *at calls can answer from the table.
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "interceptor/agent_client.h"
+#include "interceptor/wrappers.h"
+
+namespace fanstore::interceptor {
+namespace {
+
+using table::Entry;
+
+bool NeedsMode(int flags) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE; }
+
+// A pass-through call returned fd: drop any stale record of that number.
+int Passed(int fd) {
+  if (fd >= 0) ForgetStale(fd);
+  return fd;
+}
+
+// Opens the data of regular file e: its local copy, else a descriptor from the agent.
+int OpenFileData(const Entry& e, int flags) {
+  const table::TableView& t = Table();
+  const int keep = flags & (O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_PATH | O_LARGEFILE);
+  std::string_view rel = t.Path(e);
+  char path[PATH_MAX];
+  if ((e.flags & table::kLocal) && LocalPath(e, path)) {
+    int fd = Real().open(path, O_RDONLY | keep);
+    if (fd >= 0) return fd;
+    int err = errno;
+    if (err == EMFILE || err == ENFILE || err == ENOMEM || err == EINTR) return -err;
+    FS_ILOG(1, "local copy %s: %s; asking the agent", path, strerror(err));
+  }
+  // A path-only descriptor needs no data: do not fetch the file for it.
+  if (flags & O_PATH) return OpenDirStandIn(t.at(0), O_PATH | (flags & O_CLOEXEC));
+  int fd = AgentOpen(g_cfg.socket, rel, g_cfg.open_timeout_ms);
+  if (fd < 0) return fd;
+  if (!(flags & O_CLOEXEC)) Real().fcntl(fd, F_SETFD, 0);
+  if (flags & O_NONBLOCK) Real().fcntl(fd, F_SETFL, O_NONBLOCK);
+  return fd;
+}
+
+// fopen mode string to open(2) flags; -EINVAL when malformed.
+int FlagsFromMode(const char* mode) {
+  int flags;
+  switch (mode ? mode[0] : '\0') {
+    case 'r': flags = O_RDONLY; break;
+    case 'w': flags = O_WRONLY | O_CREAT | O_TRUNC; break;
+    case 'a': flags = O_WRONLY | O_CREAT | O_APPEND; break;
+    default: return -EINVAL;
+  }
+  for (const char* p = mode + 1; *p && *p != ','; p++) {
+    if (*p == '+') flags = (flags & ~O_ACCMODE) | O_RDWR;
+    else if (*p == 'x') flags |= O_EXCL;
+    else if (*p == 'e') flags |= O_CLOEXEC;
+  }
+  return flags;
+}
+
+// Copies the record of `from` to `to` after a successful dup.
+void CopySlot(int from, int to) {
+  uint64_t s = g_fds.Get(from);
+  if (s == g_fds.Get(to) || InVforkChild()) return;
+  int saved = errno;
+  g_fds.Set(to, s);
+  errno = saved;
+}
+
+// Forgets fd before it is closed (before, so that a racing open of the same number that
+// records itself after the close is not erased).
+void BeforeClose(int fd) {
+  uint64_t slot = g_fds.Get(fd);
+  if (slot && !InVforkChild()) g_fds.Untrack(fd, slot);
+}
+
+FILE* FopenAny(const char* path, const char* mode, FILE* (*real)(const char*, const char*)) {
+  if (!Intercepting()) return real(path, mode);
+  if (!MaybeOurs(AT_FDCWD, path)) {
+    FILE* f = real(path, mode);
+    if (f) ForgetStale(fileno(f));
+    return f;
+  }
+  Guard guard;
+  ErrnoSaver saved;
+  int flags = FlagsFromMode(mode);
+  if (flags < 0) {
+    saved.Finish(flags);
+    return nullptr;
+  }
+  PathScratch scratch;
+  bool follow = (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL);
+  Located loc = Locate(AT_FDCWD, path, follow, false, &scratch);
+  if (!loc.virt) {
+    saved.Restore();
+    FILE* f = real(loc.path, mode);
+    if (f) ForgetStale(fileno(f));
+    return f;
+  }
+  int fd = OpenVirtual(loc.walk, flags);
+  if (fd < 0) {
+    saved.Finish(fd);
+    return nullptr;
+  }
+  FILE* f = fdopen(fd, mode);
+  if (!f) {
+    int err = errno;
+    BeforeClose(fd);
+    Real().close(fd);
+    saved.Finish(-err);
+    return nullptr;
+  }
+  saved.Restore();
+  return f;
+}
+
+FILE* FreopenAny(const char* path, const char* mode, FILE* stream,
+                 FILE* (*real)(const char*, const char*, FILE*)) {
+  if (!Intercepting() || !stream) return real(path, mode, stream);
+  const int old = fileno(stream);
+  const uint64_t old_slot = g_fds.Get(old);
+  // freopen(NULL, ...) reopens the same file through /proc/self/fd and keeps the number:
+  // the record stays valid.
+  if (!path) return real(path, mode, stream);
+  Guard guard;
+  ErrnoSaver saved;
+  PathScratch scratch;
+  Located loc;
+  int flags = FlagsFromMode(mode);
+  if (MaybeOurs(AT_FDCWD, path) && flags >= 0) {
+    bool follow = (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL);
+    loc = Locate(AT_FDCWD, path, follow, false, &scratch);
+  } else {
+    loc.path = path;
+  }
+  if (!loc.virt) {
+    saved.Restore();
+    FILE* f = real(loc.path, mode, stream);
+    int err = errno;
+    if (old_slot && !InVforkChild()) g_fds.Untrack(old, old_slot);  // closed or replaced
+    if (f) ForgetStale(fileno(f));
+    errno = err;
+    return f;
+  }
+  int fd = OpenVirtual(loc.walk, flags);
+  if (fd < 0) {
+    // Like glibc: the original stream is closed even when the new file cannot be opened.
+    BeforeClose(old);
+    Real().fclose(stream);
+    saved.Finish(fd);
+    return nullptr;
+  }
+  // Let glibc do the stream work on our descriptor: reopen it through /proc/self/fd, which
+  // glibc then moves onto the stream's old number.
+  const Entry& e = *TrackedEntry(fd);
+  char proc[64];
+  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+  if (old_slot && !InVforkChild()) g_fds.Untrack(old, old_slot);
+  FILE* f = real(proc, mode, stream);
+  int err = errno;
+  BeforeClose(fd);
+  Real().close(fd);
+  if (!f) {
+    saved.Finish(-err);
+    return nullptr;
+  }
+  TrackNew(fileno(f), e);
+  saved.Restore();
+  return f;
+}
+
+}  // namespace
+
+int OpenVirtual(const Walk& w, int flags) noexcept {
+  const bool path_only = flags & O_PATH;  // O_PATH ignores access mode, O_CREAT and O_TRUNC
+  const bool writes = !path_only && (flags & O_ACCMODE) != O_RDONLY;
+  if (!path_only && (flags & O_TMPFILE) == O_TMPFILE) {
+    if (w.err) return -w.err;
+    if (!table::IsDir(*w.entry)) return -ENOTDIR;
+    return writes ? -EROFS : -EINVAL;
+  }
+  if (w.err) {
+    if (w.err == ENOENT && w.parent && !path_only && (flags & O_CREAT))
+      return w.trailing_slash ? -EISDIR : -EROFS;
+    return -w.err;
+  }
+  const Entry& e = *w.entry;
+  if (!path_only && (flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL)) return -EEXIST;
+  int fd;
+  if (table::IsLink(e)) {  // a final symlink that was not followed (O_NOFOLLOW)
+    if (!path_only) return -ELOOP;
+    fd = OpenDirStandIn(Table().at(0), O_PATH | (flags & O_CLOEXEC));
+  } else if (table::IsDir(e)) {
+    if (writes || (!path_only && (flags & O_CREAT))) return -EISDIR;
+    fd = OpenDirStandIn(e, flags);
+  } else {
+    if (flags & O_DIRECTORY) return -ENOTDIR;
+    if (writes || (!path_only && (flags & O_TRUNC))) return -EROFS;
+    if (!table::IsReg(e)) return -ENXIO;
+    fd = OpenFileData(e, flags);
+  }
+  if (fd < 0) return fd;
+  return TrackNew(fd, e);
+}
+
+int OpenAnyAt(int dirfd, const char* path, int flags, mode_t mode) noexcept {
+  if (!Intercepting()) return Real().openat(dirfd, path, flags, mode);
+  if (!MaybeOurs(dirfd, path)) return Passed(Real().openat(dirfd, path, flags, mode));
+  Guard guard;
+  ErrnoSaver saved;
+  PathScratch scratch;
+  bool follow = !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL);
+  Located loc = Locate(dirfd, path, follow, false, &scratch);
+  if (!loc.virt) {
+    saved.Restore();
+    return Passed(Real().openat(loc.dirfd, loc.path, flags, mode));
+  }
+  int r = OpenVirtual(loc.walk, flags);
+  FS_ILOG(2, "open %s flags %#x -> %d%s%s", path, flags, r, r < 0 ? " " : "", r < 0 ? strerror(-r) : "");
+  return AsInt(saved.Finish(r));
+}
+
+}  // namespace fanstore::interceptor
+
+using namespace fanstore::interceptor;  // NOLINT: the wrappers below are the C entry points
+namespace table = fanstore::table;
+
+#define FS_MODE_ARG(flags)                                  \
+  mode_t mode = 0;                                          \
+  if (NeedsMode(flags)) {                                   \
+    va_list ap;                                             \
+    va_start(ap, flags);                                    \
+    mode = va_arg(ap, mode_t);                              \
+    va_end(ap);                                             \
+  }
+
+extern "C" int fanstore_open(const char* path, int flags, ...) noexcept {
+  FS_MODE_ARG(flags);
+  if (!Intercepting()) return Real().open(path, flags, mode);
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().open(path, flags, mode));
+  return OpenAnyAt(AT_FDCWD, path, flags, mode);
+}
+
+extern "C" int fanstore_open64(const char* path, int flags, ...) noexcept {
+  FS_MODE_ARG(flags);
+  if (!Intercepting()) return Real().open64(path, flags, mode);
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().open64(path, flags, mode));
+  return OpenAnyAt(AT_FDCWD, path, flags | O_LARGEFILE, mode);
+}
+
+extern "C" int fanstore_openat(int dirfd, const char* path, int flags, ...) noexcept {
+  FS_MODE_ARG(flags);
+  if (!Intercepting()) return Real().openat(dirfd, path, flags, mode);
+  if (!MaybeOurs(dirfd, path)) return Passed(Real().openat(dirfd, path, flags, mode));
+  return OpenAnyAt(dirfd, path, flags, mode);
+}
+
+extern "C" int fanstore_openat64(int dirfd, const char* path, int flags, ...) noexcept {
+  FS_MODE_ARG(flags);
+  if (!Intercepting()) return Real().openat64(dirfd, path, flags, mode);
+  if (!MaybeOurs(dirfd, path)) return Passed(Real().openat64(dirfd, path, flags, mode));
+  return OpenAnyAt(dirfd, path, flags | O_LARGEFILE, mode);
+}
+
+// The _FORTIFY_SOURCE entry points: no mode (glibc aborts if O_CREAT is given without one).
+extern "C" int fanstore___open_2(const char* path, int flags) noexcept {
+  if (!Intercepting()) return Real().__open_2(path, flags);
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().__open_2(path, flags));
+  return OpenAnyAt(AT_FDCWD, path, flags, 0);
+}
+
+extern "C" int fanstore___open64_2(const char* path, int flags) noexcept {
+  if (!Intercepting()) return Real().__open64_2(path, flags);
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().__open64_2(path, flags));
+  return OpenAnyAt(AT_FDCWD, path, flags | O_LARGEFILE, 0);
+}
+
+extern "C" int fanstore___openat_2(int dirfd, const char* path, int flags) noexcept {
+  if (!Intercepting()) return Real().__openat_2(dirfd, path, flags);
+  if (!MaybeOurs(dirfd, path)) return Passed(Real().__openat_2(dirfd, path, flags));
+  return OpenAnyAt(dirfd, path, flags, 0);
+}
+
+extern "C" int fanstore___openat64_2(int dirfd, const char* path, int flags) noexcept {
+  if (!Intercepting()) return Real().__openat64_2(dirfd, path, flags);
+  if (!MaybeOurs(dirfd, path)) return Passed(Real().__openat64_2(dirfd, path, flags));
+  return OpenAnyAt(dirfd, path, flags | O_LARGEFILE, 0);
+}
+
+extern "C" int fanstore_creat(const char* path, mode_t mode) noexcept {
+  if (!Intercepting()) return Real().creat(path, mode);
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().creat(path, mode));
+  return OpenAnyAt(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
+}
+
+extern "C" int fanstore_creat64(const char* path, mode_t mode) noexcept {
+  if (!Intercepting()) return Real().creat64(path, mode);
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().creat64(path, mode));
+  return OpenAnyAt(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC | O_LARGEFILE, mode);
+}
+
+extern "C" FILE* fanstore_fopen(const char* path, const char* mode) noexcept {
+  return FopenAny(path, mode, Real().fopen);
+}
+
+extern "C" FILE* fanstore_fopen64(const char* path, const char* mode) noexcept {
+  return FopenAny(path, mode, Real().fopen64);
+}
+
+extern "C" FILE* fanstore_freopen(const char* path, const char* mode, FILE* stream) noexcept {
+  return FreopenAny(path, mode, stream, Real().freopen);
+}
+
+extern "C" FILE* fanstore_freopen64(const char* path, const char* mode, FILE* stream) noexcept {
+  return FreopenAny(path, mode, stream, Real().freopen64);
+}
+
+extern "C" int fanstore_fclose(FILE* stream) noexcept {
+  if (stream && !t_in_wrapper) BeforeClose(fileno(stream));
+  return Real().fclose(stream);
+}
+
+// Descriptors FanStore did not hand out cost one table load here (the table is all zeroes in
+// an inert process).
+extern "C" int fanstore_close(int fd) noexcept {
+  if (!t_in_wrapper) BeforeClose(fd);
+  return Real().close(fd);
+}
+
+extern "C" int fanstore_close_range(unsigned int first, unsigned int last, int flags) noexcept {
+  // Python's subprocess calls this between vfork and exec: the parent's records must stay.
+  if (!t_in_wrapper && !(flags & CLOSE_RANGE_CLOEXEC) && !InVforkChild()) g_fds.ClearRange(first, last);
+  return Real().close_range(first, last, flags);
+}
+
+extern "C" void fanstore_closefrom(int lowfd) noexcept {
+  if (!t_in_wrapper && lowfd >= 0 && !InVforkChild()) g_fds.ClearRange(static_cast<unsigned>(lowfd), ~0u);
+  Real().closefrom(lowfd);
+}
+
+extern "C" int fanstore_dup(int fd) noexcept {
+  int r = Real().dup(fd);
+  if (r >= 0 && !t_in_wrapper) CopySlot(fd, r);
+  return r;
+}
+
+extern "C" int fanstore_dup2(int oldfd, int newfd) noexcept {
+  int r = Real().dup2(oldfd, newfd);
+  if (r >= 0 && oldfd != newfd && !t_in_wrapper) CopySlot(oldfd, newfd);
+  return r;
+}
+
+extern "C" int fanstore_dup3(int oldfd, int newfd, int flags) noexcept {
+  int r = Real().dup3(oldfd, newfd, flags);
+  if (r >= 0 && !t_in_wrapper) CopySlot(oldfd, newfd);
+  return r;
+}
+
+// The third argument is read as a pointer, as glibc's own fcntl does: every command's
+// argument fits in one register.
+extern "C" int fanstore_fcntl(int fd, int cmd, ...) noexcept {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  int r = Real().fcntl(fd, cmd, arg);
+  if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && !t_in_wrapper) CopySlot(fd, r);
+  return r;
+}
+
+extern "C" int fanstore_fcntl64(int fd, int cmd, ...) noexcept {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  int r = Real().fcntl64(fd, cmd, arg);
+  if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && !t_in_wrapper) CopySlot(fd, r);
+  return r;
+}

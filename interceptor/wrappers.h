@@ -1,0 +1,69 @@
+// Declarations of every wrapper (from symbols.def) and the helpers the wrapper files share.
+//
+// A wrapper is declared as fanstore_<name> with the assembler name <name>. Using our own C++
+// name keeps the definitions free of conflicts with glibc's declarations (exception
+// specifications, fortify inlines, deprecation attributes), and the version script exports
+// exactly these symbols.
+//
+// The shape of every path wrapper (see OnPath):
+//   if the library is inert, we are inside our own code, or the path cannot be ours (one
+//   prefix compare): call libc with the original arguments;
+//   otherwise locate the path; a real result (an escape via "..") goes to libc, a virtual one
+//   is answered from the table.
+#pragma once
+
+#include <string.h>
+
+#include "interceptor/libc_types.h"
+#include "interceptor/state.h"
+
+#define FS_SYM(ret, name, params) \
+  extern "C" __attribute__((visibility("default"))) ret fanstore_##name params noexcept __asm__(#name);
+#include "interceptor/symbols.def"
+#undef FS_SYM
+
+namespace fanstore::interceptor {
+
+// Runs a path operation. real(dirfd, path) performs it with libc; virt(const Walk&) answers
+// for a located virtual path with a result >= 0 or -errno. Returns what the wrapper returns,
+// with errno set for failures and preserved for successes.
+template <typename RealCall, typename VirtCall>
+long OnPath(int dirfd, const char* path, bool follow_last, bool empty_path, RealCall&& real,
+            VirtCall&& virt) noexcept {
+  if (!Intercepting() || !MaybeOurs(dirfd, path)) return real(dirfd, path);
+  Guard guard;
+  ErrnoSaver saved;
+  PathScratch scratch;
+  Located loc = Locate(dirfd, path, follow_last, empty_path, &scratch);
+  if (!loc.virt) {
+    saved.Restore();
+    return real(loc.dirfd, loc.path);
+  }
+  FS_ILOG(2, "%s -> %s", path, loc.walk.err ? strerror(loc.walk.err) : "entry");
+  return saved.Finish(virt(loc.walk));
+}
+
+// Same for a descriptor: virt(const Entry&) answers for a tracked one.
+// Only an active library records descriptors, so an untracked one costs one table load.
+template <typename RealCall, typename VirtCall>
+long OnFd(int fd, RealCall&& real, VirtCall&& virt) noexcept {
+  if (g_fds.Get(fd) == 0 || t_in_wrapper) return real();
+  const table::Entry* e = TrackedEntry(fd);
+  if (!e) return real();
+  Guard guard;
+  ErrnoSaver saved;
+  return saved.Finish(virt(*e));
+}
+
+// Wrappers return int or ssize_t; OnPath/OnFd compute in long.
+inline int AsInt(long r) { return static_cast<int>(r); }
+
+// ---- Shared virtual operations (defined in the wrap_*.cc files) ----
+// open(2) of a located virtual path: a tracked descriptor or -errno.
+int OpenVirtual(const Walk& w, int flags) noexcept;
+// open(2) of any path, with interception; the mode is passed to libc only.
+int OpenAnyAt(int dirfd, const char* path, int flags, mode_t mode) noexcept;
+// Makes the virtual directory `dir` the working directory. 0 or -errno.
+int ChdirVirtual(const table::Entry& dir) noexcept;
+
+}  // namespace fanstore::interceptor
