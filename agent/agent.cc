@@ -325,6 +325,7 @@ Status Agent::BuildTable() {
       nodes.push_back(std::move(n));
     }
   }
+  nodes.push_back(table::Node{"", S_IFDIR | manifest_.root_mode, 0, manifest_.root_mtime_ns, 0, {}});
   table::BuildOptions bo;
   bo.local_root = cfg_.local_dir;
   // A device number of our own, stable for the dataset, so st_dev never matches a real disk.
@@ -334,7 +335,9 @@ Status Agent::BuildTable() {
   bo.gid = ::getgid();
   auto image = table::Build(std::move(nodes), bo);
   if (!image.ok()) return image.status().Prefixed("metadata table");
-  return table::WriteFile(cfg_.run_dir + "/" + kTableName, *image);
+  const std::string path = cfg_.run_dir + "/" + kTableName;
+  FS_RETURN_IF_ERROR(table::WriteFile(path, *image));
+  return alive_.Acquire(path);
 }
 
 Status Agent::Start(const std::atomic<bool>* cancel) {

@@ -12,6 +12,7 @@
 #include "agent/bootstrap.h"
 #include "agent/server.h"
 #include "common/status.h"
+#include "common/table.h"
 #include "stagein/manifest.h"
 #include "stagein/shard.h"
 #include "stagein/thread_pool.h"
@@ -76,6 +77,7 @@ class Agent {
   std::mutex shard_fd_mu_;
   std::unordered_map<uint32_t, int> shard_fds_;          // shards opened for fallback reads
   LocalServer server_;
+  table::AgentLock alive_;  // held while serving; clients see its release or our death
   bool created_local_ = false, created_run_ = false, server_started_ = false;
   std::string state_ = "starting", error_;
   mutable std::mutex state_mu_;

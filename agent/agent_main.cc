@@ -100,8 +100,9 @@ int main(int argc, char** argv) {
   // The agent never runs through its own interception library.
   ::setenv(env::kDisable, "1", 1);
   ::unsetenv("LD_PRELOAD");
-  if (::geteuid() == 0 && !std::getenv("FANSTORE_ALLOW_ROOT")) {
-    std::fprintf(stderr, "fanstore-agent: refusing to run as root; agents run as the job user\n");
+  // In a Slurm job the agent runs as the job user; root there means a broken launch.
+  if (::geteuid() == 0 && std::getenv("SLURM_JOB_ID") && !std::getenv("FANSTORE_ALLOW_ROOT")) {
+    std::fprintf(stderr, "fanstore-agent: refusing to run as root in a Slurm job; agents run as the job user\n");
     return 1;
   }
   std::string tag = "fanstore-agent[" + cfg.node_name + "]";

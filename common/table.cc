@@ -2,6 +2,8 @@
 #include "common/table.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -182,6 +184,43 @@ Status WriteFile(const std::string& path, std::string_view image) {
   return Status::OK();
 }
 
+static_assert(sizeof(pthread_mutex_t) <= sizeof(Header::agent_lock));
+
+AgentLock::~AgentLock() {
+  if (!map_) return;
+  auto* h = static_cast<Header*>(map_);
+  pthread_mutex_unlock(reinterpret_cast<pthread_mutex_t*>(h->agent_lock));
+  ::munmap(map_, len_);
+}
+
+Status AgentLock::Acquire(const std::string& table_path) {
+  UniqueFD fd(::open(table_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return Status::FromErrno("table: open " + table_path, errno);
+  len_ = sizeof(Header);
+  map_ = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    return Status::FromErrno("table: mmap " + table_path, errno);
+  }
+  auto* m = reinterpret_cast<pthread_mutex_t*>(static_cast<Header*>(map_)->agent_lock);
+  pthread_mutexattr_t a;
+  pthread_mutexattr_init(&a);
+  pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+  int rc = pthread_mutex_init(m, &a);
+  pthread_mutexattr_destroy(&a);
+  if (rc == 0) rc = pthread_mutex_lock(m);
+  if (rc != 0) return Status::FromErrno("table: agent lock", rc);
+  return Status::OK();
+}
+
+bool TableView::AgentAlive() const {
+  // glibc keeps the owner's TID in the first word of a robust mutex (__data.__lock); the kernel
+  // sets FUTEX_OWNER_DIED there when the owner exits without unlocking.
+  uint32_t word = __atomic_load_n(reinterpret_cast<const uint32_t*>(hdr_->agent_lock), __ATOMIC_ACQUIRE);
+  return (word & FUTEX_TID_MASK) != 0 && (word & FUTEX_OWNER_DIED) == 0;
+}
+
 TableView::~TableView() { Unmap(); }
 
 void TableView::Unmap() {
@@ -342,9 +381,12 @@ void TableView::FillStat(const Entry& e, struct stat* st) const {
   st->st_nlink = IsDir(e) ? 2 + e.aux : 1;
   st->st_uid = hdr_->uid;
   st->st_gid = hdr_->gid;
-  st->st_size = static_cast<off_t>(e.size);
+  // Sizes and blocks as ext4 reports them (directories one 4 KiB block, files whole 4 KiB
+  // blocks), so `du` and `ls -l` agree with the source tree on the usual local file system.
+  const uint64_t bytes = IsDir(e) ? 4096 : e.size;
+  st->st_size = static_cast<off_t>(bytes);
   st->st_blksize = 4096;
-  st->st_blocks = static_cast<blkcnt_t>((e.size + 511) / 512);
+  st->st_blocks = IsLink(e) ? 0 : static_cast<blkcnt_t>((bytes + 4095) / 4096 * 8);
   st->st_mtim.tv_sec = e.mtime_ns / 1000000000;
   st->st_mtim.tv_nsec = e.mtime_ns % 1000000000;
   st->st_atim = st->st_mtim;

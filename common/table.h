@@ -48,6 +48,10 @@ struct Header {
   uint64_t dev;             // st_dev reported for every entry
   uint64_t dataset_id;
   uint32_t uid, gid;        // owner reported for every entry
+  // A process-shared robust mutex the agent holds while it serves (see AgentLock). Clients
+  // read its lock word without a syscall: when the agent dies, even by SIGKILL, the kernel
+  // marks the word FUTEX_OWNER_DIED; after a clean shutdown it is 0.
+  alignas(8) unsigned char agent_lock[64];
 };
 
 struct Entry {
@@ -90,6 +94,22 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts);
 // Writes `image` to `path` (mode 0600) atomically: a temporary file, then rename.
 Status WriteFile(const std::string& path, std::string_view image);
 
+// Held by the agent while it serves: maps the table file read-write and locks the robust
+// mutex in its header. Keep the object alive (on the thread that called Acquire) until
+// shutdown; destroying it unlocks, which clients see as "agent gone".
+class AgentLock {
+ public:
+  AgentLock() = default;
+  ~AgentLock();
+  AgentLock(const AgentLock&) = delete;
+  AgentLock& operator=(const AgentLock&) = delete;
+  Status Acquire(const std::string& table_path);
+
+ private:
+  void* map_ = nullptr;
+  size_t len_ = 0;
+};
+
 // Stable inode number for a relative path.
 uint64_t InodeFor(uint64_t path_hash);
 
@@ -124,6 +144,8 @@ class TableView {
   std::span<const uint32_t> Children(const Entry& e) const { return {children_ + e.first_child, e.child_count}; }
 
   void FillStat(const Entry& e, struct stat* st) const;
+  // True while the agent that built this table is alive and serving. A plain memory load.
+  bool AgentAlive() const;
 
  private:
   Status Validate(size_t len);

@@ -1,6 +1,9 @@
 #include "common/table.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace fanstore::table {
 namespace {
@@ -62,6 +65,7 @@ TEST_F(TableTest, StatFieldsAndStableInode) {
   struct stat st;
   view_.FillStat(*x, &st);
   EXPECT_EQ(st.st_size, 12);
+  EXPECT_EQ(st.st_blocks, 8);
   EXPECT_EQ(st.st_dev, 77u);
   EXPECT_EQ(st.st_uid, 1000u);
   EXPECT_EQ(st.st_mtim.tv_sec, 2);
@@ -92,6 +96,36 @@ TEST_F(TableTest, ResolveErrors) {
   EXPECT_EQ(view_.Resolve("dangling", true, &e), ENOENT);
   EXPECT_EQ(view_.Resolve("dangling", false, &e), 0);
   EXPECT_EQ(view_.Resolve("loop", true, &e), ELOOP);
+}
+
+TEST(TableLock, AgentAliveFollowsTheLockHolder) {
+  auto img = Build({{"f", S_IFREG | 0644, 1, 0, 0, {}}}, {});
+  ASSERT_TRUE(img.ok());
+  char tmpl[] = "/tmp/fanstore-table-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string path = std::string(tmpl) + "/table";
+  ASSERT_TRUE(WriteFile(path, *img).ok());
+  TableView v;
+  ASSERT_TRUE(v.Open(path).ok());
+  EXPECT_FALSE(v.AgentAlive());
+  {
+    AgentLock lock;
+    ASSERT_TRUE(lock.Acquire(path).ok());
+    EXPECT_TRUE(v.AgentAlive());
+  }
+  EXPECT_FALSE(v.AgentAlive());  // clean shutdown
+  pid_t child = ::fork();
+  if (child == 0) {
+    AgentLock lock;
+    if (!lock.Acquire(path).ok()) ::_exit(1);
+    ::kill(::getpid(), SIGKILL);  // dies holding the lock
+  }
+  int ws;
+  ASSERT_EQ(::waitpid(child, &ws, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(ws));
+  EXPECT_FALSE(v.AgentAlive());
+  ::unlink(path.c_str());
+  ::rmdir(tmpl);
 }
 
 TEST(TableBuild, RejectsBadInput) {

@@ -217,6 +217,10 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
     if (::fchmodat(parent->get(), leaf.c_str(), e->mode, 0) != 0) return Status::FromErrno("chmod " + e->path, errno);
     FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, false, e->path));
   }
+  const Manifest& m = ds.manifest();
+  if (::fchmod(root.get(), m.root_mode) != 0) return Status::FromErrno("chmod " + dest, errno);
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {m.root_mtime_ns / 1000000000, m.root_mtime_ns % 1000000000}};
+  if (::futimens(root.get(), ts) != 0) return Status::FromErrno("set time of " + dest, errno);
   return Status::OK();
 }
 

@@ -58,6 +58,7 @@ std::string ManifestToJson(const Manifest& m) {
   j["symlinks"] = m.symlinks;
   j["raw_bytes"] = m.raw_bytes;
   j["stored_bytes"] = m.stored_bytes;
+  j["root"] = {{"mode", m.root_mode}, {"mtime_ns", m.root_mtime_ns}};
   j["codec"] = m.codec;
   j["level"] = m.level;
   if (m.dict.file.empty()) {
@@ -92,6 +93,15 @@ Result<Manifest> ManifestFromJson(const std::string& text) {
       !GetStr(j, "codec", &m.codec) || !GetU64(j, "level", &level) || level > 22)
     return Status::Corruption("missing or mistyped summary field");
   m.level = static_cast<int>(level);
+  auto root = j.find("root");
+  if (root != j.end()) {
+    uint64_t mode = 0;
+    auto mt = root->is_object() ? root->find("mtime_ns") : root->end();
+    if (!root->is_object() || !GetU64(*root, "mode", &mode) || mode > 07777 || mt == root->end() || !mt->is_number_integer())
+      return Status::Corruption("bad \"root\" entry");
+    m.root_mode = static_cast<uint32_t>(mode);
+    m.root_mtime_ns = mt->get<int64_t>();
+  }
   auto d = j.find("dict");
   if (d != j.end() && !d->is_null()) {
     uint64_t id = 0;

@@ -30,6 +30,8 @@ struct Manifest {
   uint64_t dataset_id = 0;
   uint64_t files = 0, dirs = 0, symlinks = 0;
   uint64_t raw_bytes = 0, stored_bytes = 0;
+  uint32_t root_mode = 0755;  // permission bits of the packed tree's top directory
+  int64_t root_mtime_ns = 0;
   std::string codec = "zstd";
   int level = 3;
   DictRef dict;

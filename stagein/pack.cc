@@ -63,9 +63,13 @@ class Walker {
     struct stat st;
     if (::stat(root_.c_str(), &st) != 0) return Status::FromErrno("source " + root_, errno);
     if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("source " + root_ + " is not a directory");
+    root_mode_ = st.st_mode & 07777;
+    root_mtime_ns_ = MtimeNs(st);
     return Dir("", out);
   }
   uint64_t skipped() const { return skipped_; }
+  uint32_t root_mode() const { return root_mode_; }
+  int64_t root_mtime_ns() const { return root_mtime_ns_; }
 
  private:
   void Warn(const std::string& msg) {
@@ -153,6 +157,8 @@ class Walker {
   std::string root_, real_root_;
   const Options& opts_;
   uint64_t skipped_ = 0;
+  uint32_t root_mode_ = 0755;
+  int64_t root_mtime_ns_ = 0;
 };
 
 struct Batch {
@@ -513,6 +519,8 @@ Status Packer::Run(Stats* stats) {
     manifest_.symlinks += e.type == EntryType::kSymlink;
   }
   manifest_.raw_bytes = raw_total_;
+  manifest_.root_mode = w.root_mode();
+  manifest_.root_mtime_ns = w.root_mtime_ns();
   FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kManifestName, format::ManifestToJson(manifest_), 0644));
   if (stats) {
     stats->files = manifest_.files;
