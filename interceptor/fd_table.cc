@@ -26,9 +26,9 @@ bool FdTable::Set(int fd, uint64_t slot) {
   return true;
 }
 
-uint64_t FdTable::Track(int fd, uint32_t entry) {
-  uint32_t gen = generation_.fetch_add(1, std::memory_order_relaxed);
-  uint64_t slot = Pack(entry, gen);
+uint64_t FdTable::Record(int fd, uint64_t kind_and_value) {
+  uint64_t gen = generation_.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu;
+  uint64_t slot = kind_and_value | (gen << 32);
   return Set(fd, slot) ? slot : 0;
 }
 

@@ -2,10 +2,14 @@
 //
 // A flat array indexed by descriptor number, in lazily mapped chunks, so that a lookup for a
 // descriptor FanStore did not hand out costs one or two loads and no lock. A slot holds
-// Pack(entry index, generation); 0 means "not ours". The generation is a per-process counter
-// bumped by every Track(), so a slot value names one hand-out: Untrack(fd, expected) only
-// clears the slot if it still holds that hand-out, which keeps a racing close and re-open of
-// the same number from erasing the newer one.
+//   bit 63      kind: 0 = a descriptor for table entry `value - 1`,
+//                     1 = a real directory above the mount, `value` = length of its path
+//                         (a prefix of the mount path), so that openat(fd, "ds/...") enters;
+//   bits 32-62  generation: a per-process counter bumped by every record;
+//   bits 0-31   value (never 0).
+// 0 means "not ours". The generation makes a slot value name one hand-out: Untrack(fd,
+// expected) only clears the slot if it still holds that hand-out, which keeps a racing close
+// and re-open of the same number from erasing the newer one.
 //
 // Thread safety: all members are safe to call concurrently. Chunks are mapped with mmap and
 // never unmapped, so readers need no lock and nothing here allocates with malloc (usable from
@@ -23,10 +27,11 @@ class FdTable {
   static constexpr uint32_t kChunkCount = 1u << 14;      // descriptors below 64 Mi
   static constexpr uint64_t kCapacity = uint64_t{kChunkCount} << kChunkBits;
 
-  static uint64_t Pack(uint32_t entry, uint32_t generation) {
-    return (uint64_t{generation} << 32) | (uint64_t{entry} + 1);
-  }
+  static constexpr uint64_t kAncestorBit = uint64_t{1} << 63;
+  static bool IsEntry(uint64_t slot) { return slot != 0 && !(slot & kAncestorBit); }
+  static bool IsAncestor(uint64_t slot) { return slot & kAncestorBit; }
   static uint32_t EntryOf(uint64_t slot) { return static_cast<uint32_t>(slot) - 1; }
+  static uint32_t AncestorLength(uint64_t slot) { return static_cast<uint32_t>(slot); }
 
   // The slot of fd, or 0.
   uint64_t Get(int fd) const {
@@ -36,7 +41,9 @@ class FdTable {
   }
   // Records that fd refers to table entry `entry`; returns the new slot value, or 0 when fd
   // is out of range or a chunk cannot be mapped.
-  uint64_t Track(int fd, uint32_t entry);
+  uint64_t Track(int fd, uint32_t entry) { return Record(fd, uint64_t{entry} + 1); }
+  // Records that fd is a real directory whose path is the mount path's first `length` bytes.
+  uint64_t TrackAncestor(int fd, uint32_t length) { return Record(fd, kAncestorBit | length); }
   // Copies a slot value to another descriptor (dup); 0 clears it.
   bool Set(int fd, uint64_t slot);
   // Clears the slot and returns what it held.
@@ -48,6 +55,7 @@ class FdTable {
 
  private:
   std::atomic<uint64_t>* Chunk(uint32_t index);
+  uint64_t Record(int fd, uint64_t kind_and_value);
 
   std::atomic<std::atomic<uint64_t>*> chunks_[kChunkCount] = {};
   std::atomic<uint32_t> generation_{0};

@@ -16,6 +16,8 @@ TEST(FdTable, TrackGetTake) {
   ASSERT_NE(s, 0u);
   EXPECT_EQ(t->Get(3), s);
   EXPECT_EQ(FdTable::EntryOf(s), 0u);
+  EXPECT_TRUE(FdTable::IsEntry(s));
+  EXPECT_FALSE(FdTable::IsAncestor(s));
   EXPECT_EQ(t->Get(4), 0u);
   EXPECT_EQ(t->Take(3), s);
   EXPECT_EQ(t->Get(3), 0u);
@@ -31,6 +33,15 @@ TEST(FdTable, GenerationsDistinguishHandOuts) {
   EXPECT_EQ(t->Get(5), second);
   EXPECT_TRUE(t->Untrack(5, second));
   EXPECT_EQ(t->Get(5), 0u);
+}
+
+TEST(FdTable, AncestorDirectories) {
+  auto t = std::make_unique<FdTable>();
+  uint64_t s = t->TrackAncestor(9, 12);
+  ASSERT_NE(s, 0u);
+  EXPECT_TRUE(FdTable::IsAncestor(t->Get(9)));
+  EXPECT_FALSE(FdTable::IsEntry(t->Get(9)));
+  EXPECT_EQ(FdTable::AncestorLength(t->Get(9)), 12u);
 }
 
 TEST(FdTable, RangeAndBounds) {

@@ -172,7 +172,7 @@ bool MaybeOurs(int dirfd, const char* path) noexcept {
 
 const table::Entry* TrackedEntry(int fd) noexcept {
   uint64_t slot = g_fds.Get(fd);
-  if (!slot) return nullptr;
+  if (!FdTable::IsEntry(slot)) return nullptr;
   uint32_t i = FdTable::EntryOf(slot);
   return i < Table().size() ? &Table().at(i) : nullptr;
 }
@@ -211,6 +211,9 @@ Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
         rel = EntersFromAncestor(Mount(), static_cast<int>(c.value), path);
         if (rel) start = &t.at(0);
       }
+    } else if (uint64_t slot = g_fds.Get(dirfd); FdTable::IsAncestor(slot)) {
+      rel = EntersFromAncestor(Mount(), static_cast<int>(FdTable::AncestorLength(slot)), path);
+      if (rel) start = &t.at(0);
     } else if (const table::Entry* d = TrackedEntry(dirfd)) {
       if (!table::IsDir(*d)) {
         loc.virt = true;
@@ -240,6 +243,59 @@ Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
   loc.walk = Walk();
   loc.walk.err = ELOOP;
   return loc;
+}
+
+int RealAncestorLength(int dirfd, const char* path) noexcept {
+  if (!path) return -1;
+  const std::string_view mount = Mount();
+  size_t pos;  // the directory so far is mount[0, pos); 0 stands for "/"
+  if (path[0] == '/') {
+    pos = 0;
+  } else {
+    uint64_t base;
+    if (dirfd == AT_FDCWD) {
+      uint64_t cwd = g_cwd.load(std::memory_order_relaxed);
+      if (static_cast<CwdKind>(cwd >> 32) != CwdKind::kAncestor) return -1;
+      base = static_cast<uint32_t>(cwd);
+    } else {
+      uint64_t slot = g_fds.Get(dirfd);
+      if (!FdTable::IsAncestor(slot)) return -1;
+      base = FdTable::AncestorLength(slot);
+    }
+    pos = base == 1 ? 0 : base;
+  }
+  const char* p = path;
+  while (true) {
+    while (*p == '/') p++;
+    if (!*p) break;
+    const char* end = p;
+    while (*end && *end != '/') end++;
+    size_t len = static_cast<size_t>(end - p);
+    if (len == 1 && p[0] == '.') {
+      // stays
+    } else if (len == 2 && p[0] == '.' && p[1] == '.') {
+      size_t slash = pos == 0 ? 0 : mount.rfind('/', pos - 1);
+      pos = slash == std::string_view::npos ? 0 : slash;
+    } else {
+      // The component must be the mount's next one, and not its last (that is the mount).
+      if (pos + 1 + len >= mount.size() || mount.compare(pos + 1, len, p, len) != 0 ||
+          mount[pos + 1 + len] != '/')
+        return -1;
+      pos += 1 + len;
+    }
+    p = end;
+  }
+  return pos == 0 ? 1 : static_cast<int>(pos);
+}
+
+void AfterRealOpen(int dirfd, const char* path, int fd) noexcept {
+  if (fd < 0) return;
+  int anc = RealAncestorLength(dirfd, path);
+  if (anc > 0) {
+    if (!InVforkChild()) g_fds.TrackAncestor(fd, static_cast<uint32_t>(anc));
+  } else {
+    ForgetStale(fd);
+  }
 }
 
 bool LocalPath(const table::Entry& e, char* out) noexcept {

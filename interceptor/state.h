@@ -148,6 +148,16 @@ inline void ForgetStale(int fd) noexcept {
   if (g_fds.Get(fd) != 0 && !InVforkChild()) g_fds.Take(fd);
 }
 
+// When (dirfd, path) names a real directory above the mount (lexically: "/", "/fanstore" for
+// the mount "/fanstore/ds"), the length of its path, else -1. Relative paths count only from
+// a working directory or descriptor already known to be such a directory. No syscalls.
+int RealAncestorLength(int dirfd, const char* path) noexcept;
+
+// A pass-through open of (dirfd, path) returned fd (or failed, fd < 0): record it when it is
+// a directory above the mount (tar -C /fanstore then openat(fd, "ds")), else forget any stale
+// record of the number.
+void AfterRealOpen(int dirfd, const char* path, int fd) noexcept;
+
 // errno helpers: wrappers compute a result or -errno, then Finish() sets errno for failures
 // and restores the caller's errno on success.
 class ErrnoSaver {

@@ -233,16 +233,16 @@ class NftwWalker {
       if (r == kStop) return kStop;
       if (r == FTW_SKIP_SIBLINGS) break;
     }
+    // Like glibc, FTW_DP is reported while still inside the directory (FTW_CHDIR).
+    if (flags_ & FTW_DEPTH) {
+      if (Call(e, FTW_DP, base, level, &action) == kStop) return kStop;
+    }
     if (flags_ & FTW_CHDIR) {
       // Back to the directory holding this one (for the start, the start's directory).
       int rc = holder ? ChdirVirtual(*holder) : ChdirBaseOfStart(base);
       if (rc != 0) return StopWithError(errno);
     }
-    if (flags_ & FTW_DEPTH) {
-      if (Call(e, FTW_DP, base, level, &action) == kStop) return kStop;
-      if (action == FTW_SKIP_SIBLINGS) return FTW_SKIP_SIBLINGS;
-    }
-    return 0;
+    return (flags_ & FTW_DEPTH) && action == FTW_SKIP_SIBLINGS ? FTW_SKIP_SIBLINGS : 0;
   }
 
   int StopWithError(int err) {

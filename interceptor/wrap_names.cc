@@ -108,22 +108,28 @@ extern "C" char* fanstore_canonicalize_file_name(const char* path) noexcept {
   return Realpath(path, nullptr);
 }
 
+namespace {
+// chdir to a real directory: remember whether it is above the mount, or let the next
+// relative path find out (one getcwd).
+int RealChdir(const char* path) {
+  int anc = RealAncestorLength(AT_FDCWD, path);  // before: relative to the old directory
+  int r = Real().chdir(path);
+  if (r == 0 && !InVforkChild())
+    StoreCwd(anc > 0 ? CwdKind::kAncestor : CwdKind::kUnknown, anc > 0 ? static_cast<uint32_t>(anc) : 0);
+  return r;
+}
+}  // namespace
+
 extern "C" int fanstore_chdir(const char* path) noexcept {
   if (!Intercepting()) return Real().chdir(path);
-  if (!MaybeOurs(AT_FDCWD, path)) {
-    int r = Real().chdir(path);
-    if (r == 0 && !InVforkChild()) StoreCwd(CwdKind::kUnknown, 0);
-    return r;
-  }
+  if (!MaybeOurs(AT_FDCWD, path)) return RealChdir(path);
   Guard guard;
   ErrnoSaver saved;
   PathScratch scratch;
   Located loc = Locate(AT_FDCWD, path, true, false, &scratch);
   if (!loc.virt) {
     saved.Restore();
-    int r = Real().chdir(loc.path);
-    if (r == 0 && !InVforkChild()) StoreCwd(CwdKind::kUnknown, 0);
-    return r;
+    return RealChdir(loc.path);
   }
   if (loc.walk.err) return AsInt(saved.Finish(-loc.walk.err));
   return AsInt(saved.Finish(ChdirVirtual(*loc.walk.entry)));
@@ -131,10 +137,14 @@ extern "C" int fanstore_chdir(const char* path) noexcept {
 
 extern "C" int fanstore_fchdir(int fd) noexcept {
   if (!Intercepting()) return Real().fchdir(fd);
-  const Entry* e = t_in_wrapper ? nullptr : TrackedEntry(fd);
-  if (!e) {
+  const uint64_t slot = t_in_wrapper ? 0 : g_fds.Get(fd);
+  const Entry* e = TrackedEntry(fd);
+  if (!FdTable::IsEntry(slot) || !e) {
     int r = Real().fchdir(fd);
-    if (r == 0 && !InVforkChild()) StoreCwd(CwdKind::kUnknown, 0);
+    if (r == 0 && !InVforkChild()) {
+      if (FdTable::IsAncestor(slot)) StoreCwd(CwdKind::kAncestor, FdTable::AncestorLength(slot));
+      else StoreCwd(CwdKind::kUnknown, 0);
+    }
     return r;
   }
   if (!table::IsDir(*e)) {

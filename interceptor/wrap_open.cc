@@ -16,9 +16,9 @@ using table::Entry;
 
 bool NeedsMode(int flags) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE; }
 
-// A pass-through call returned fd: drop any stale record of that number.
-int Passed(int fd) {
-  if (fd >= 0) ForgetStale(fd);
+// A pass-through open of (dirfd, path) returned fd.
+int Passed(int dirfd, const char* path, int fd) {
+  AfterRealOpen(dirfd, path, fd);
   return fd;
 }
 
@@ -208,7 +208,7 @@ int OpenVirtual(const Walk& w, int flags) noexcept {
 
 int OpenAnyAt(int dirfd, const char* path, int flags, mode_t mode) noexcept {
   if (!Intercepting()) return Real().openat(dirfd, path, flags, mode);
-  if (!MaybeOurs(dirfd, path)) return Passed(Real().openat(dirfd, path, flags, mode));
+  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().openat(dirfd, path, flags, mode));
   Guard guard;
   ErrnoSaver saved;
   PathScratch scratch;
@@ -216,7 +216,7 @@ int OpenAnyAt(int dirfd, const char* path, int flags, mode_t mode) noexcept {
   Located loc = Locate(dirfd, path, follow, false, &scratch);
   if (!loc.virt) {
     saved.Restore();
-    return Passed(Real().openat(loc.dirfd, loc.path, flags, mode));
+    return Passed(loc.dirfd, loc.path, Real().openat(loc.dirfd, loc.path, flags, mode));
   }
   int r = OpenVirtual(loc.walk, flags);
   FS_ILOG(2, "open %s flags %#x -> %d%s%s", path, flags, r, r < 0 ? " " : "", r < 0 ? strerror(-r) : "");
@@ -240,65 +240,65 @@ namespace table = fanstore::table;
 extern "C" int fanstore_open(const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
   if (!Intercepting()) return Real().open(path, flags, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().open(path, flags, mode));
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().open(path, flags, mode));
   return OpenAnyAt(AT_FDCWD, path, flags, mode);
 }
 
 extern "C" int fanstore_open64(const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
   if (!Intercepting()) return Real().open64(path, flags, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().open64(path, flags, mode));
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().open64(path, flags, mode));
   return OpenAnyAt(AT_FDCWD, path, flags | O_LARGEFILE, mode);
 }
 
 extern "C" int fanstore_openat(int dirfd, const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
   if (!Intercepting()) return Real().openat(dirfd, path, flags, mode);
-  if (!MaybeOurs(dirfd, path)) return Passed(Real().openat(dirfd, path, flags, mode));
+  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().openat(dirfd, path, flags, mode));
   return OpenAnyAt(dirfd, path, flags, mode);
 }
 
 extern "C" int fanstore_openat64(int dirfd, const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
   if (!Intercepting()) return Real().openat64(dirfd, path, flags, mode);
-  if (!MaybeOurs(dirfd, path)) return Passed(Real().openat64(dirfd, path, flags, mode));
+  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().openat64(dirfd, path, flags, mode));
   return OpenAnyAt(dirfd, path, flags | O_LARGEFILE, mode);
 }
 
 // The _FORTIFY_SOURCE entry points: no mode (glibc aborts if O_CREAT is given without one).
 extern "C" int fanstore___open_2(const char* path, int flags) noexcept {
   if (!Intercepting()) return Real().__open_2(path, flags);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().__open_2(path, flags));
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().__open_2(path, flags));
   return OpenAnyAt(AT_FDCWD, path, flags, 0);
 }
 
 extern "C" int fanstore___open64_2(const char* path, int flags) noexcept {
   if (!Intercepting()) return Real().__open64_2(path, flags);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().__open64_2(path, flags));
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().__open64_2(path, flags));
   return OpenAnyAt(AT_FDCWD, path, flags | O_LARGEFILE, 0);
 }
 
 extern "C" int fanstore___openat_2(int dirfd, const char* path, int flags) noexcept {
   if (!Intercepting()) return Real().__openat_2(dirfd, path, flags);
-  if (!MaybeOurs(dirfd, path)) return Passed(Real().__openat_2(dirfd, path, flags));
+  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().__openat_2(dirfd, path, flags));
   return OpenAnyAt(dirfd, path, flags, 0);
 }
 
 extern "C" int fanstore___openat64_2(int dirfd, const char* path, int flags) noexcept {
   if (!Intercepting()) return Real().__openat64_2(dirfd, path, flags);
-  if (!MaybeOurs(dirfd, path)) return Passed(Real().__openat64_2(dirfd, path, flags));
+  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().__openat64_2(dirfd, path, flags));
   return OpenAnyAt(dirfd, path, flags | O_LARGEFILE, 0);
 }
 
 extern "C" int fanstore_creat(const char* path, mode_t mode) noexcept {
   if (!Intercepting()) return Real().creat(path, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().creat(path, mode));
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().creat(path, mode));
   return OpenAnyAt(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
 }
 
 extern "C" int fanstore_creat64(const char* path, mode_t mode) noexcept {
   if (!Intercepting()) return Real().creat64(path, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(Real().creat64(path, mode));
+  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().creat64(path, mode));
   return OpenAnyAt(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC | O_LARGEFILE, mode);
 }
 
