@@ -21,7 +21,7 @@ namespace {
 const char kHelp[] =
     "Usage: fanstore-agent --dataset DS.fs --local-dir DIR --run-dir DIR --mount PATH\n"
     "                      [--bootstrap auto|single|pmix] [--replicas N|all] [--threads N]\n"
-    "                      [--node-name NAME] [--job-id ID] [--verbose]\n"
+    "                      [--node-name NAME] [--job-id ID] [--verbose|--quiet]\n"
     "\n"
     "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
     "with the other agents of the job (PMIx), publishes the metadata table and serves local\n"
@@ -60,10 +60,11 @@ int main(int argc, char** argv) {
                                  {"node-name", required_argument, nullptr, 'n'},
                                  {"job-id", required_argument, nullptr, 'j'},
                                  {"verbose", no_argument, nullptr, 'v'},
+                                 {"quiet", no_argument, nullptr, 'q'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "vh", kOpts, nullptr)) != -1) {
+  while ((c = getopt_long(argc, argv, "vqh", kOpts, nullptr)) != -1) {
     switch (c) {
       case 'd': cfg.dataset = optarg; break;
       case 'l': cfg.local_dir = optarg; break;
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
       case 'n': cfg.node_name = optarg; break;
       case 'j': break;
       case 'v': log::SetLevel(log::kDebug); break;
+      case 'q': log::SetLevel(log::kWarn); break;
       case 'h': std::fputs(kHelp, stdout); return 0;
       default: return Usage("bad option");
     }

@@ -44,7 +44,7 @@ const char kRunHelp[] =
     "                    dataset directory's name without .fs)\n"
     "  --local-dir DIR   where the staged copy goes (default $TMPDIR, else /tmp)\n"
     "  --timeout SEC     give up when stage-in takes longer (default: no limit)\n"
-    "  -v, --verbose     agent debug logging\n"
+    "  -v, --verbose     show the agent's progress and statistics (default: only errors)\n"
     "\n"
     "Environment: FANSTORE_AGENT and FANSTORE_PRELOAD override where the agent binary and the\n"
     "interception library are looked up (default: next to this program, then the install\n"
@@ -194,7 +194,7 @@ int CmdRun(int argc, char** argv) {
     ::setenv(env::kDisable, "1", 1);
     std::vector<const char*> av = {agent.c_str(), "--dataset", ds.c_str(), "--local-dir", local_dir.c_str(),
                                    "--run-dir", run_dir.c_str(), "--mount", mount.c_str(), "--bootstrap", "single"};
-    if (verbose) av.push_back("--verbose");
+    av.push_back(verbose ? "--verbose" : "--quiet");
     av.push_back(nullptr);
     ::execv(agent.c_str(), const_cast<char* const*>(av.data()));
     std::fprintf(stderr, "fanstore: run: cannot start %s: %s\n", agent.c_str(), std::strerror(errno));

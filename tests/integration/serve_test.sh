@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Serving a dataset on one node through `fanstore run`: real coreutils and Python clients
+# (PIL, numpy, h5py, torchvision) read the mount, and everything must match the source tree.
+# Usage: serve_test.sh BUILD_DIR
+source "$(dirname "$0")/../lib.sh"
+B=$1
+F="$B/bin/fanstore"
+PY=/usr/bin/python3
+T=$(mktmp)
+cleanup() { mountpoint -q "$T/ro" 2>/dev/null && umount "$T/ro"; mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"; rm -rf "$T"; }
+trap cleanup EXIT
+cd "$T"
+M=/fanstore/servetest
+run() { "$F" run ds.fs --mount $M -- "$@"; }
+
+echo "== dataset: nested and empty dirs, non-ASCII names, symlinks, an empty file, 50 MB, JPEG, npy, h5"
+make_tree src 50
+$PY - src <<'PY'
+import os, sys, numpy as np, h5py
+from PIL import Image
+root = sys.argv[1]
+for c in ("cat", "dog"):
+    d = os.path.join(root, "images", c); os.makedirs(d)
+    for i in range(12):
+        Image.new("RGB", (32 + i, 24), (i * 20, 80, 200 if c == "cat" else 30)).save(os.path.join(d, f"{i}.jpg"))
+np.save(os.path.join(root, "arr.npy"), np.arange(100000, dtype=np.float64).reshape(1000, 100))
+with h5py.File(os.path.join(root, "data.h5"), "w") as f:
+    f.create_dataset("x", data=np.arange(5000, dtype=np.int32))
+    f.create_group("g").create_dataset("y", data=np.ones((10, 10)))
+PY
+touch -d '2021-05-06 07:08:09' src
+"$F" pack src ds.fs -q --shard-size 4M
+check "pack" test -f ds.fs/manifest.json
+
+echo "== coreutils"
+hashes() { (cd "$1" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum); }
+check "md5sum of every file matches" diff <(hashes src) <(run bash -c "cd $M && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum")
+check "cat of a file" diff <(cat src/a/b/numbers.txt) <(run cat $M/a/b/numbers.txt)
+check "cat of the empty file" test -z "$(run cat $M/a/empty.txt)"
+check "cat through a symlink" diff <(cat src/a/b/numbers.txt) <(run cat $M/a/link-to-numbers)
+# ls -laR: identical except the mount root's parent entry ("..") and the header paths.
+lsR() { (cd "$1" && ls -laR --time-style=+%s . | grep -v ' \.\.$'); }
+check "ls -laR matches" diff <(lsR src) <(run bash -c "$(declare -f lsR); lsR $M")
+check "find -type f matches" diff <(cd src && find . -type f | sort) <(run bash -c "cd $M && find . -type f | sort")
+check "find (all types, with sizes and modes) matches" diff <(cd src && find . -printf '%p %y %m %s %T@\n' | sort) \
+  <(run bash -c "cd $M && find . -printf '%p %y %m %s %T@\n' | sort")
+check "du matches" diff <(cd src && du -a . | sort -k2) <(run bash -c "cd $M && du -a . | sort -k2")
+run cp -r $M copied
+check "cp -r out of the mount, then diff -r" diff -r --no-dereference src copied
+run tar -cf mount.tar -C $M . 2>tar.err; rc=$?
+check "tar -c of the mount exits 0 without warnings" bash -c "[[ $rc -eq 0 && ! -s tar.err ]]"
+check "tar listing matches the source's" diff <(tar -cf - -C src . | tar -tvf - | sort -k6) <(tar -tvf mount.tar | sort -k6)
+check "stat of a file matches" diff <(cd src && stat -c '%s %a %Y %F' a/hello.txt) <(run bash -c "cd $M && stat -c '%s %a %Y %F' a/hello.txt")
+check "realpath resolves the directory symlink" test "$(run realpath $M/dirlink/c)" = "$M/a/b/c"
+check "cd into the mount and relative paths" test "$(run bash -c "cd $M/a && cat hello.txt && cd b && cat ../hello.txt" | sort -u)" = "hello"
+check "a program without FanStore env is untouched" test "$(LD_PRELOAD=$B/lib/libfanstore_preload.so /bin/echo hi 2>&1)" = "hi"
+
+echo "== Python"
+cat > check.py <<'PY'
+import os, sys, glob, hashlib, pathlib, errno
+M, S = sys.argv[1], sys.argv[2]
+fails = 0
+def ok(cond, what):
+    global fails
+    print(("  ok   " if cond else "  FAIL ") + what, flush=True)
+    fails += not cond
+def tree(root):
+    out = {}
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        out[rel] = (sorted(dirs), sorted(files))
+    return out
+ok(tree(M) == tree(S), "os.walk matches")
+def scan(root):
+    return sorted((e.name, e.is_dir(follow_symlinks=False), e.is_symlink(), e.stat(follow_symlinks=False).st_size if e.is_file(follow_symlinks=False) else 0) for e in os.scandir(os.path.join(root, "a")))
+ok(scan(M) == scan(S), "os.scandir matches")
+ok(all(open(os.path.join(M, r), "rb").read() == open(os.path.join(S, r), "rb").read()
+       for r in [os.path.relpath(p, S) for p in glob.glob(S + "/**/*", recursive=True) if os.path.isfile(p)]), "open().read() of every file matches")
+ok(sorted(os.path.relpath(p, M) for p in glob.glob(M + "/**/*.txt", recursive=True)) ==
+   sorted(os.path.relpath(p, S) for p in glob.glob(S + "/**/*.txt", recursive=True)), "glob ** matches")
+for rel in ["a/hello.txt", "a/b", "données/élève/naïve.txt", "big.bin"]:
+    a, b = os.stat(os.path.join(M, rel)), os.stat(os.path.join(S, rel))
+    ok((a.st_size, a.st_mode, a.st_mtime_ns) == (b.st_size, b.st_mode, b.st_mtime_ns), f"os.stat {rel}")
+with open(os.path.join(M, "a/hello.txt"), "rb") as f:
+    ok(os.fstat(f.fileno()) == os.stat(os.path.join(M, "a/hello.txt")), "fstat of an open file equals stat of its path")
+p = pathlib.Path(M) / "a"
+ok(sorted(x.name for x in p.iterdir()) == sorted(os.listdir(os.path.join(S, "a"))), "pathlib iterdir")
+ok((p / "b" / "numbers.txt").read_text() == open(os.path.join(S, "a/b/numbers.txt")).read(), "pathlib read_text")
+ok(pathlib.Path(M, "dirlink").is_symlink() and pathlib.Path(M, "dirlink").resolve() == pathlib.Path(M, "a/b"), "pathlib symlink resolve")
+from PIL import Image
+im = Image.open(os.path.join(M, "images/cat/3.jpg")); im.load()
+ok(im.size == (35, 24) and list(im.getdata()) == list(Image.open(os.path.join(S, "images/cat/3.jpg")).getdata()), "PIL.Image.open of a JPEG")
+import numpy as np
+ok(np.array_equal(np.load(os.path.join(M, "arr.npy")), np.load(os.path.join(S, "arr.npy"))), "numpy.load")
+mm = np.load(os.path.join(M, "arr.npy"), mmap_mode="r")
+ok(mm[999, 99] == 99999.0 and mm.sum() == np.load(os.path.join(S, "arr.npy")).sum(), "numpy.load mmap_mode='r'")
+import h5py
+with h5py.File(os.path.join(M, "data.h5"), "r") as f:
+    ok(f["x"][:].sum() == sum(range(5000)) and f["g/y"].shape == (10, 10), "h5py reads datasets")
+sys.exit(1 if fails else 0)
+PY
+run $PY check.py $M "$T/src"; check "Python file APIs, PIL, numpy, h5py" test $? -eq 0
+cat > loader.py <<'PY'
+import sys, torch, torchvision
+from torchvision import transforms
+M = sys.argv[1]
+ds = torchvision.datasets.ImageFolder(M + "/images", transform=transforms.Compose([transforms.Resize((16, 16)), transforms.ToTensor()]))
+dl = torch.utils.data.DataLoader(ds, batch_size=5, shuffle=True, num_workers=2)
+n = 0; labels = []
+for x, y in dl:
+    n += x.shape[0]; labels += y.tolist()
+assert n == 24 and sorted(labels) == [0] * 12 + [1] * 12 and ds.classes == ["cat", "dog"], (n, labels)
+print("epoch ok", n)
+PY
+check "torchvision ImageFolder + DataLoader(num_workers=2), full epoch" bash -c "'$F' run ds.fs --mount $M -- $PY loader.py $M | grep -q 'epoch ok 24'"
+
+echo "== errno matches a real read-only file system"
+cat > errs.py <<'PY'
+import os, sys, errno
+root = sys.argv[1]
+def e(f):
+    try: f(); return "ok"
+    except OSError as x: return errno.errorcode[x.errno]
+r = lambda p: os.path.join(root, p)
+cases = [
+  ("open missing", lambda: open(r("nope"))),
+  ("open through a file", lambda: open(r("a/hello.txt/x"))),
+  ("stat missing", lambda: os.stat(r("a/nope"))),
+  ("listdir of a file", lambda: os.listdir(r("a/hello.txt"))),
+  ("open for write", lambda: open(r("a/hello.txt"), "w")),
+  ("open for append", lambda: open(r("a/hello.txt"), "a")),
+  ("create", lambda: open(r("a/new.txt"), "w")),
+  ("mkdir", lambda: os.mkdir(r("a/newdir"))),
+  ("mkdir existing", lambda: os.mkdir(r("a/b"))),
+  ("unlink", lambda: os.unlink(r("a/hello.txt"))),
+  ("unlink missing", lambda: os.unlink(r("a/nope"))),
+  ("rmdir", lambda: os.rmdir(r("empty"))),
+  ("rename", lambda: os.rename(r("a/hello.txt"), r("a/h2"))),
+  ("chmod", lambda: os.chmod(r("a/hello.txt"), 0o644)),
+  ("symlink", lambda: os.symlink("x", r("a/newlink"))),
+  ("truncate", lambda: os.truncate(r("a/hello.txt"), 0)),
+  ("utime", lambda: os.utime(r("a/hello.txt"))),
+]
+for name, f in cases: print(name, e(f))
+PY
+if [[ $(id -u) -eq 0 ]]; then
+  mkdir ro && mount --bind src ro && mount -o remount,ro,bind ro
+  check "ENOENT, ENOTDIR and EROFS cases match a read-only bind mount" diff <($PY errs.py "$T/ro") <(run $PY errs.py $M)
+  umount ro
+else
+  echo "  (errno comparison skipped: needs root for a read-only bind mount)"
+fi
+
+echo "== faults"
+cp -a ds.fs bad.fs
+big=$(ls -S bad.fs/shard-*.fsd | head -1)
+printf '\x5a' | dd of="$big" bs=1 seek=2000000 conv=notrunc status=none
+err=$("$F" run bad.fs -- touch started 2>&1); rc=$?
+check "corrupt shard: run exits non-zero" test $rc -ne 0
+check "corrupt shard: the message names the shard" grep -q "$(basename "$big")" <<<"$err"
+check "corrupt shard: COMMAND never started" test ! -e started
+check "corrupt shard: nothing left in /dev/shm or the local dir" bash -c "! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
+if [[ $(id -u) -eq 0 ]]; then
+  mkdir -p full && mount -t tmpfs -o size=2m tmpfs full
+  err=$("$F" run ds.fs --local-dir full -- touch started 2>&1); rc=$?
+  check "full disk (capacity check): fails before COMMAND" bash -c "[[ $rc -ne 0 && ! -e started ]]"
+  check "full disk (capacity check): the message names free and needed space" grep -q 'has 2.0 MiB free.*needs 51.5 MiB' <<<"$err"
+  check "full disk: nothing left in the local directory" test -z "$(ls -A full)"
+  umount full && mount -t tmpfs -o size=200m,nr_inodes=40 tmpfs full
+  err=$("$F" run ds.fs --local-dir full -- touch started 2>&1); rc=$?
+  check "disk fills during stage-in (out of inodes): fails before COMMAND" bash -c "[[ $rc -ne 0 && ! -e started ]]"
+  check "disk fills during stage-in: the message names the cause" grep -q 'No space left on device' <<<"$err"
+  check "disk fills during stage-in: nothing left behind" test -z "$(ls -A full)"
+  umount full
+  mkdir -p rodir && mount -t tmpfs -o ro tmpfs rodir
+  expect_fail "local directory not writable" 1 "rodir.*Read-only file system" "$F" run ds.fs --local-dir rodir -- touch started
+  umount rodir
+fi
+cat > killagent.py <<'PY'
+import os, sys, signal, time, errno
+M = sys.argv[1]
+f = open(os.path.join(M, "big.bin"), "rb")
+first = f.read(1 << 20)
+os.kill(int(sys.argv[2]), signal.SIGKILL)
+time.sleep(0.3)
+rest = f.read()
+print("open fd still reads:", len(first) + len(rest) == 50 * 1048576)
+t = time.time()
+try:
+    open(os.path.join(M, "a/hello.txt")).read(); print("new open: succeeded")
+except OSError as e:
+    print("new open:", errno.errorcode[e.errno], "after %.1fs" % (time.time() - t))
+PY
+out=$("$F" run ds.fs --mount $M -- bash -c 'agent=$(cat $(dirname $FANSTORE_TABLE)/status.json | sed "s/.*\"pid\":\([0-9]*\).*/\1/"); exec '$PY' killagent.py '$M' $agent' 2>&1)
+check "agent killed: already-open descriptors keep working" grep -q "open fd still reads: True" <<<"$out"
+check "agent killed: new opens get EIO, not a hang" grep -qE "new open: EIO after 0\.[0-9]s" <<<"$out"
+check "agent killed: run tears down" bash -c "! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
+out=$("$F" run ds.fs -- bash -c 'kill -9 $$' 2>&1); rc=$?
+check "COMMAND killed: exit status 137 and full teardown" bash -c "[[ $rc -eq 137 ]] && ! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
+check "COMMAND's exit status is returned" bash -c "'$F' run ds.fs -- sh -c 'exit 42' 2>/dev/null; [[ \$? -eq 42 ]]"
+finish
