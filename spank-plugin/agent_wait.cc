@@ -1,0 +1,143 @@
+// Waiting for this node's agent (see agent_wait.h).
+#include "spank-plugin/agent_wait.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <cerrno>
+
+#include "spank-plugin/job.h"
+
+namespace fanstore::spank {
+namespace {
+
+constexpr int kPollMs = 50;
+constexpr double kSqueueEverySeconds = 5;
+constexpr double kAgentStepGraceSeconds = 30;  // the agent step may not exist yet right after launch
+
+double Now() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", s);
+  return buf;
+}
+
+// The agent's status, or an error state; *present tells whether the run directory exists.
+struct Observation {
+  bool present = false;
+  bool have_status = false;
+  AgentStatus status;
+  Status problem;  // a run directory we must not trust
+};
+
+Observation Observe(const WaitRequest& req) {
+  Observation o;
+  struct stat st;
+  if (::lstat(req.run_dir.c_str(), &st) != 0) return o;
+  o.present = true;
+  if (!S_ISDIR(st.st_mode) || st.st_uid != req.uid || (st.st_mode & 077) != 0) {
+    o.problem = Status::Permission("the agent's run directory " + req.run_dir +
+                                   " is not a private directory of the job user; refusing to use it");
+    return o;
+  }
+  auto text = ReadSmallFile(req.run_dir + "/status.json", 1 << 16);
+  if (!text.ok()) return o;
+  auto status = ParseAgentStatus(text.value());
+  if (!status.ok()) return o;
+  o.have_status = true;
+  o.status = status.value();
+  return o;
+}
+
+Status FromObservation(const WaitRequest& req, const Observation& o, bool* done) {
+  *done = true;
+  if (!o.problem.ok()) return o.problem;
+  if (o.have_status && o.status.state == AgentState::kReady) return Status::OK();
+  if (o.have_status && o.status.state == AgentState::kFailed)
+    return Status::Aborted("the FanStore agent on " + req.node + " failed: " + o.status.error);
+  *done = false;
+  return Status::OK();
+}
+
+// squeue as the job user. Returns false when it could not tell (then we just keep waiting).
+bool Squeue(const WaitRequest& req, std::vector<std::string> args, std::string* out, int* rc) {
+  args.insert(args.begin(), req.squeue);
+  auto r = RunCapture(args, req.squeue_env, req.creds, 10000, out);
+  if (!r.ok() || r.value() < 0) return false;
+  *rc = r.value();
+  return true;
+}
+
+}  // namespace
+
+Status WaitForAgent(const WaitRequest& req, double* waited_s) {
+  const double start = Now();
+  double next_squeue = start + kSqueueEverySeconds;
+  bool seen_dir = false, seen_step = false;
+  const std::string job = std::to_string(req.job);
+  for (;;) {
+    const double now = Now();
+    *waited_s = now - start;
+    Observation o = Observe(req);
+    bool done = false;
+    Status s = FromObservation(req, o, &done);
+    if (done) return s;
+    if (o.present) {
+      seen_dir = true;
+    } else if (seen_dir) {
+      return Status::Aborted("the FanStore agent on " + req.node + " exited before it was ready (its run directory " +
+                             req.run_dir + " is gone; was the job cancelled?)");
+    }
+
+    if (req.helper > 0) {
+      int status = 0;
+      if (::waitpid(req.helper, &status, WNOHANG) == req.helper) {
+        s = FromObservation(req, Observe(req), &done);  // it may have failed with a message
+        if (done) return s;
+        std::string how = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
+                                            : "signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        std::string tail = TailOfFile(req.launch_log, 6);
+        return Status::Aborted("the srun that starts the FanStore agents ended (" + how + ") before the agent on " +
+                               req.node + " was ready" + (tail.empty() ? "" : "; its last output:\n" + tail));
+      }
+    }
+
+    if (!req.squeue.empty() && now >= next_squeue) {
+      next_squeue = now + kSqueueEverySeconds;
+      std::string out;
+      int rc = 0;
+      if (Squeue(req, {"-h", "-j", job, "-o", "%T"}, &out, &rc)) {
+        while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+        if (rc != 0 || (out != "RUNNING" && out != "CONFIGURING"))
+          return Status::Aborted("job " + job + " is no longer running (" + (out.empty() ? "gone" : out) +
+                                 ") while waiting for the FanStore agent on " + req.node);
+      }
+      if (Squeue(req, {"-h", "-s", "-j", job, "-o", "%j"}, &out, &rc) && rc == 0) {
+        if (out.find(kAgentStepName) != std::string::npos) {
+          seen_step = true;
+        } else if (seen_step || *waited_s > kAgentStepGraceSeconds) {
+          s = FromObservation(req, Observe(req), &done);
+          if (done) return s;
+          return Status::Aborted("the FanStore agent step of job " + job + " is not running (it ended or never " +
+                                 "started) while the agent on " + req.node + " was not ready");
+        }
+      }
+    }
+
+    if (*waited_s >= req.timeout_s) {
+      return Status::Timeout("the FanStore agent on " + req.node + " was not ready after " + Seconds(*waited_s) +
+                             " s (" + (o.have_status ? "still staging" : "no status in " + req.run_dir) +
+                             "); the admin's stagein_timeout is " + std::to_string(req.timeout_s) + " s");
+    }
+    struct timespec ts = {0, kPollMs * 1000000L};
+    ::nanosleep(&ts, nullptr);
+  }
+}
+
+}  // namespace fanstore::spank

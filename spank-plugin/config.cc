@@ -1,0 +1,109 @@
+// Plugstack argument parsing (see config.h).
+#include "spank-plugin/config.h"
+
+#include <charconv>
+#include <string_view>
+
+namespace fanstore::spank {
+namespace {
+
+constexpr const char* kKnownKeys =
+    "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas";
+
+bool ParseInt(std::string_view s, int lo, int hi, int* out) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+Config DefaultConfig() {
+  Config c;
+  c.agent = FANSTORE_DEFAULT_AGENT;
+  c.preload = FANSTORE_DEFAULT_PRELOAD;
+  c.srun = FANSTORE_DEFAULT_SRUN;
+  c.local_dir = "/tmp";
+  c.run_dir = "/dev/shm";
+  c.mount_prefix = "/fanstore";
+  c.stagein_timeout = 600;
+  return c;
+}
+
+bool IsCleanAbsolutePath(const std::string& p) {
+  if (p.size() < 2 || p[0] != '/' || p.back() == '/') return false;
+  if (p.find('\0') != std::string::npos) return false;
+  size_t start = 1;
+  while (start <= p.size()) {
+    size_t end = p.find('/', start);
+    if (end == std::string::npos) end = p.size();
+    std::string_view part(p.data() + start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+bool IsValidReplicas(const std::string& value) {
+  int n = 0;
+  return value == "all" || ParseInt(value, 1, 65535, &n);
+}
+
+Result<Config> ParseConfig(const std::vector<std::string>& args) {
+  Config c = DefaultConfig();
+  std::vector<std::string> seen;
+  for (const std::string& arg : args) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::InvalidArgument("argument '" + arg + "' is not key=value (known keys: " + kKnownKeys + ")");
+    const std::string key = arg.substr(0, eq);
+    const std::string value = arg.substr(eq + 1);
+    for (const auto& k : seen)
+      if (k == key) return Status::InvalidArgument("key '" + key + "' is given twice");
+    seen.push_back(key);
+    auto path = [&](std::string* field) -> Status {
+      if (!IsCleanAbsolutePath(value))
+        return Status::InvalidArgument(key + "='" + value + "': must be a clean absolute path");
+      *field = value;
+      return Status::OK();
+    };
+    if (key == "agent") {
+      FS_RETURN_IF_ERROR(path(&c.agent));
+    } else if (key == "preload") {
+      FS_RETURN_IF_ERROR(path(&c.preload));
+    } else if (key == "srun") {
+      FS_RETURN_IF_ERROR(path(&c.srun));
+    } else if (key == "run_dir") {
+      FS_RETURN_IF_ERROR(path(&c.run_dir));
+    } else if (key == "mount_prefix") {
+      FS_RETURN_IF_ERROR(path(&c.mount_prefix));
+    } else if (key == "local_dir") {
+      // A template: checked as a path with its % sequences left in place.
+      if (!IsCleanAbsolutePath(value))
+        return Status::InvalidArgument("local_dir='" + value + "': must be a clean absolute path template");
+      for (size_t i = 0; i < value.size(); i++) {
+        if (value[i] != '%') continue;
+        const char n = i + 1 < value.size() ? value[i + 1] : '\0';
+        if (n != 'n' && n != 'j' && n != 'u' && n != '%')
+          return Status::InvalidArgument("local_dir='" + value + "': unknown sequence '%" +
+                                         std::string(1, n) + "' (use %n, %j, %u or %%)");
+        i++;
+      }
+      c.local_dir = value;
+    } else if (key == "stagein_timeout") {
+      if (!ParseInt(value, 1, 7 * 24 * 3600, &c.stagein_timeout))
+        return Status::InvalidArgument("stagein_timeout='" + value + "': must be a number of seconds, 1 to 604800");
+    } else if (key == "replicas") {
+      if (!IsValidReplicas(value))
+        return Status::InvalidArgument("replicas='" + value + "': must be 'all' or a number from 1 to 65535");
+      c.replicas = value;
+    } else {
+      return Status::InvalidArgument("unknown key '" + key + "' (known keys: " + kKnownKeys + ")");
+    }
+  }
+  return c;
+}
+
+}  // namespace fanstore::spank

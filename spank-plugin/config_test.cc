@@ -1,0 +1,80 @@
+// Unit tests of the plugstack argument parser.
+#include "spank-plugin/config.h"
+
+#include <gtest/gtest.h>
+
+namespace fanstore::spank {
+namespace {
+
+TEST(ConfigTest, DefaultsWithoutArguments) {
+  auto c = ParseConfig({});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->mount_prefix, "/fanstore");
+  EXPECT_EQ(c->run_dir, "/dev/shm");
+  EXPECT_EQ(c->stagein_timeout, 600);
+  EXPECT_TRUE(c->replicas.empty());
+  EXPECT_EQ(c->agent.substr(c->agent.size() - 15), "/fanstore-agent");
+}
+
+TEST(ConfigTest, EveryKey) {
+  auto c = ParseConfig({"agent=/opt/fs/bin/fanstore-agent", "preload=/opt/fs/lib/libfanstore_preload.so",
+                        "srun=/opt/slurm/bin/srun", "local_dir=/local/%u/%n", "run_dir=/run/fs",
+                        "mount_prefix=/data", "stagein_timeout=30", "replicas=2"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->agent, "/opt/fs/bin/fanstore-agent");
+  EXPECT_EQ(c->preload, "/opt/fs/lib/libfanstore_preload.so");
+  EXPECT_EQ(c->srun, "/opt/slurm/bin/srun");
+  EXPECT_EQ(c->local_dir, "/local/%u/%n");
+  EXPECT_EQ(c->run_dir, "/run/fs");
+  EXPECT_EQ(c->mount_prefix, "/data");
+  EXPECT_EQ(c->stagein_timeout, 30);
+  EXPECT_EQ(c->replicas, "2");
+  EXPECT_TRUE(ParseConfig({"replicas=all"}).ok());
+}
+
+TEST(ConfigTest, UnknownKeyIsAHardErrorListingTheKnownOnes) {
+  auto c = ParseConfig({"agent=/a", "stage_timeout=5"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("unknown key 'stage_timeout'"), std::string::npos);
+  EXPECT_NE(c.status().message().find("stagein_timeout"), std::string::npos);
+}
+
+TEST(ConfigTest, RejectsMalformedArguments) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"agent"},                      // not key=value
+      {"=x"},                         // no key
+      {"agent=relative/path"},        // not absolute
+      {"agent=/a/../b"},              // not clean
+      {"agent=/a/"},                  // trailing slash
+      {"agent="},                     // empty
+      {"mount_prefix=/"},             // the root
+      {"stagein_timeout=0"},          // out of range
+      {"stagein_timeout=10s"},        // not a number
+      {"stagein_timeout=999999999"},  // out of range
+      {"replicas=0"},
+      {"replicas=some"},
+      {"local_dir=/tmp/%x"},          // unknown sequence
+      {"local_dir=/tmp/%"},           // dangling %
+      {"agent=/a", "agent=/b"},       // twice
+  };
+  for (const auto& args : bad) EXPECT_FALSE(ParseConfig(args).ok()) << args.back();
+}
+
+TEST(ConfigTest, PathChecks) {
+  EXPECT_TRUE(IsCleanAbsolutePath("/a"));
+  EXPECT_TRUE(IsCleanAbsolutePath("/a/b.fs"));
+  EXPECT_FALSE(IsCleanAbsolutePath("/"));
+  EXPECT_FALSE(IsCleanAbsolutePath("a"));
+  EXPECT_FALSE(IsCleanAbsolutePath("//a"));
+  EXPECT_FALSE(IsCleanAbsolutePath("/a//b"));
+  EXPECT_FALSE(IsCleanAbsolutePath("/a/./b"));
+  EXPECT_FALSE(IsCleanAbsolutePath("/a/.."));
+  EXPECT_TRUE(IsValidReplicas("all"));
+  EXPECT_TRUE(IsValidReplicas("65535"));
+  EXPECT_FALSE(IsValidReplicas("65536"));
+  EXPECT_FALSE(IsValidReplicas("-1"));
+  EXPECT_FALSE(IsValidReplicas(""));
+}
+
+}  // namespace
+}  // namespace fanstore::spank

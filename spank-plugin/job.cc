@@ -1,0 +1,200 @@
+// Pure functions of the job lifecycle (see job.h).
+#include "spank-plugin/job.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/env.h"
+
+namespace fanstore::spank {
+namespace {
+
+constexpr char kSuffix[] = ".fs";
+
+std::string JobPrefix(const Config& config, const JobIdentity& id) {
+  return config.run_dir + "/fanstore." + std::to_string(id.uid) + "." + std::to_string(id.job);
+}
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Splits an LD_PRELOAD value into entries (ld.so accepts ':' and ' ' as separators).
+std::vector<std::string> SplitPreload(const std::string& v) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : v) {
+    if (c == ':' || c == ' ') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+std::string JoinPreload(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ":") + p;
+  return out;
+}
+
+}  // namespace
+
+Status CheckUserOptions(const UserOptions& opts) {
+  if (opts.dataset.empty()) return Status::OK();
+  if (!IsCleanAbsolutePath(opts.dataset))
+    return Status::InvalidArgument("--fanstore=" + opts.dataset +
+                                   ": the dataset must be given as an absolute path (e.g. --fanstore=$PWD/" +
+                                   opts.dataset + ")");
+  if (!opts.mount.empty() && !IsCleanAbsolutePath(opts.mount))
+    return Status::InvalidArgument("--fanstore-mount=" + opts.mount + ": must be a clean absolute path, not /");
+  if (!opts.replicas.empty() && !IsValidReplicas(opts.replicas))
+    return Status::InvalidArgument("--fanstore-replicas=" + opts.replicas +
+                                   ": must be 'all' or a number from 1 to 65535");
+  return DatasetName(opts.dataset).status();
+}
+
+Result<std::string> DatasetName(const std::string& dataset) {
+  const size_t slash = dataset.rfind('/');
+  std::string name = slash == std::string::npos ? dataset : dataset.substr(slash + 1);
+  const size_t n = sizeof(kSuffix) - 1;
+  if (name.size() >= n && name.compare(name.size() - n, n, kSuffix) == 0) name.resize(name.size() - n);
+  if (name.empty() || name == "." || name == "..")
+    return Status::InvalidArgument("--fanstore=" + dataset + ": cannot derive a mount name from it; use --fanstore-mount");
+  return name;
+}
+
+Result<std::string> ResolveMount(const UserOptions& opts, const Config& config) {
+  if (!opts.mount.empty()) return opts.mount;
+  auto name = DatasetName(opts.dataset);
+  if (!name.ok()) return name.status();
+  return config.mount_prefix + "/" + name.value();
+}
+
+std::string ResolveReplicas(const UserOptions& opts, const Config& config) {
+  return opts.replicas.empty() ? config.replicas : opts.replicas;
+}
+
+std::string ExpandTemplate(const std::string& tmpl, const JobIdentity& id) {
+  std::string out;
+  for (size_t i = 0; i < tmpl.size(); i++) {
+    if (tmpl[i] != '%' || i + 1 == tmpl.size()) {
+      out += tmpl[i];
+      continue;
+    }
+    switch (tmpl[++i]) {
+      case 'n': out += id.node; break;
+      case 'j': out += std::to_string(id.job); break;
+      case 'u': out += id.user; break;
+      case '%': out += '%'; break;
+      default: out += '%'; out += tmpl[i]; break;  // ParseConfig rejects these
+    }
+  }
+  return out;
+}
+
+bool IsSafeNodeName(const std::string& node) {
+  return !node.empty() && node != "." && node != ".." && node.find('/') == std::string::npos &&
+         node.find('\0') == std::string::npos;
+}
+
+std::string RunDir(const Config& config, const JobIdentity& id) { return JobPrefix(config, id) + "." + id.node; }
+std::string LaunchLog(const Config& config, const JobIdentity& id) { return JobPrefix(config, id) + ".launch.log"; }
+std::string LaunchLock(const Config& config, const JobIdentity& id) { return JobPrefix(config, id) + ".launch"; }
+
+std::string LocalDir(const Config& config, const JobIdentity& id) {
+  return ExpandTemplate(config.local_dir, id) + "/fanstore." + std::to_string(id.uid) + "." + std::to_string(id.job);
+}
+
+std::vector<std::string> AgentStepArgv(const AgentStep& s) {
+  const std::string nodes = std::to_string(s.nodes);
+  std::vector<std::string> argv = {
+      s.srun,
+      "--jobid=" + std::to_string(s.job),
+      "--overlap",              // share the CPUs of the user's steps
+      "--nodes=" + nodes,
+      "--ntasks=" + nodes,
+      "--ntasks-per-node=1",
+      "--cpus-per-task=1",
+      "--mpi=pmix",             // the agents bootstrap through the step's PMIx server
+      "--export=ALL",           // whatever SLURM_EXPORT_ENV says: the agents need FANSTORE_AGENT_STEP
+      "--job-name=" + std::string(kAgentStepName),
+      "--kill-on-bad-exit=1",   // one failed agent ends the step instead of leaving peers in a fence
+      "--input=none",
+      "--chdir=/",              // not the launcher's directory, which the user may not be able to enter
+      "--label",
+      "/bin/sh",
+      "-c",
+      std::string("exec \"$0\" \"$@\" --local-dir \"$") + kEnvAgentLocalDir + "\" --run-dir \"$" + kEnvAgentRunDir + "\"",
+      s.agent,
+      "--dataset", s.dataset,
+      "--mount", s.mount,
+      "--job-id", std::to_string(s.job),
+      "--bootstrap", "pmix",
+  };
+  if (!s.replicas.empty()) {
+    argv.push_back("--replicas");
+    argv.push_back(s.replicas);
+  }
+  return argv;
+}
+
+std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env, const std::string& preload) {
+  std::vector<std::string> out;
+  const std::string drop[] = {std::string(env::kMount) + "=", std::string(env::kTable) + "=",
+                              std::string(env::kSocket) + "=", std::string(env::kDisable) + "=",
+                              std::string(kEnvAgentStep) + "=", std::string(kEnvJobAgents) + "="};
+  for (const auto& e : env) {
+    bool skip = e.find(kOptionEnvMarker) != std::string::npos;
+    for (const auto& d : drop) skip = skip || StartsWith(e, d.c_str());
+    if (skip) continue;
+    if (StartsWith(e, "LD_PRELOAD=")) {
+      const std::string rest = RemovePreload(e.substr(11), preload);
+      if (!rest.empty()) out.push_back("LD_PRELOAD=" + rest);
+      continue;
+    }
+    out.push_back(e);
+  }
+  out.push_back(std::string(kEnvAgentStep) + "=1");
+  out.push_back(std::string(env::kDisable) + "=1");
+  return out;
+}
+
+std::string PrependPreload(const std::string& current, const std::string& preload) {
+  std::vector<std::string> parts = {preload};
+  for (auto& p : SplitPreload(current))
+    if (p != preload) parts.push_back(p);
+  return JoinPreload(parts);
+}
+
+std::string RemovePreload(const std::string& current, const std::string& preload) {
+  std::vector<std::string> parts;
+  for (auto& p : SplitPreload(current))
+    if (p != preload) parts.push_back(p);
+  return JoinPreload(parts);
+}
+
+Result<AgentStatus> ParseAgentStatus(const std::string& text) {
+  using nlohmann::json;
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::Corruption("status.json is not a JSON object");
+  const auto state = j.find("state");
+  if (state == j.end() || !state->is_string()) return Status::Corruption("status.json has no \"state\" string");
+  AgentStatus st;
+  const auto error = j.find("error");
+  if (error != j.end() && error->is_string()) st.error = error->get<std::string>();
+  const std::string s = state->get<std::string>();
+  if (s == "staging") {
+    st.state = AgentState::kStaging;
+  } else if (s == "ready") {
+    st.state = AgentState::kReady;
+  } else if (s == "failed") {
+    st.state = AgentState::kFailed;
+    if (st.error.empty()) st.error = "the agent failed without a message";
+  } else {
+    return Status::Corruption("status.json has an unknown state \"" + s.substr(0, 40) + "\"");
+  }
+  return st;
+}
+
+}  // namespace fanstore::spank

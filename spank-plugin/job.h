@@ -1,0 +1,99 @@
+// Pure functions of the job lifecycle: names of the per-job paths, the agent step's command line and
+// environment, and the agent's status file. No system calls, so every rule is unit-tested.
+//
+// Paths of job J of user U (uid N) on node H:
+//   run directory   <run_dir>/fanstore.N.J.H       created by the agent, mode 0700: agent.sock, table,
+//                                                   status.json. Per node, because in a test cluster
+//                                                   several nodes share one /dev/shm.
+//   local directory <local_dir with %n,%j,%u>/fanstore.N.J   created by the agent: the staged shards
+//   launch log      <run_dir>/fanstore.N.J.launch.log         output of the srun that runs the agents
+//   launch lock     <run_dir>/fanstore.N.J.launch             (srun/salloc only) pid of the supervisor
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "spank-plugin/config.h"
+
+namespace fanstore::spank {
+
+// Environment variables of the plugin (the interceptor's are in common/env.h).
+inline constexpr char kEnvAgentStep[] = "FANSTORE_AGENT_STEP";  // "1" in the agent step
+inline constexpr char kEnvJobAgents[] = "FANSTORE_JOB_AGENTS";  // job id whose agents the batch step runs
+inline constexpr char kEnvAgentLocalDir[] = "FANSTORE_AGENT_LOCAL_DIR";  // per node, in the agent step
+inline constexpr char kEnvAgentRunDir[] = "FANSTORE_AGENT_RUN_DIR";      // per node, in the agent step
+// Prefix of the variables through which Slurm passes our options to later steps and to the epilog
+// (SLURM_SPANK__SLURM_SPANK_OPTION_fanstore_<opt> in jobs, SPANK__... in the prolog and epilog).
+inline constexpr char kOptionEnvMarker[] = "_SLURM_SPANK_OPTION_fanstore_";
+inline constexpr char kAgentStepName[] = "fanstore-agent";
+
+// What the user asked for, from --fanstore, --fanstore-mount and --fanstore-replicas.
+struct UserOptions {
+  std::string dataset;   // empty: FanStore is not used by this job
+  std::string mount;     // empty: <mount_prefix>/<NAME>
+  std::string replicas;  // empty: the plugstack default, else the agent's
+};
+
+// Who and where: filled from Slurm in the remote, local and job-script contexts.
+struct JobIdentity {
+  uint32_t job = 0;
+  uid_t uid = 0;
+  std::string user;  // for %u
+  std::string node;  // Slurm node name (SLURMD_NODENAME), for %n and the run directory
+};
+
+// Checks the option values that need no file system: dataset and mount are clean absolute paths,
+// replicas is valid. Errors name the option.
+[[nodiscard]] Status CheckUserOptions(const UserOptions& opts);
+
+// NAME of a dataset directory: its basename without the ".fs" suffix.
+[[nodiscard]] Result<std::string> DatasetName(const std::string& dataset);
+// The virtual path: --fanstore-mount, or <mount_prefix>/<NAME>.
+[[nodiscard]] Result<std::string> ResolveMount(const UserOptions& opts, const Config& config);
+// The replicas argument for the agent: the user's, else the admin's, else "" (agent default).
+std::string ResolveReplicas(const UserOptions& opts, const Config& config);
+
+// Expands %n, %j, %u and %% in a local_dir template.
+std::string ExpandTemplate(const std::string& tmpl, const JobIdentity& id);
+// A node name usable in a path: non-empty, no '/', not "." or "..".
+bool IsSafeNodeName(const std::string& node);
+
+std::string RunDir(const Config& config, const JobIdentity& id);
+std::string LocalDir(const Config& config, const JobIdentity& id);
+std::string LaunchLog(const Config& config, const JobIdentity& id);
+std::string LaunchLock(const Config& config, const JobIdentity& id);
+
+// The helper command that starts one agent per node as a job step with a real PMIx server:
+//   srun --jobid=J --overlap -N NODES -n NODES --ntasks-per-node=1 ... --mpi=pmix
+//        /bin/sh -c 'exec "$0" "$@" --local-dir "$FANSTORE_AGENT_LOCAL_DIR" --run-dir ...' AGENT ...
+// The per-node directories are filled in on each node from variables that the plugin sets in the
+// agent step (the same code computes them for the epilog).
+struct AgentStep {
+  std::string srun, agent, dataset, mount, replicas;
+  uint32_t job = 0;
+  uint32_t nodes = 0;
+};
+std::vector<std::string> AgentStepArgv(const AgentStep& step);
+
+// The agent step's environment, from the launching environment: without our LD_PRELOAD entry, the
+// FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and with
+// FANSTORE_AGENT_STEP=1 and FANSTORE_DISABLE=1.
+std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env, const std::string& preload);
+
+// LD_PRELOAD values: `preload` first, once; or `preload` removed. Entries are separated by ':' or ' '.
+std::string PrependPreload(const std::string& current, const std::string& preload);
+std::string RemovePreload(const std::string& current, const std::string& preload);
+
+// status.json, written atomically by the agent: {"state":"staging"|"ready"|"failed","error":"..."}.
+enum class AgentState { kStaging, kReady, kFailed };
+struct AgentStatus {
+  AgentState state = AgentState::kStaging;
+  std::string error;
+};
+[[nodiscard]] Result<AgentStatus> ParseAgentStatus(const std::string& text);
+
+}  // namespace fanstore::spank

@@ -1,0 +1,115 @@
+// Job-script context: slurm_spank_job_prolog and slurm_spank_job_epilog, as root on every node of the
+// job. The epilog is the safety net of the teardown: whatever happened to the agents (crash, scancel,
+// SIGKILL), it ends this job's leftover agent processes on this node and removes the job's run
+// directory (socket, metadata table, status), local directory and launch files. The prolog does the same
+// for stale leftovers of an earlier job with the same id (job ids restart when slurmctld starts clean).
+//
+// The cleanup runs in a child that has become the job user, so a symlink or a directory planted by the
+// user can make it remove only what the user could remove anyway.
+//
+// Our option arrives here only as SPANK__SLURM_SPANK_OPTION_fanstore_fanstore in the environment; the
+// options are not registered in this context (spank_option_getopt would then fail).
+#include <signal.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "spank-plugin/hooks.h"
+#include "spank-plugin/plugin_state.h"
+
+namespace fanstore::spank {
+namespace {
+
+constexpr int kCleanupTimeoutMs = 60000;
+constexpr int kAgentGraceMs = 3000;
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+// Runs as the job user. Returns 0 when nothing of the job is left on this node.
+int CleanNode(const Config& config, const JobIdentity& id) {
+  const std::string run_dir = RunDir(config, id);
+  const std::vector<std::string> marks = {std::string(kEnvAgentStep) + "=1", "SLURM_JOB_ID=" + std::to_string(id.job),
+                                          "SLURMD_NODENAME=" + id.node};
+  std::vector<pid_t> pids = FindProcesses(id.uid, marks);
+  if (auto text = ReadSmallFile(run_dir + "/agent.pid", 64); text.ok()) {
+    // A pid file, if the agent keeps one: only trusted when the process carries the job's marks.
+    const pid_t pid = static_cast<pid_t>(std::strtol(text.value().c_str(), nullptr, 10));
+    for (pid_t p : FindProcesses(id.uid, {std::string(kEnvAgentStep) + "=1", "SLURM_JOB_ID=" + std::to_string(id.job)}))
+      if (p == pid && std::find(pids.begin(), pids.end(), p) == pids.end()) pids.push_back(p);
+  }
+  int rc = 0;
+  if (!pids.empty()) {
+    std::string list;
+    for (pid_t p : pids) list += " " + std::to_string(p);
+    LogInfo("epilog", "ending leftover agent processes of job " + std::to_string(id.job) + ":" + list);
+    TerminateProcesses(pids, kAgentGraceMs);
+  }
+  for (const std::string& path : {run_dir, LocalDir(config, id)}) {
+    if (!Exists(path)) continue;
+    Status s = RemoveTree(path);
+    if (!s.ok()) {
+      LogError("epilog", "cannot remove " + path + ": " + s.message());
+      rc = 1;
+    } else {
+      LogVerbose("epilog", "removed " + path);
+    }
+  }
+  // The launch files of the batch step (or of a supervisor that died); a live supervisor removes its own.
+  const std::string lock = LaunchLock(config, id);
+  const pid_t supervisor = [&] {
+    auto text = ReadSmallFile(lock, 64);
+    return text.ok() ? static_cast<pid_t>(std::strtol(text.value().c_str(), nullptr, 10)) : 0;
+  }();
+  if (supervisor <= 0 || !ProcessAlive(supervisor)) {
+    ::unlink(LaunchLog(config, id).c_str());
+    ::unlink(lock.c_str());
+  }
+  for (pid_t p : pids)
+    if (ProcessAlive(p)) {
+      LogError("epilog", "agent process " + std::to_string(p) + " of job " + std::to_string(id.job) + " survived SIGKILL");
+      rc = 1;
+    }
+  return rc;
+}
+
+int Clean(spank_t sp, int ac, char** av, const char* phase) {
+  if (LoadConfig(ac, av, phase) != 0) return -1;
+  PluginState& s = State();
+  auto id = GetJobIdentity(sp);
+  if (!id.ok()) {
+    LogError(phase, id.status().message());
+    return -1;
+  }
+  const bool used = ProcessGetenv("SPANK__SLURM_SPANK_OPTION_fanstore_fanstore").has_value();
+  s.enabled = used || Exists(RunDir(s.config, id.value())) || Exists(LocalDir(s.config, id.value()));
+  if (!s.enabled) return 0;
+  Credentials creds;
+  creds.uid = id->uid;
+  if (spank_get_item(sp, S_JOB_GID, &creds.gid) != ESPANK_SUCCESS) {
+    LogError(phase, "cannot get the job's gid");
+    return -1;
+  }
+  creds.groups = {creds.gid};
+  const Config config = s.config;
+  const JobIdentity who = id.value();
+  auto rc = RunAsUser(creds, kCleanupTimeoutMs, [&] { return CleanNode(config, who); });
+  if (!rc.ok() || rc.value() != 0) {
+    LogError(phase, "job " + std::to_string(who.job) + " could not be cleaned up completely on " + who.node +
+                        (rc.ok() ? "" : ": " + rc.status().message()));
+    return -1;
+  }
+  LogVerbose(phase, "job " + std::to_string(who.job) + " left nothing on " + who.node);
+  return 0;
+}
+
+}  // namespace
+
+int JobProlog(spank_t sp, int ac, char** av) { return Clean(sp, ac, av, "prolog"); }
+int JobEpilog(spank_t sp, int ac, char** av) { return Clean(sp, ac, av, "epilog"); }
+
+}  // namespace fanstore::spank

@@ -1,0 +1,161 @@
+// Unit tests of the job lifecycle's pure functions: paths, the agent step's command and environment,
+// LD_PRELOAD editing and status.json.
+#include "spank-plugin/job.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace fanstore::spank {
+namespace {
+
+using ::testing::Contains;
+using ::testing::Not;
+
+JobIdentity Alice() {
+  JobIdentity id;
+  id.job = 42;
+  id.uid = 1001;
+  id.user = "alice";
+  id.node = "node3";
+  return id;
+}
+
+Config TestConfig() {
+  Config c = DefaultConfig();
+  c.local_dir = "/scratch/%u/%n";
+  return c;
+}
+
+TEST(JobTest, DatasetNameAndMount) {
+  EXPECT_EQ(DatasetName("/pfs/imagenet.fs").value(), "imagenet");
+  EXPECT_EQ(DatasetName("/pfs/imagenet").value(), "imagenet");
+  EXPECT_EQ(DatasetName("/pfs/a.fs.fs").value(), "a.fs");
+  EXPECT_FALSE(DatasetName("/pfs/.fs").ok());
+  UserOptions o;
+  o.dataset = "/pfs/imagenet.fs";
+  EXPECT_EQ(ResolveMount(o, TestConfig()).value(), "/fanstore/imagenet");
+  o.mount = "/data/in";
+  EXPECT_EQ(ResolveMount(o, TestConfig()).value(), "/data/in");
+}
+
+TEST(JobTest, UserOptionChecks) {
+  UserOptions o;
+  EXPECT_TRUE(CheckUserOptions(o).ok());  // not used
+  o.dataset = "ds.fs";
+  auto s = CheckUserOptions(o);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("absolute"), std::string::npos);
+  o.dataset = "/pfs/ds.fs";
+  EXPECT_TRUE(CheckUserOptions(o).ok());
+  o.mount = "/";
+  EXPECT_FALSE(CheckUserOptions(o).ok());
+  o.mount = "/m";
+  o.replicas = "x";
+  EXPECT_NE(CheckUserOptions(o).message().find("--fanstore-replicas=x"), std::string::npos);
+  o.replicas = "3";
+  EXPECT_TRUE(CheckUserOptions(o).ok());
+}
+
+TEST(JobTest, ReplicasFromUserThenAdmin) {
+  UserOptions o;
+  Config c = TestConfig();
+  EXPECT_EQ(ResolveReplicas(o, c), "");
+  c.replicas = "2";
+  EXPECT_EQ(ResolveReplicas(o, c), "2");
+  o.replicas = "all";
+  EXPECT_EQ(ResolveReplicas(o, c), "all");
+}
+
+TEST(JobTest, TemplateAndPaths) {
+  const JobIdentity id = Alice();
+  EXPECT_EQ(ExpandTemplate("/l/%n/%j/%u/100%%", id), "/l/node3/42/alice/100%");
+  const Config c = TestConfig();
+  EXPECT_EQ(RunDir(c, id), "/dev/shm/fanstore.1001.42.node3");
+  EXPECT_EQ(LocalDir(c, id), "/scratch/alice/node3/fanstore.1001.42");
+  EXPECT_EQ(LaunchLog(c, id), "/dev/shm/fanstore.1001.42.launch.log");
+  EXPECT_EQ(LaunchLock(c, id), "/dev/shm/fanstore.1001.42.launch");
+  EXPECT_TRUE(IsSafeNodeName("node3"));
+  EXPECT_FALSE(IsSafeNodeName(""));
+  EXPECT_FALSE(IsSafeNodeName(".."));
+  EXPECT_FALSE(IsSafeNodeName("a/b"));
+}
+
+TEST(JobTest, AgentStepCommand) {
+  AgentStep s;
+  s.srun = "/usr/bin/srun";
+  s.agent = "/opt/bin/fanstore-agent";
+  s.dataset = "/pfs/ds.fs";
+  s.mount = "/fanstore/ds";
+  s.job = 7;
+  s.nodes = 4;
+  auto argv = AgentStepArgv(s);
+  EXPECT_EQ(argv[0], "/usr/bin/srun");
+  for (const char* want : {"--jobid=7", "--overlap", "--nodes=4", "--ntasks=4", "--ntasks-per-node=1", "--mpi=pmix",
+                           "--export=ALL", "/opt/bin/fanstore-agent", "/pfs/ds.fs", "/fanstore/ds"})
+    EXPECT_THAT(argv, Contains(std::string(want)));
+  EXPECT_THAT(argv, Not(Contains(std::string("--replicas"))));
+  // The shell only appends the node's directories and execs the agent.
+  const auto sh = std::find(argv.begin(), argv.end(), "-c");
+  ASSERT_NE(sh, argv.end());
+  EXPECT_NE(sh[1].find("exec \"$0\" \"$@\""), std::string::npos);
+  EXPECT_NE(sh[1].find("$FANSTORE_AGENT_LOCAL_DIR"), std::string::npos);
+  EXPECT_EQ(sh[2], "/opt/bin/fanstore-agent");
+  s.replicas = "2";
+  argv = AgentStepArgv(s);
+  EXPECT_EQ(argv[argv.size() - 2], "--replicas");
+  EXPECT_EQ(argv.back(), "2");
+}
+
+TEST(JobTest, AgentStepEnvironmentIsClean) {
+  const std::string lib = "/opt/lib/libfanstore_preload.so";
+  auto env = AgentStepEnv({"PATH=/bin", "LD_PRELOAD=" + lib + ":/x/other.so", "FANSTORE_MOUNT=/fanstore/ds",
+                           "FANSTORE_TABLE=/dev/shm/t", "FANSTORE_SOCKET=/dev/shm/s", "FANSTORE_JOB_AGENTS=7",
+                           "SLURM_SPANK__SLURM_SPANK_OPTION_fanstore_fanstore=/pfs/ds.fs",
+                           "_SLURM_SPANK_OPTION_fanstore_fanstore_mount=/m", "FANSTORE_DISABLE=0", "SLURM_JOB_ID=7"},
+                          lib);
+  EXPECT_THAT(env, Contains(std::string("PATH=/bin")));
+  EXPECT_THAT(env, Contains(std::string("SLURM_JOB_ID=7")));
+  EXPECT_THAT(env, Contains(std::string("LD_PRELOAD=/x/other.so")));
+  EXPECT_THAT(env, Contains(std::string("FANSTORE_AGENT_STEP=1")));
+  EXPECT_THAT(env, Contains(std::string("FANSTORE_DISABLE=1")));
+  for (const auto& e : env) {
+    EXPECT_EQ(e.find("SPANK_OPTION"), std::string::npos) << e;
+    EXPECT_EQ(e.find(lib), std::string::npos) << e;
+    EXPECT_NE(e, "FANSTORE_DISABLE=0");
+    EXPECT_NE(e.rfind("FANSTORE_MOUNT=", 0), 0u) << e;
+  }
+  env = AgentStepEnv({"LD_PRELOAD=" + lib}, lib);
+  for (const auto& e : env) EXPECT_NE(e.rfind("LD_PRELOAD=", 0), 0u) << e;
+}
+
+TEST(JobTest, PreloadEditing) {
+  EXPECT_EQ(PrependPreload("", "/l.so"), "/l.so");
+  EXPECT_EQ(PrependPreload("/a.so", "/l.so"), "/l.so:/a.so");
+  EXPECT_EQ(PrependPreload("/a.so /l.so:/b.so", "/l.so"), "/l.so:/a.so:/b.so");
+  EXPECT_EQ(PrependPreload("/l.so", "/l.so"), "/l.so");
+  EXPECT_EQ(RemovePreload("/l.so", "/l.so"), "");
+  EXPECT_EQ(RemovePreload("/a.so::/l.so /b.so", "/l.so"), "/a.so:/b.so");
+}
+
+TEST(JobTest, AgentStatus) {
+  auto s = ParseAgentStatus(R"({"state":"staging"})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->state, AgentState::kStaging);
+  s = ParseAgentStatus(R"({"state":"ready","error":""})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->state, AgentState::kReady);
+  s = ParseAgentStatus(R"({"state":"failed","error":"shard-00003.fsd: hash mismatch"})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->state, AgentState::kFailed);
+  EXPECT_EQ(s->error, "shard-00003.fsd: hash mismatch");
+  s = ParseAgentStatus(R"({"state":"failed"})");
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE(s->error.empty());
+  for (const char* bad : {"", "{", "[]", R"({"state":1})", R"({"error":"x"})", R"({"state":"dancing"})"})
+    EXPECT_FALSE(ParseAgentStatus(bad).ok()) << bad;
+}
+
+}  // namespace
+}  // namespace fanstore::spank

@@ -1,0 +1,177 @@
+// Shared plugin state and helpers (see plugin_state.h).
+#include "spank-plugin/plugin_state.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace fanstore::spank {
+namespace {
+
+enum OptionId { kOptDataset = 0, kOptMount = 1, kOptReplicas = 2 };
+
+std::string StripTrailingSlashes(std::string s) {
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+// Slurm may call an option callback more than once with the same value; a different value is an error.
+int SetOption(std::string* field, const char* name, const std::string& value) {
+  if (value.empty()) {
+    LogError("options", std::string("--") + name + ": a value is required");
+    return -1;
+  }
+  if (!field->empty() && *field != value) {
+    LogError("options", std::string("--") + name + " given twice, as '" + *field + "' and '" + value + "'");
+    return -1;
+  }
+  *field = value;
+  return 0;
+}
+
+int OptionCallback(int val, const char* optarg, int /*remote*/) noexcept {
+  try {
+    const std::string v = optarg != nullptr ? optarg : "";
+    UserOptions& o = State().options;
+    switch (val) {
+      case kOptDataset: return SetOption(&o.dataset, "fanstore", StripTrailingSlashes(v));
+      case kOptMount: return SetOption(&o.mount, "fanstore-mount", StripTrailingSlashes(v));
+      case kOptReplicas: return SetOption(&o.replicas, "fanstore-replicas", v);
+      default: return -1;
+    }
+  } catch (...) {
+    return -1;
+  }
+}
+
+std::string& MountUsage() {
+  static std::string usage;
+  return usage;
+}
+
+struct spank_option g_options[] = {
+    {const_cast<char*>("fanstore"), const_cast<char*>("PATH"),
+     const_cast<char*>("[fanstore] serve the FanStore dataset PATH (a NAME.fs directory made by `fanstore pack`) "
+                       "to every task of the job"),
+     1, kOptDataset, OptionCallback},
+    {const_cast<char*>("fanstore-mount"), const_cast<char*>("PATH"), nullptr, 1, kOptMount, OptionCallback},
+    {const_cast<char*>("fanstore-replicas"), const_cast<char*>("N|all"),
+     const_cast<char*>("[fanstore] how many nodes hold each shard (default: all)"), 1, kOptReplicas, OptionCallback},
+};
+
+}  // namespace
+
+PluginState& State() {
+  static PluginState* state = new PluginState();  // never destroyed: hooks may run during exit
+  return *state;
+}
+
+int LoadConfig(int ac, char** av, const char* phase) {
+  PluginState& s = State();
+  if (s.config_loaded) return 0;
+  std::vector<std::string> args(av, av + (ac > 0 ? ac : 0));
+  auto config = ParseConfig(args);
+  if (!config.ok()) {
+    LogError(phase, "bad plugstack.conf arguments: " + config.status().message());
+    return -1;
+  }
+  s.config = std::move(config.value());
+  s.config_loaded = true;
+  return 0;
+}
+
+int RegisterOptions(spank_t sp, const char* phase) {
+  MountUsage() = "[fanstore] virtual path where the tasks see the dataset (default: " +
+                 State().config.mount_prefix + "/NAME)";
+  g_options[kOptMount].usage = MountUsage().data();
+  for (auto& opt : g_options) {
+    const spank_err_t rc = spank_option_register(sp, &opt);
+    if (rc != ESPANK_SUCCESS) {
+      LogError(phase, std::string("cannot register --") + opt.name + ": " + spank_strerror(rc));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void LogError(const char* phase, const std::string& msg) { slurm_error("fanstore: %s: %s", phase, msg.c_str()); }
+void LogInfo(const char* phase, const std::string& msg) { slurm_info("fanstore: %s: %s", phase, msg.c_str()); }
+void LogVerbose(const char* phase, const std::string& msg) { slurm_verbose("fanstore: %s: %s", phase, msg.c_str()); }
+void LogDebug(const char* phase, const std::string& msg) { slurm_debug("fanstore: %s: %s", phase, msg.c_str()); }
+
+std::optional<std::string> JobGetenv(spank_t sp, const char* name) {
+  std::vector<char> buf(256);
+  for (;;) {
+    const spank_err_t rc = spank_getenv(sp, name, buf.data(), static_cast<int>(buf.size()));
+    if (rc == ESPANK_SUCCESS) return std::string(buf.data());
+    if (rc != ESPANK_NOSPACE || buf.size() > (1u << 20)) return std::nullopt;
+    buf.resize(buf.size() * 4);
+  }
+}
+
+std::optional<std::string> ProcessGetenv(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+std::vector<std::string> JobEnvironment(spank_t sp) {
+  std::vector<std::string> out;
+  char** env = nullptr;
+  if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || env == nullptr) return out;
+  for (char** e = env; *e != nullptr; e++) out.emplace_back(*e);
+  return out;
+}
+
+std::vector<std::string> ProcessEnvironment() {
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; e++) out.emplace_back(*e);
+  return out;
+}
+
+Result<std::string> UserName(uid_t uid) {
+  long size = ::sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
+  struct passwd pw, *result = nullptr;
+  const int rc = ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &result);
+  if (rc != 0 || result == nullptr) return Status::NotFound("no user name for uid " + std::to_string(uid));
+  return std::string(pw.pw_name);
+}
+
+Result<JobIdentity> GetJobIdentity(spank_t sp) {
+  JobIdentity id;
+  spank_err_t rc = spank_get_item(sp, S_JOB_ID, &id.job);
+  if (rc != ESPANK_SUCCESS) return Status::IOError(std::string("cannot get the job id: ") + spank_strerror(rc));
+  rc = spank_get_item(sp, S_JOB_UID, &id.uid);
+  if (rc != ESPANK_SUCCESS) return Status::IOError(std::string("cannot get the job uid: ") + spank_strerror(rc));
+  auto user = UserName(id.uid);
+  if (!user.ok()) return user.status();
+  id.user = user.value();
+  if (auto node = ProcessGetenv("SLURMD_NODENAME")) {
+    id.node = *node;
+  } else {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0) return Status::FromErrno("gethostname", errno);
+    id.node = host;
+    id.node = id.node.substr(0, id.node.find('.'));
+  }
+  if (!IsSafeNodeName(id.node)) return Status::InvalidArgument("unusable node name '" + id.node + "'");
+  return id;
+}
+
+Result<Credentials> GetJobCredentials(spank_t sp) {
+  Credentials c;
+  spank_err_t rc = spank_get_item(sp, S_JOB_UID, &c.uid);
+  if (rc == ESPANK_SUCCESS) rc = spank_get_item(sp, S_JOB_GID, &c.gid);
+  if (rc != ESPANK_SUCCESS) return Status::IOError(std::string("cannot get the job's uid/gid: ") + spank_strerror(rc));
+  gid_t* groups = nullptr;
+  int ngroups = 0;
+  if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups != nullptr)
+    c.groups.assign(groups, groups + ngroups);
+  if (c.groups.empty()) c.groups.push_back(c.gid);
+  return c;
+}
+
+}  // namespace fanstore::spank

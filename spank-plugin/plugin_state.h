@@ -1,0 +1,59 @@
+// What the plugin's hooks share within one process (sbatch, srun, slurmstepd or the prolog/epilog),
+// and the helpers every context uses: plugstack config, user options, job identity, logging.
+// Slurm calls the hooks of one process from one thread, so there is no locking.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "spank-plugin/config.h"
+#include "spank-plugin/job.h"
+#include "spank-plugin/proc.h"
+#include "spank-plugin/spank_api.h"
+
+namespace fanstore::spank {
+
+struct PluginState {
+  bool config_loaded = false;
+  Config config;
+  UserOptions options;
+  bool enabled = false;     // set in init_post_opt (or the job-script hook) once the options are known
+  bool agent_step = false;  // remote context: this step runs the agents
+  std::string deferred_error;  // from user_init, reported by task_init_privileged (Slurm bug 7573)
+};
+PluginState& State();
+
+// Parses the plugstack arguments once per process. On error logs "fanstore: <phase>: ..." and returns -1.
+int LoadConfig(int ac, char** av, const char* phase);
+// Registers --fanstore, --fanstore-mount and --fanstore-replicas. Not in the prolog/epilog: there
+// spank_option_getopt would then fail (see SLURM-TESTBED.md).
+int RegisterOptions(spank_t sp, const char* phase);
+
+// Logs "fanstore: <phase>: <message>" at the given level.
+void LogError(const char* phase, const std::string& msg);
+void LogInfo(const char* phase, const std::string& msg);
+void LogVerbose(const char* phase, const std::string& msg);
+void LogDebug(const char* phase, const std::string& msg);
+
+// A variable of the job's environment (remote context), or nullopt.
+std::optional<std::string> JobGetenv(spank_t sp, const char* name);
+// A variable of this process's environment, or nullopt.
+std::optional<std::string> ProcessGetenv(const char* name);
+// The job's whole environment (remote context).
+std::vector<std::string> JobEnvironment(spank_t sp);
+std::vector<std::string> ProcessEnvironment();
+
+// Job id, uid and user name from Slurm; node from SLURMD_NODENAME in this process's environment
+// (slurmd's, inherited by slurmstepd and the prolog/epilog), else the short host name. The job's own
+// environment is no good for the node: steps inherit SLURMD_NODENAME of the batch node.
+[[nodiscard]] Result<JobIdentity> GetJobIdentity(spank_t sp);
+// The job user's uid, gid and supplementary groups.
+[[nodiscard]] Result<Credentials> GetJobCredentials(spank_t sp);
+// The user name of uid.
+[[nodiscard]] Result<std::string> UserName(uid_t uid);
+
+}  // namespace fanstore::spank

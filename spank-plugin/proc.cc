@@ -1,0 +1,455 @@
+// Processes and files for the plugin (see proc.h).
+#include "spank-plugin/proc.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace fanstore::spank {
+namespace {
+
+// argv and envp as the NULL-terminated arrays execve wants, built before fork.
+class ExecImage {
+ public:
+  ExecImage(const std::vector<std::string>& argv, const std::vector<std::string>& env)
+      : args_(argv), env_(env) {
+    for (auto& a : args_) argv_.push_back(a.data());
+    argv_.push_back(nullptr);
+    for (auto& e : env_) envp_.push_back(e.data());
+    envp_.push_back(nullptr);
+  }
+  [[noreturn]] void Exec() const {
+    ::execve(argv_[0], argv_.data(), envp_.data());
+    ::_exit(127);
+  }
+
+ private:
+  std::vector<std::string> args_, env_;
+  std::vector<char*> argv_, envp_;
+};
+
+int64_t NowMs() {
+  struct timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
+}
+
+void SleepMs(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (::nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+// --- child side: async-signal-safe only ---
+
+// Signal mask and ignored signals survive execve; Slurm's threads block some, so reset them.
+void ResetSignals() {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++) ::sigaction(sig, &dfl, nullptr);  // fails harmlessly for some
+}
+
+bool BecomeUser(const Credentials& c) {
+  if (::getuid() == c.uid && ::geteuid() == c.uid && ::getgid() == c.gid) return true;
+  // user_init runs with ruid 0 and euid user: take euid 0 back, then drop everything for good.
+  if (::geteuid() != 0 && ::seteuid(0) != 0) return false;
+  if (::setgroups(c.groups.size(), c.groups.data()) != 0) return false;
+  if (::setresgid(c.gid, c.gid, c.gid) != 0) return false;
+  if (::setresuid(c.uid, c.uid, c.uid) != 0) return false;
+  uid_t r, e, s;
+  return ::getresuid(&r, &e, &s) == 0 && r == c.uid && e == c.uid && s == c.uid;
+}
+
+void CloseFrom(int lowfd) {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, lowfd, ~0U, 0) == 0) return;
+#endif
+  for (int fd = lowfd; fd < 65536; fd++) ::close(fd);
+}
+
+void Redirect(int fd, int target) {
+  if (fd >= 0 && fd != target) ::dup2(fd, target);
+}
+
+int OpenOutput(const char* path) {
+  int fd = -1;
+  if (path[0] != '\0') fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  return fd;
+}
+
+void StdinFromNull() { Redirect(::open("/dev/null", O_RDONLY | O_CLOEXEC), 0); }
+
+// --- parent side ---
+
+int WaitWithTimeout(pid_t pid, int timeout_ms) {
+  const int64_t deadline = NowMs() + timeout_ms;
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return -1;
+    if (NowMs() >= deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      return -1;
+    }
+    SleepMs(10);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool WriteAll(int fd, const std::string& s) {
+  size_t done = 0;
+  while (done < s.size()) {
+    ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+pid_t ReadPidFile(const std::string& path) {
+  auto text = ReadSmallFile(path, 64);
+  if (!text.ok()) return -1;
+  long v = std::strtol(text.value().c_str(), nullptr, 10);
+  return v > 0 ? static_cast<pid_t>(v) : -1;
+}
+
+Status RemoveContents(int dirfd, const std::string& where) {
+  ::fchmod(dirfd, 0700);  // best effort: read-only staged directories
+  int dup = ::dup(dirfd);
+  if (dup < 0) return Status::FromErrno(where, errno);
+  DIR* d = ::fdopendir(dup);
+  if (d == nullptr) {
+    ::close(dup);
+    return Status::FromErrno(where, errno);
+  }
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  Status first;
+  for (const auto& name : names) {
+    struct stat st;
+    if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    const std::string path = where + "/" + name;
+    if (S_ISDIR(st.st_mode)) {
+      ::fchmodat(dirfd, name.c_str(), 0700, 0);
+      int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) {
+        Status s = RemoveContents(fd, path);
+        ::close(fd);
+        if (!s.ok() && first.ok()) first = s;
+      }
+      if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT && first.ok())
+        first = Status::FromErrno("rmdir " + path, errno);
+    } else if (::unlinkat(dirfd, name.c_str(), 0) != 0 && errno != ENOENT && first.ok()) {
+      first = Status::FromErrno("unlink " + path, errno);
+    }
+  }
+  return first;
+}
+
+}  // namespace
+
+Result<pid_t> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                    const Credentials* creds, const std::string& out_path) {
+  if (argv.empty()) return Status::InvalidArgument("Spawn: empty argv");
+  const ExecImage image(argv, env);
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno("fork", errno);
+  if (pid == 0) {
+    ResetSignals();
+    if (creds != nullptr && !BecomeUser(*creds)) ::_exit(126);
+    ::setsid();
+    StdinFromNull();
+    const int out = OpenOutput(out_path.c_str());
+    Redirect(out, 1);
+    Redirect(out, 2);
+    CloseFrom(3);
+    image.Exec();
+  }
+  return pid;
+}
+
+Result<bool> SpawnSupervised(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                             const std::string& lock_path, const std::string& log_path) {
+  if (argv.empty()) return Status::InvalidArgument("SpawnSupervised: empty argv");
+  const ExecImage image(argv, env);
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+  const pid_t sup = ::fork();
+  if (sup < 0) {
+    const int err = errno;
+    ::close(go[0]);
+    ::close(go[1]);
+    return Status::FromErrno("fork", err);
+  }
+  if (sup == 0) {
+    // The supervisor: in its own session, so that ^C on the user's srun does not reach the agents' srun.
+    ResetSignals();
+    ::setsid();
+    ::close(go[1]);
+    StdinFromNull();
+    const int null_out = OpenOutput("");
+    Redirect(null_out, 1);
+    Redirect(null_out, 2);
+    char c = 0;
+    ssize_t n;
+    do n = ::read(go[0], &c, 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1 || c != 'g') ::_exit(0);  // another supervisor holds the lock
+    const pid_t child = ::fork();
+    if (child == 0) {
+      const int out = OpenOutput(log_path.c_str());
+      Redirect(out, 1);
+      Redirect(out, 2);
+      CloseFrom(3);
+      image.Exec();
+    }
+    CloseFrom(3);
+    int status;
+    if (child > 0)
+      while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+    ::unlink(log_path.c_str());
+    ::unlink(lock_path.c_str());
+    ::_exit(0);
+  }
+  ::close(go[0]);
+
+  // Take the lock: write our supervisor's pid to a private file, then link it to the lock name.
+  const std::string tmp = lock_path + ".tmp." + std::to_string(::getpid());
+  bool started = false;
+  Status err;
+  for (int attempt = 0; attempt < 2 && !started; attempt++) {
+    ::unlink(tmp.c_str());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      err = Status::FromErrno("create " + tmp, errno);
+      break;
+    }
+    const bool wrote = WriteAll(fd, std::to_string(sup) + "\n");
+    ::close(fd);
+    if (!wrote) {
+      err = Status::IOError("cannot write " + tmp);
+      break;
+    }
+    if (::link(tmp.c_str(), lock_path.c_str()) == 0) {
+      started = true;
+      break;
+    }
+    if (errno != EEXIST) {
+      err = Status::FromErrno("link " + lock_path, errno);
+      break;
+    }
+    const pid_t holder = ReadPidFile(lock_path);
+    if (holder > 0 && ProcessAlive(holder)) break;  // agents already started for this job
+    ::unlink(lock_path.c_str());                    // stale: its supervisor is gone
+  }
+  ::unlink(tmp.c_str());
+  if (started) WriteAll(go[1], "g");
+  ::close(go[1]);
+  if (!started) {
+    int status;
+    while (::waitpid(sup, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (!err.ok()) return err;
+  return started;
+}
+
+Result<int> RunCapture(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                       const Credentials* creds, int timeout_ms, std::string* out) {
+  if (argv.empty()) return Status::InvalidArgument("RunCapture: empty argv");
+  const ExecImage image(argv, env);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(p[0]);
+    ::close(p[1]);
+    return Status::FromErrno("fork", err);
+  }
+  if (pid == 0) {
+    ResetSignals();
+    if (creds != nullptr && !BecomeUser(*creds)) ::_exit(126);
+    StdinFromNull();
+    Redirect(p[1], 1);
+    Redirect(OpenOutput(""), 2);
+    CloseFrom(3);
+    image.Exec();
+  }
+  ::close(p[1]);
+  out->clear();
+  const int64_t deadline = NowMs() + timeout_ms;
+  char buf[4096];
+  for (;;) {
+    const int64_t left = deadline - NowMs();
+    if (left <= 0) break;
+    struct pollfd pfd = {p[0], POLLIN, 0};
+    const int r = ::poll(&pfd, 1, static_cast<int>(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    const ssize_t n = ::read(p[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (out->size() < 65536) out->append(buf, static_cast<size_t>(n));
+  }
+  ::close(p[0]);
+  return WaitWithTimeout(pid, static_cast<int>(std::max<int64_t>(deadline - NowMs(), 0)));
+}
+
+Result<int> RunAsUser(const Credentials& creds, int timeout_ms, const std::function<int()>& fn) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno("fork", errno);
+  if (pid == 0) {
+    ResetSignals();
+    if (!BecomeUser(creds)) ::_exit(126);
+    int rc = 1;
+    try {
+      rc = fn();
+    } catch (...) {
+    }
+    ::_exit(rc & 0xff);
+  }
+  return WaitWithTimeout(pid, timeout_ms);
+}
+
+char ProcessState(pid_t pid) {
+  auto stat = ReadSmallFile("/proc/" + std::to_string(pid) + "/stat", 4096);
+  if (!stat.ok()) return '\0';
+  const std::string& s = stat.value();
+  const size_t close = s.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos || close + 2 >= s.size()) return '\0';
+  return s[close + 2];
+}
+
+bool ProcessAlive(pid_t pid) {
+  const char st = ProcessState(pid);
+  return st != '\0' && st != 'Z' && st != 'X' && st != 'x';
+}
+
+std::vector<pid_t> FindProcesses(uid_t uid, const std::vector<std::string>& env_entries) {
+  std::vector<pid_t> found;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return found;
+  while (struct dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == ::getpid()) continue;
+    const std::string dir = std::string("/proc/") + e->d_name;
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0 || st.st_uid != uid) continue;
+    auto environ = ReadSmallFile(dir + "/environ", 1 << 20);
+    if (!environ.ok()) continue;
+    const std::string& blob = environ.value();
+    bool all = true;
+    for (const auto& want : env_entries) {
+      bool hit = false;
+      for (size_t pos = 0; pos < blob.size();) {
+        const size_t z = blob.find('\0', pos);
+        const size_t len = (z == std::string::npos ? blob.size() : z) - pos;
+        if (len == want.size() && blob.compare(pos, len, want) == 0) {
+          hit = true;
+          break;
+        }
+        pos += len + 1;
+      }
+      all = all && hit;
+    }
+    if (all && ProcessAlive(static_cast<pid_t>(pid))) found.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return found;
+}
+
+int TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms) {
+  for (pid_t p : pids) ::kill(p, SIGTERM);
+  const int64_t deadline = NowMs() + grace_ms;
+  std::vector<pid_t> alive = pids;
+  while (!alive.empty()) {
+    std::vector<pid_t> still;
+    for (pid_t p : alive)
+      if (ProcessAlive(p)) still.push_back(p);
+    alive.swap(still);
+    if (alive.empty() || NowMs() >= deadline) break;
+    SleepMs(50);
+  }
+  for (pid_t p : alive) ::kill(p, SIGKILL);
+  return static_cast<int>(alive.size());
+}
+
+Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::OK() : Status::FromErrno(path, errno);
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("unlink " + path, errno);
+    return Status::OK();
+  }
+  ::chmod(path.c_str(), 0700);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(path, errno);
+  Status s = RemoveContents(fd, path);
+  ::close(fd);
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT && s.ok()) s = Status::FromErrno("rmdir " + path, errno);
+  return s;
+}
+
+Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound(path + " does not exist");
+    return Status::FromErrno(path, errno);
+  }
+  std::string data;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return Status::FromErrno(path, err);
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+    if (data.size() > max_bytes) {
+      data.resize(max_bytes);
+      break;
+    }
+  }
+  ::close(fd);
+  return data;
+}
+
+std::string TailOfFile(const std::string& path, int max_lines) {
+  auto text = ReadSmallFile(path, 1 << 20);
+  if (!text.ok()) return "";
+  std::string s = text.value();
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  size_t pos = s.size();
+  for (int i = 0; i < max_lines && pos != std::string::npos && pos > 0; i++) pos = s.rfind('\n', pos - 1);
+  return pos == std::string::npos ? s : s.substr(pos + 1);
+}
+
+}  // namespace fanstore::spank

@@ -1,0 +1,149 @@
+// Unit tests of the process and file helpers: starting and supervising children, finding processes by
+// their environment, and removing trees without following symlinks.
+#include "spank-plugin/proc.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+namespace fanstore::spank {
+namespace {
+
+class ProcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fanstore-proc.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override { (void)RemoveTree(root_); }
+  static bool Exists(const std::string& p) {
+    struct stat st;
+    return ::lstat(p.c_str(), &st) == 0;
+  }
+  static bool WaitFor(const std::function<bool()>& cond, int ms = 5000) {
+    for (int i = 0; i < ms / 10; i++) {
+      if (cond()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return cond();
+  }
+  std::string root_;
+};
+
+TEST_F(ProcTest, RunCaptureReturnsOutputAndStatus) {
+  std::string out;
+  auto rc = RunCapture({"/bin/sh", "-c", "echo hello $X; exit 3"}, {"X=world"}, nullptr, 5000, &out);
+  ASSERT_TRUE(rc.ok());
+  EXPECT_EQ(rc.value(), 3);
+  EXPECT_EQ(out, "hello world\n");
+}
+
+TEST_F(ProcTest, RunCaptureKillsAfterTimeout) {
+  std::string out;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rc = RunCapture({"/bin/sleep", "30"}, {}, nullptr, 200, &out);
+  ASSERT_TRUE(rc.ok());
+  EXPECT_EQ(rc.value(), -1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+TEST_F(ProcTest, SpawnWritesItsOutputToTheLog) {
+  const std::string log = root_ + "/log";
+  auto pid = Spawn({"/bin/sh", "-c", "echo out; echo err >&2; [ \"$(ps -o sid= -p $$)\" -eq $$ ] && echo leader"},
+                   {"PATH=/bin:/usr/bin"}, nullptr, log);
+  ASSERT_TRUE(pid.ok());
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid.value(), &status, 0), pid.value());
+  auto text = ReadSmallFile(log, 1024);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(text.value(), "out\nerr\nleader\n");
+  EXPECT_EQ(TailOfFile(log, 2), "err\nleader");
+}
+
+TEST_F(ProcTest, ProcessStateAndFindByEnvironment) {
+  EXPECT_EQ(ProcessState(::getpid()), 'R');
+  auto pid = Spawn({"/bin/sleep", "30"}, {"FANSTORE_TEST_MARK=" + root_, "OTHER=1"}, nullptr, "");
+  ASSERT_TRUE(pid.ok());
+  ASSERT_TRUE(WaitFor([&] { return ProcessAlive(pid.value()); }));
+  std::vector<pid_t> found;
+  ASSERT_TRUE(WaitFor([&] {  // the environment is the new one only after execve
+    found = FindProcesses(::getuid(), {"FANSTORE_TEST_MARK=" + root_, "OTHER=1"});
+    return found.size() == 1;
+  }));
+  EXPECT_EQ(found[0], pid.value());
+  EXPECT_TRUE(FindProcesses(::getuid(), {"FANSTORE_TEST_MARK=" + root_, "OTHER=2"}).empty());
+  EXPECT_EQ(TerminateProcesses(found, 2000), 0);
+  int status = 0;
+  ::waitpid(pid.value(), &status, 0);
+  EXPECT_FALSE(ProcessAlive(pid.value()));
+}
+
+TEST_F(ProcTest, SupervisedLaunchHappensOncePerLock) {
+  const std::string lock = root_ + "/job.launch", log = root_ + "/job.launch.log", flag = root_ + "/stop";
+  const std::vector<std::string> argv = {"/bin/sh", "-c", "echo started; while [ ! -e " + flag + " ]; do sleep 0.05; done"};
+  auto first = SpawnSupervised(argv, {}, lock, log);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(first.value());
+  ASSERT_TRUE(Exists(lock));
+  auto second = SpawnSupervised(argv, {}, lock, log);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second.value());  // the first supervisor is alive
+  ASSERT_TRUE(WaitFor([&] {
+    auto text = ReadSmallFile(log, 100);
+    return text.ok() && text.value() == "started\n";
+  }));
+  std::ofstream(flag) << "";
+  EXPECT_TRUE(WaitFor([&] { return !Exists(lock) && !Exists(log); }));  // the supervisor cleans up
+}
+
+TEST_F(ProcTest, StaleLockIsTakenOver) {
+  const std::string lock = root_ + "/job.launch", log = root_ + "/job.launch.log";
+  std::ofstream(lock) << "999999999\n";  // no such process
+  auto r = SpawnSupervised({"/bin/true"}, {}, lock, log);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.value());
+  EXPECT_TRUE(WaitFor([&] { return !Exists(lock); }));
+}
+
+TEST_F(ProcTest, RemoveTreeHandlesReadOnlyDirectoriesAndDoesNotFollowSymlinks) {
+  const std::string outside = root_ + "/outside";
+  ::mkdir(outside.c_str(), 0755);
+  std::ofstream(outside + "/keep") << "keep";
+  const std::string tree = root_ + "/tree";
+  ::mkdir(tree.c_str(), 0755);
+  ::mkdir((tree + "/ro").c_str(), 0755);
+  std::ofstream(tree + "/ro/file") << "x";
+  ::mkdir((tree + "/ro/none").c_str(), 0);
+  ::chmod((tree + "/ro").c_str(), 0500);
+  ASSERT_EQ(::symlink(outside.c_str(), (tree + "/link").c_str()), 0);
+  Status s = RemoveTree(tree);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_FALSE(Exists(tree));
+  EXPECT_TRUE(Exists(outside + "/keep"));
+  EXPECT_TRUE(RemoveTree(tree).ok());  // missing is fine
+  // A symlink given as the root is removed itself, never its target.
+  ASSERT_EQ(::symlink(outside.c_str(), (root_ + "/rootlink").c_str()), 0);
+  EXPECT_TRUE(RemoveTree(root_ + "/rootlink").ok());
+  EXPECT_TRUE(Exists(outside + "/keep"));
+}
+
+TEST_F(ProcTest, RunAsUserRunsInAChild) {
+  Credentials me;
+  me.uid = ::getuid();
+  me.gid = ::getgid();
+  me.groups = {me.gid};
+  auto rc = RunAsUser(me, 5000, [] { return 7; });
+  ASSERT_TRUE(rc.ok());
+  EXPECT_EQ(rc.value(), 7);
+}
+
+}  // namespace
+}  // namespace fanstore::spank

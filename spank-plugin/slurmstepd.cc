@@ -1,0 +1,152 @@
+// Remote context (slurmstepd of the batch step and of each srun step, on every node of the step).
+//
+//  - Batch step, user_init: starts the agent step (srun --overlap --mpi=pmix, one agent per node, as the
+//    job user), then waits until this node's agent is ready before the batch script starts.
+//  - Every other step, user_init: waits until this node's agent is ready.
+//  - Both then give the tasks LD_PRELOAD and FANSTORE_MOUNT/TABLE/SOCKET.
+//  - The agent step itself (FANSTORE_AGENT_STEP=1): only sets this node's directories for the agent.
+//
+// Errors from user_init do not fail the step or reach srun (https://bugs.schedmd.com/show_bug.cgi?id=7573),
+// so user_init records them and task_init_privileged reports them, as NVIDIA/pyxis does.
+#include <unistd.h>
+
+#include "common/env.h"
+#include "spank-plugin/agent_wait.h"
+#include "spank-plugin/hooks.h"
+#include "spank-plugin/plugin_state.h"
+
+namespace fanstore::spank {
+namespace {
+
+constexpr char kPhase[] = "user_init";
+
+Status SetTaskEnv(spank_t sp, const char* name, const std::string& value) {
+  const spank_err_t rc = spank_setenv(sp, name, value.c_str(), 1);
+  if (rc != ESPANK_SUCCESS) return Status::IOError(std::string("cannot set ") + name + ": " + spank_strerror(rc));
+  return Status::OK();
+}
+
+// squeue lives beside srun.
+std::string SqueuePath(const Config& config) {
+  const size_t slash = config.srun.rfind('/');
+  return config.srun.substr(0, slash + 1) + "squeue";
+}
+
+Status PrepareAgentStep(spank_t sp, const JobIdentity& id) {
+  const Config& c = State().config;
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvAgentLocalDir, LocalDir(c, id)));
+  return SetTaskEnv(sp, kEnvAgentRunDir, RunDir(c, id));
+}
+
+// Starts the agent step from the batch step. Returns the helper srun's pid.
+Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& creds, const std::string& mount) {
+  const PluginState& s = State();
+  if (::access(s.config.agent.c_str(), X_OK) != 0)
+    return Status::NotFound("the FanStore agent " + s.config.agent + " is not executable on this node (plugstack agent=)");
+  uint32_t nodes = 0;
+  if (auto n = JobGetenv(sp, "SLURM_JOB_NUM_NODES")) nodes = static_cast<uint32_t>(std::strtoul(n->c_str(), nullptr, 10));
+  if (nodes == 0) return Status::IOError("SLURM_JOB_NUM_NODES is not set in the batch step");  // S_JOB_NNODES is 0 here
+  AgentStep step;
+  step.srun = s.config.srun;
+  step.agent = s.config.agent;
+  step.dataset = s.options.dataset;
+  step.mount = mount;
+  step.replicas = ResolveReplicas(s.options, s.config);
+  step.job = id.job;
+  step.nodes = nodes;
+  auto pid = Spawn(AgentStepArgv(step), AgentStepEnv(JobEnvironment(sp), s.config.preload), &creds,
+                   LaunchLog(s.config, id));
+  if (!pid.ok()) return pid.status().Prefixed("cannot start the FanStore agents");
+  LogVerbose(kPhase, "started the FanStore agent step of job " + std::to_string(id.job) + " on " +
+                         std::to_string(nodes) + " node(s), srun pid " + std::to_string(pid.value()));
+  return pid.value();
+}
+
+Status ServeStep(spank_t sp) {
+  const PluginState& s = State();
+  auto id = GetJobIdentity(sp);
+  if (!id.ok()) return id.status();
+  auto creds = GetJobCredentials(sp);
+  if (!creds.ok()) return creds.status();
+  uint32_t stepid = 0;
+  if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS) return Status::IOError("cannot get the step id");
+  FS_RETURN_IF_ERROR(CheckUserOptions(s.options));
+  auto mount = ResolveMount(s.options, s.config);
+  if (!mount.ok()) return mount.status();
+  if (::access(s.config.preload.c_str(), R_OK) != 0)
+    return Status::NotFound("the interception library " + s.config.preload + " is missing on " + id->node +
+                            " (plugstack preload=)");
+
+  WaitRequest wait;
+  if (stepid == SLURM_BATCH_SCRIPT) {
+    auto helper = StartAgents(sp, id.value(), creds.value(), mount.value());
+    if (!helper.ok()) return helper.status();
+    wait.helper = helper.value();
+    wait.launch_log = LaunchLog(s.config, id.value());
+    FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvJobAgents, std::to_string(id->job)));
+  }
+  wait.run_dir = RunDir(s.config, id.value());
+  wait.node = id->node;
+  wait.uid = id->uid;
+  wait.job = id->job;
+  wait.timeout_s = s.config.stagein_timeout;
+  wait.squeue = SqueuePath(s.config);
+  wait.squeue_env = ProcessEnvironment();
+  wait.creds = &creds.value();
+  double waited = 0;
+  Status ready = WaitForAgent(wait, &waited);
+  if (!ready.ok()) return ready;
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3f", waited);
+  LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + std::to_string(stepid) + " on " + id->node +
+                      ": agent ready after " + secs + " s");
+
+  const std::string preload = PrependPreload(JobGetenv(sp, "LD_PRELOAD").value_or(""), s.config.preload);
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, "LD_PRELOAD", preload));
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kMount, mount.value()));
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kTable, wait.run_dir + "/table"));
+  return SetTaskEnv(sp, env::kSocket, wait.run_dir + "/agent.sock");
+}
+
+}  // namespace
+
+int StepdInit(spank_t sp, int ac, char** av) {
+  if (LoadConfig(ac, av, "init") != 0) return -1;
+  return RegisterOptions(sp, "init");
+}
+
+int StepdPostOpt(spank_t sp, int ac, char** av) {
+  PluginState& s = State();
+  s.agent_step = JobGetenv(sp, kEnvAgentStep).value_or("") == "1";
+  s.enabled = s.agent_step || !s.options.dataset.empty();
+  return 0;
+}
+
+int StepdUserInit(spank_t sp, int ac, char** av) {
+  PluginState& s = State();
+  if (!s.enabled) return 0;
+  uint32_t stepid = 0;
+  if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS && stepid == SLURM_EXTERN_CONT) return 0;
+  Status st;
+  if (s.agent_step) {
+    auto id = GetJobIdentity(sp);
+    st = id.ok() ? PrepareAgentStep(sp, id.value()) : id.status();
+  } else {
+    st = ServeStep(sp);
+  }
+  if (!st.ok()) {
+    s.deferred_error = st.message();
+    LogVerbose(kPhase, "failed; reporting it from task_init_privileged: " + st.message());
+  }
+  return 0;
+}
+
+int StepdTaskInitPrivileged(spank_t sp, int ac, char** av) {
+  PluginState& s = State();
+  if (!s.enabled) return 0;
+  if (s.deferred_error.empty()) return 0;
+  LogError("task_init", s.deferred_error);
+  return -1;
+}
+
+}  // namespace fanstore::spank

@@ -1,0 +1,98 @@
+// Local context (srun, as the user).
+//
+// Who starts the agents: the first process that lives as long as the allocation.
+//  - sbatch: the batch step (slurmstepd.cc). It exports FANSTORE_JOB_AGENTS=<job id> to the batch
+//    script, so the sruns inside it start nothing.
+//  - `srun --fanstore=...` from a login shell, and the sruns inside `salloc --fanstore=...`: here, in
+//    local_user_init, after Slurm created the allocation and the step. The agent step's srun runs under
+//    a small supervisor outside the user's srun, so that it survives that srun inside salloc; a lock
+//    file holding the supervisor's pid makes later sruns of the same job start nothing.
+// Each step then waits on every node, in user_init, for that node's agent (slurmstepd.cc).
+#include <unistd.h>
+
+#include "spank-plugin/dataset_check.h"
+#include "spank-plugin/hooks.h"
+#include "spank-plugin/plugin_state.h"
+
+namespace fanstore::spank {
+namespace {
+
+constexpr char kPhase[] = "srun";
+
+// True inside a batch job whose batch step already started the agents.
+bool AgentsRunByBatchStep() {
+  auto owner = ProcessGetenv(kEnvJobAgents);
+  auto job = ProcessGetenv("SLURM_JOB_ID");
+  return owner && job && *owner == *job;
+}
+
+}  // namespace
+
+int SrunInit(spank_t sp, int ac, char** av) {
+  if (LoadConfig(ac, av, kPhase) != 0) return -1;
+  return RegisterOptions(sp, kPhase);
+}
+
+int SrunPostOpt(spank_t sp, int ac, char** av) {
+  PluginState& s = State();
+  // The agent step's own srun must not start agents again.
+  s.enabled = !s.options.dataset.empty() && ProcessGetenv(kEnvAgentStep).value_or("") != "1";
+  if (!s.enabled) return 0;
+  if (AgentsRunByBatchStep()) return 0;  // checked at submission already
+  Status st = CheckUserOptions(s.options);
+  if (st.ok()) st = CheckDataset(s.options.dataset);
+  if (!st.ok()) {
+    LogError(kPhase, st.message());
+    return -1;
+  }
+  return 0;
+}
+
+int SrunLocalUserInit(spank_t sp, int ac, char** av) {
+  PluginState& s = State();
+  if (!s.enabled) return 0;
+  if (AgentsRunByBatchStep()) return 0;
+
+  JobIdentity id;
+  spank_err_t rc = spank_get_item(sp, S_JOB_ID, &id.job);
+  if (rc != ESPANK_SUCCESS) {
+    LogError(kPhase, std::string("cannot get the job id: ") + spank_strerror(rc));
+    return -1;
+  }
+  id.uid = ::getuid();
+  uint32_t nodes = 0;
+  if (auto n = ProcessGetenv("SLURM_JOB_NUM_NODES")) nodes = static_cast<uint32_t>(std::strtoul(n->c_str(), nullptr, 10));
+  if (nodes == 0 && spank_get_item(sp, S_JOB_NNODES, &nodes) != ESPANK_SUCCESS) nodes = 0;
+  if (nodes == 0) {
+    LogError(kPhase, "cannot tell the number of nodes of job " + std::to_string(id.job));
+    return -1;
+  }
+  auto mount = ResolveMount(s.options, s.config);
+  if (!mount.ok()) {
+    LogError(kPhase, mount.status().message());
+    return -1;
+  }
+
+  AgentStep step;
+  step.srun = s.config.srun;
+  step.agent = s.config.agent;
+  step.dataset = s.options.dataset;
+  step.mount = mount.value();
+  step.replicas = ResolveReplicas(s.options, s.config);
+  step.job = id.job;
+  step.nodes = nodes;
+  auto started = SpawnSupervised(AgentStepArgv(step), AgentStepEnv(ProcessEnvironment(), s.config.preload),
+                                 LaunchLock(s.config, id), LaunchLog(s.config, id));
+  if (!started.ok()) {
+    LogError(kPhase, "cannot start the FanStore agents: " + started.status().message());
+    return -1;
+  }
+  if (started.value())
+    LogVerbose(kPhase, "started the FanStore agents of job " + std::to_string(id.job) + " on " + std::to_string(nodes) +
+                           " node(s); their output is in " + LaunchLog(s.config, id));
+  else
+    LogDebug(kPhase, "the FanStore agents of job " + std::to_string(id.job) + " are already running");
+  return 0;
+}
+
+}  // namespace fanstore::spank
