@@ -343,6 +343,107 @@ EOF
 rc=$?
 check "python3: threads, fork, subprocess" test $rc -eq 0 || cat "$WORK/thr.out"
 
+# ---- Files held by other nodes: opens go to the agent -----------------------------------------
+# A stand-in agent speaks the local protocol (common/proto.h): kOpen with the relative path,
+# answered with a memfd holding the file, or an errno ("serve"), or never ("hang").
+"$MKTABLE" --remote 'many/*' --remote 'a/b/big.bin' "$SRC" "$WORK/table-remote" || fail "mktable --remote"
+cat >"$WORK/agent.py" <<'EOF'
+import os, socket, struct, sys
+sock_path, root, mode = sys.argv[1:4]
+HDR = struct.Struct('<IIiI')
+MAGIC = 0x46534c31
+def recv_exact(c, n):
+    buf = b''
+    while len(buf) < n:
+        chunk = c.recv(n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(sock_path)
+srv.listen(64)
+open(sock_path + '.ready', 'w').close()
+held = []
+while True:
+    c, _ = srv.accept()
+    try:
+        magic, op, _, n = HDR.unpack(recv_exact(c, HDR.size))
+        rel = recv_exact(c, n).decode()
+        if mode == 'hang':
+            held.append(c)
+            continue
+        try:
+            data = open(os.path.join(root, rel), 'rb').read()
+        except OSError as e:
+            c.sendall(HDR.pack(MAGIC, op, e.errno, 0))
+            continue
+        fd = os.memfd_create('fanstore')
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        socket.send_fds(c, [HDR.pack(MAGIC, op, 0, 0)], [fd])
+        os.close(fd)
+    except EOFError:
+        pass
+    finally:
+        if mode != 'hang':
+            c.close()
+EOF
+start_agent() {  # start_agent SOCKET MODE
+  rm -f "$1" "$1.ready"
+  "$PY" "$WORK/agent.py" "$1" "$SRC" "$2" &
+  AGENT_PID=$!
+  for _ in $(seq 200); do [ -e "$1.ready" ] && return; sleep 0.05; done
+}
+stop_agent() {
+  kill "$AGENT_PID" 2>/dev/null
+  wait "$AGENT_PID" 2>/dev/null
+}
+remote() { env LD_PRELOAD="$PRELOAD" FANSTORE_MOUNT="$MNT" FANSTORE_TABLE="$WORK/table-remote" "$@"; }
+
+start_agent "$WORK/agent.sock" serve
+export FANSTORE_SOCKET="$WORK/agent.sock"
+check "remote open: content from the agent" test "$(remote cat "$MNT/many/s7.txt")" = "sample 7"
+check "remote open: a large file" cmp "$SRC/a/b/big.bin" <(remote cat "$MNT/a/b/big.bin")
+remote "$PY" - "$MNT" <<'EOF' >"$WORK/remote.out" 2>&1
+import os, sys
+M = sys.argv[1]
+for i in (1, 150, 300):
+    p = f'{M}/many/s{i}.txt'
+    with open(p) as f:
+        a, b = os.stat(p), os.fstat(f.fileno())
+        assert (a.st_dev, a.st_ino, a.st_size, a.st_mode, a.st_mtime_ns, a.st_ctime_ns) == \
+               (b.st_dev, b.st_ino, b.st_size, b.st_mode, b.st_mtime_ns, b.st_ctime_ns), p
+        assert f.read() == f'sample {i}\n'
+        assert os.get_inheritable(f.fileno()) is False  # Python opens with O_CLOEXEC
+fd = os.open(M + '/many/s2.txt', os.O_RDONLY)
+os.set_inheritable(fd, True)
+assert os.get_inheritable(fd)
+print('ok')
+EOF
+check "remote open: fstat equals stat, close-on-exec as asked" test "$(cat "$WORK/remote.out")" = ok ||
+  cat "$WORK/remote.out"
+remote tar -cf "$WORK/remote.tar" -C "$WORK/mnt" ds 2>"$WORK/rtar.err"
+check "remote open: tar -c without warnings" test $? -eq 0 -a ! -s "$WORK/rtar.err"
+stop_agent
+
+check "remote open, agent gone: EIO" test "$(remote cat "$MNT/many/s7.txt" 2>&1)" = \
+  "cat: $MNT/many/s7.txt: Input/output error"
+check "remote open, agent gone: local files still open" test "$(remote cat "$MNT/a/x.txt")" = hello
+unset FANSTORE_SOCKET
+check "remote open, no agent configured: EIO" test "$(remote cat "$MNT/many/s7.txt" 2>&1)" = \
+  "cat: $MNT/many/s7.txt: Input/output error"
+start_agent "$WORK/hang.sock" hang
+t0=$(date +%s%N)
+out=$(remote FANSTORE_SOCKET="$WORK/hang.sock" FANSTORE_OPEN_TIMEOUT_MS=300 cat "$MNT/many/s7.txt" 2>&1)
+elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
+check "remote open, agent stuck: EIO after FANSTORE_OPEN_TIMEOUT_MS" \
+  test "$out" = "cat: $MNT/many/s7.txt: Input/output error" -a "$elapsed_ms" -lt 5000
+out=$(remote FANSTORE_SOCKET="$WORK/hang.sock" FANSTORE_OPEN_TIMEOUT_MS=300 FANSTORE_LOG=1 \
+  cat "$MNT/many/s7.txt" 2>&1)
+check "FANSTORE_LOG=1 explains the failure" grep -q 'receive failed: Connection timed out' <<<"$out"
+stop_agent
+
 echo
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"

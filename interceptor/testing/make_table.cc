@@ -1,12 +1,14 @@
 // fanstore-mktable: serves a real directory tree at a virtual mount, for tests.
 //
-//   fanstore-mktable SOURCE_DIR TABLE_FILE
+//   fanstore-mktable [--remote PATTERN]... SOURCE_DIR TABLE_FILE
 //
 // Walks SOURCE_DIR (without following symlinks) and writes a metadata table in which every
 // regular file is kLocal and the local root is SOURCE_DIR itself, so the interceptor opens the
-// source files directly. Modes, sizes, mtimes and symlink targets are copied; the owner is the
-// caller. Test-only: the agent builds the real tables.
+// source files directly. Files whose relative path matches a --remote fnmatch(3) pattern are
+// not kLocal: their opens go to the agent. Modes, sizes, mtimes and symlink targets are
+// copied; the owner is the caller. Test-only: the agent builds the real tables.
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@ namespace {
 using fanstore::table::Node;
 
 std::vector<Node>* g_nodes;
+std::vector<const char*> g_remote;
 size_t g_root_len;
 
 int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
@@ -38,7 +41,11 @@ int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
   n.mode = st->st_mode;
   n.size = static_cast<uint64_t>(st->st_size);
   n.mtime_ns = int64_t{st->st_mtim.tv_sec} * 1000000000 + st->st_mtim.tv_nsec;
-  if (S_ISREG(st->st_mode)) n.flags = fanstore::table::kLocal;
+  if (S_ISREG(st->st_mode)) {
+    n.flags = fanstore::table::kLocal;
+    for (const char* pattern : g_remote)
+      if (fnmatch(pattern, n.path.c_str(), 0) == 0) n.flags = 0;
+  }
   if (S_ISLNK(st->st_mode)) {
     char target[PATH_MAX];
     ssize_t len = readlink(path, target, sizeof target);
@@ -55,13 +62,18 @@ int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: fanstore-mktable SOURCE_DIR TABLE_FILE\n");
+  int arg = 1;
+  while (arg + 1 < argc && strcmp(argv[arg], "--remote") == 0) {
+    g_remote.push_back(argv[arg + 1]);
+    arg += 2;
+  }
+  if (argc - arg != 2) {
+    fprintf(stderr, "usage: fanstore-mktable [--remote PATTERN]... SOURCE_DIR TABLE_FILE\n");
     return 2;
   }
   char root[PATH_MAX];
-  if (!realpath(argv[1], root)) {
-    perror(argv[1]);
+  if (!realpath(argv[arg], root)) {
+    perror(argv[arg]);
     return 1;
   }
   std::vector<Node> nodes;
@@ -80,7 +92,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "fanstore-mktable: %s\n", image.status().ToString().c_str());
     return 1;
   }
-  fanstore::Status s = fanstore::table::WriteFile(argv[2], image.value());
+  fanstore::Status s = fanstore::table::WriteFile(argv[arg + 1], image.value());
   if (!s.ok()) {
     fprintf(stderr, "fanstore-mktable: %s\n", s.ToString().c_str());
     return 1;
