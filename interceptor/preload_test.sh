@@ -184,6 +184,19 @@ $MNT/héllo wörld/日本
 $WORK/mnt"
 check "cd into the mount in bash -c (children inherit the directory)" test "$out" = "$expected"
 
+# A mount whose parent does not exist (the usual /fanstore/ds): tools that check every
+# component (realpath, readlink -f, pathlib's strict resolve) see read-only directories there.
+ABS=$WORK/absent/ds
+absent() { env LD_PRELOAD="$PRELOAD" FANSTORE_MOUNT="$ABS" FANSTORE_TABLE="$TABLE" "$@"; }
+check "absent parent: realpath" test "$(absent realpath "$ABS/link/c")" = "$ABS/a/b/c"
+check "absent parent: readlink -f" test "$(absent readlink -f "$ABS/linkfile")" = "$ABS/a/x.txt"
+check "absent parent: stat of the parent" test "$(absent stat -c '%F %a' "$WORK/absent")" = "directory 555"
+check "absent parent: pathlib resolve(strict=True)" test "$(absent "$PY" -c \
+  "import pathlib; print(pathlib.Path('$ABS/link/c').resolve(strict=True))")" = "$ABS/a/b/c"
+check "absent parent: cd in bash" test "$(absent bash -c "cd '$ABS/a' && /bin/pwd && cat x.txt")" = "$ABS/a
+hello"
+check "absent parent: still absent" test ! -e "$WORK/absent"
+
 # ---- Errors ------------------------------------------------------------------------------------
 errs() { fs "$@" 2>&1 >/dev/null | sed "s|$MNT|M|g"; }
 check "ENOENT" test "$(errs cat "$MNT/nope")" = "cat: M/nope: No such file or directory"

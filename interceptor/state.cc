@@ -11,6 +11,7 @@
 #include <new>
 
 #include "common/env.h"
+#include "common/hash.h"
 
 namespace fanstore::interceptor {
 
@@ -286,6 +287,16 @@ int RealAncestorLength(int dirfd, const char* path) noexcept {
     p = end;
   }
   return pos == 0 ? 1 : static_cast<int>(pos);
+}
+
+void FillAncestorStat(int length, struct stat* st) noexcept {
+  const table::TableView& t = Table();
+  t.FillStat(t.at(0), st);
+  st->st_ino = table::InodeFor(Xxh3(Mount().substr(0, static_cast<size_t>(length))) ^ 0x5a5a5a5a5a5a5a5aULL);
+  st->st_mode = S_IFDIR | 0555;
+  st->st_nlink = 3;
+  st->st_uid = 0;
+  st->st_gid = 0;
 }
 
 void AfterRealOpen(int dirfd, const char* path, int fd) noexcept {

@@ -153,6 +153,11 @@ inline void ForgetStale(int fd) noexcept {
 // a working directory or descriptor already known to be such a directory. No syscalls.
 int RealAncestorLength(int dirfd, const char* path) noexcept;
 
+// Attributes of a directory above the mount that does not exist: root-owned, mode 0555,
+// holding one directory, with the table's device and the root's times. `length` as from
+// RealAncestorLength().
+void FillAncestorStat(int length, struct stat* st) noexcept;
+
 // A pass-through open of (dirfd, path) returned fd (or failed, fd < 0): record it when it is
 // a directory above the mount (tar -C /fanstore then openat(fd, "ds")), else forget any stale
 // record of the number.

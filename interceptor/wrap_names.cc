@@ -23,6 +23,18 @@ long ReadLink(const Walk& w, char* buf, size_t size) {
   return static_cast<long>(n);
 }
 
+// Copies s into resolved, or a malloc'ed buffer when resolved is null.
+char* ReturnPath(std::string_view s, char* resolved) {
+  if (!resolved) resolved = static_cast<char*>(malloc(s.size() + 1));
+  if (!resolved) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  memcpy(resolved, s.data(), s.size());
+  resolved[s.size()] = '\0';
+  return resolved;
+}
+
 // realpath of a located virtual path into resolved (PATH_MAX bytes), or a malloc'ed buffer
 // when resolved is null.
 char* RealpathVirtual(const Walk& w, char* resolved, int* err) {
@@ -36,26 +48,31 @@ char* RealpathVirtual(const Walk& w, char* resolved, int* err) {
     *err = ENAMETOOLONG;
     return nullptr;
   }
-  if (!resolved) {
-    resolved = static_cast<char*>(malloc(static_cast<size_t>(n) + 1));
-    if (!resolved) {
-      *err = ENOMEM;
-      return nullptr;
-    }
+  char* r = ReturnPath(std::string_view(tmp, static_cast<size_t>(n)), resolved);
+  if (!r) *err = ENOMEM;
+  return r;
+}
+
+// libc's realpath, with directories above the mount that do not exist treated as existing.
+char* RealRealpath(const char* path, char* resolved) {
+  char* r = Real().realpath(path, resolved);
+  if (!r && errno == ENOENT && path) {
+    int length = RealAncestorLength(AT_FDCWD, path);
+    if (length > 0) return ReturnPath(Mount().substr(0, static_cast<size_t>(length)), resolved);
   }
-  memcpy(resolved, tmp, static_cast<size_t>(n) + 1);
-  return resolved;
+  return r;
 }
 
 char* Realpath(const char* path, char* resolved) {
-  if (!Intercepting() || !path || !MaybeOurs(AT_FDCWD, path)) return Real().realpath(path, resolved);
+  if (!Intercepting()) return Real().realpath(path, resolved);
+  if (!path || !MaybeOurs(AT_FDCWD, path)) return RealRealpath(path, resolved);
   Guard guard;
   ErrnoSaver saved;
   PathScratch scratch;
   Located loc = Locate(AT_FDCWD, path, true, false, &scratch);
   if (!loc.virt) {
     saved.Restore();
-    return Real().realpath(loc.path, resolved);
+    return RealRealpath(loc.path, resolved);
   }
   int err = 0;
   char* r = RealpathVirtual(loc.walk, resolved, &err);
@@ -89,14 +106,14 @@ namespace table = fanstore::table;
 extern "C" ssize_t fanstore_readlink(const char* path, char* buf, size_t size) noexcept {
   return OnPath(
       AT_FDCWD, path, false, false, [&](int, const char* p) { return Real().readlink(p, buf, size); },
-      [&](const Walk& w) { return ReadLink(w, buf, size); });
+      [&](const Walk& w) { return ReadLink(w, buf, size); }, [](int) { return -static_cast<long>(EINVAL); });
 }
 
 // readlinkat(fd, "", ...) reads the link an O_PATH|O_NOFOLLOW descriptor refers to.
 extern "C" ssize_t fanstore_readlinkat(int dirfd, const char* path, char* buf, size_t size) noexcept {
   return OnPath(
       dirfd, path, false, true, [&](int d, const char* p) { return Real().readlinkat(d, p, buf, size); },
-      [&](const Walk& w) { return ReadLink(w, buf, size); });
+      [&](const Walk& w) { return ReadLink(w, buf, size); }, [](int) { return -static_cast<long>(EINVAL); });
 }
 
 extern "C" char* fanstore_realpath(const char* path, char* resolved) noexcept {
@@ -104,7 +121,7 @@ extern "C" char* fanstore_realpath(const char* path, char* resolved) noexcept {
 }
 
 extern "C" char* fanstore_canonicalize_file_name(const char* path) noexcept {
-  if (!Intercepting() || !path || !MaybeOurs(AT_FDCWD, path)) return Real().canonicalize_file_name(path);
+  if (!Intercepting()) return Real().canonicalize_file_name(path);
   return Realpath(path, nullptr);
 }
 

@@ -26,9 +26,7 @@ long FillStat(const Walk& w, void* st) {
   return 0;
 }
 
-void FillStatx(const Entry& e, struct statx* stx) {
-  struct stat st;
-  Table().FillStat(e, &st);
+void StatxFromStat(const struct stat& st, struct statx* stx) {
   memset(stx, 0, sizeof *stx);
   stx->stx_mask = STATX_BASIC_STATS;
   stx->stx_blksize = static_cast<uint32_t>(st.st_blksize);
@@ -59,6 +57,12 @@ bool InGroup(gid_t gid, bool effective) {
   for (int i = 0; i < n; i++)
     if (groups[i] == gid) return true;
   return false;
+}
+
+void FillStatx(const Entry& e, struct statx* stx) {
+  struct stat st;
+  Table().FillStat(e, &st);
+  StatxFromStat(st, stx);
 }
 
 long Access(const Walk& w, int mode, bool effective) {
@@ -115,6 +119,18 @@ void FillStatvfs(struct statvfs* s) {
   s->f_namemax = NAME_MAX;
 }
 
+// ---- Directories above the mount that do not exist ------------------------------------------
+
+long AncestorStat(int length, void* st) {
+  FillAncestorStat(length, static_cast<struct stat*>(st));
+  return 0;
+}
+
+long AncestorAccess(int mode) {
+  if (mode & ~(R_OK | W_OK | X_OK)) return -EINVAL;
+  return (mode & W_OK) ? -EROFS : 0;  // mode 0555: readable and searchable by everyone
+}
+
 // ---- Shared bodies -----------------------------------------------------------------------
 
 int StatAt(int dirfd, const char* path, void* st, int flags,
@@ -122,7 +138,7 @@ int StatAt(int dirfd, const char* path, void* st, int flags,
   return AsInt(OnPath(
       dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH,
       [&](int d, const char* p) { return real(d, p, static_cast<struct stat*>(st), flags); },
-      [&](const Walk& w) { return FillStat(w, st); }));
+      [&](const Walk& w) { return FillStat(w, st); }, [&](int length) { return AncestorStat(length, st); }));
 }
 
 int StatPath(const char* path, void* st, bool follow, int (*real)(const char*, struct stat*)) {
@@ -133,7 +149,7 @@ int StatPath(const char* path, void* st, bool follow, int (*real)(const char*, s
         (void)d;
         return real(p, static_cast<struct stat*>(st));
       },
-      [&](const Walk& w) { return FillStat(w, st); }));
+      [&](const Walk& w) { return FillStat(w, st); }, [&](int length) { return AncestorStat(length, st); }));
 }
 
 int StatFd(int fd, void* st, int (*real)(int, struct stat*)) {
@@ -148,13 +164,14 @@ int StatFd(int fd, void* st, int (*real)(int, struct stat*)) {
 template <typename Real>
 ssize_t GetXattrPath(const char* path, bool follow, Real&& real) {
   return OnPath(AT_FDCWD, path, follow, false, [&](int, const char* p) { return real(p); },
-                [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : -static_cast<long>(ENODATA); });
+                [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : -static_cast<long>(ENODATA); },
+                [](int) { return -static_cast<long>(ENODATA); });
 }
 
 template <typename Real>
 ssize_t ListXattrPath(const char* path, bool follow, Real&& real) {
   return OnPath(AT_FDCWD, path, follow, false, [&](int, const char* p) { return real(p); },
-                [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : 0L; });
+                [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : 0L; }, [](int) { return 0L; });
 }
 
 template <typename Buf, typename Real, typename Fill>
@@ -163,6 +180,10 @@ int StatfsPath(const char* path, Buf* buf, Real&& real, Fill&& fill) {
       AT_FDCWD, path, true, false, [&](int, const char* p) { return real(p, buf); },
       [&](const Walk& w) {
         if (w.err) return -static_cast<long>(w.err);
+        fill(buf);
+        return 0L;
+      },
+      [&](int) {
         fill(buf);
         return 0L;
       }));
@@ -181,12 +202,12 @@ int StatfsFd(int fd, Buf* buf, Real&& real, Fill&& fill) {
 void FillStatfs64(struct statfs64* s) { FillStatfs(reinterpret_cast<struct statfs*>(s)); }
 void FillStatvfs64(struct statvfs64* s) { FillStatvfs(reinterpret_cast<struct statvfs*>(s)); }
 
-int AccessAt(int dirfd, const char* path, int mode, int flags,
-             int (*real)(int, const char*, int, int)) {
+template <typename Real>
+int AccessAt(int dirfd, const char* path, int mode, int flags, Real&& real) {
   return AsInt(OnPath(
-      dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH,
-      [&](int d, const char* p) { return real(d, p, mode, flags); },
-      [&](const Walk& w) { return Access(w, mode, flags & AT_EACCESS); }));
+      dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH, real,
+      [&](const Walk& w) { return Access(w, mode, flags & AT_EACCESS); },
+      [&](int) { return AncestorAccess(mode); }));
 }
 
 }  // namespace
@@ -261,30 +282,35 @@ extern "C" int fanstore_statx(int dirfd, const char* path, int flags, unsigned i
                               struct statx* stx) noexcept {
   auto real = [&](int d, const char* p) { return Real().statx(d, p, flags, mask, stx); };
   // statx(fd, "", AT_EMPTY_PATH) of a tracked descriptor comes here through Locate too.
-  return AsInt(OnPath(dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH, real,
-                      [&](const Walk& w) {
-                        if (w.err) return -static_cast<long>(w.err);
-                        FillStatx(*w.entry, stx);
-                        return 0L;
-                      }));
+  return AsInt(OnPath(
+      dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH, real,
+      [&](const Walk& w) {
+        if (w.err) return -static_cast<long>(w.err);
+        FillStatx(*w.entry, stx);
+        return 0L;
+      },
+      [&](int length) {
+        struct stat st;
+        FillAncestorStat(length, &st);
+        StatxFromStat(st, stx);
+        return 0L;
+      }));
 }
 
 // ---- access ----------------------------------------------------------------------------------
 
 extern "C" int fanstore_access(const char* path, int mode) noexcept {
-  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path)) return Real().access(path, mode);
-  return AccessAt(AT_FDCWD, path, mode, 0, Real().faccessat);
+  return AccessAt(AT_FDCWD, path, mode, 0, [&](int, const char* p) { return Real().access(p, mode); });
 }
 extern "C" int fanstore_faccessat(int dirfd, const char* path, int mode, int flags) noexcept {
-  return AccessAt(dirfd, path, mode, flags, Real().faccessat);
+  return AccessAt(dirfd, path, mode, flags,
+                  [&](int d, const char* p) { return Real().faccessat(d, p, mode, flags); });
 }
 extern "C" int fanstore_euidaccess(const char* path, int mode) noexcept {
-  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path)) return Real().euidaccess(path, mode);
-  return AccessAt(AT_FDCWD, path, mode, AT_EACCESS, Real().faccessat);
+  return AccessAt(AT_FDCWD, path, mode, AT_EACCESS, [&](int, const char* p) { return Real().euidaccess(p, mode); });
 }
 extern "C" int fanstore_eaccess(const char* path, int mode) noexcept {
-  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path)) return Real().eaccess(path, mode);
-  return AccessAt(AT_FDCWD, path, mode, AT_EACCESS, Real().faccessat);
+  return AccessAt(AT_FDCWD, path, mode, AT_EACCESS, [&](int, const char* p) { return Real().eaccess(p, mode); });
 }
 
 // ---- statfs / statvfs ----------------------------------------------------------------------

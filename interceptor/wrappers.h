@@ -14,6 +14,9 @@
 
 #include <string.h>
 
+#include <cstddef>
+#include <type_traits>
+
 #include "interceptor/libc_types.h"
 #include "interceptor/state.h"
 
@@ -27,23 +30,38 @@ namespace fanstore::interceptor {
 // Runs a path operation. real(dirfd, path) performs it with libc; virt(const Walk&) answers
 // for a located virtual path with a result >= 0 or -errno. Returns what the wrapper returns,
 // with errno set for failures and preserved for successes.
-template <typename RealCall, typename VirtCall>
+//
+// ancestor(int length), when given, answers for a directory above the mount that does not
+// exist (the usual case: /fanstore for the mount /fanstore/ds), so that realpath(1), pathlib
+// and readlink -f, which look at every component, see a read-only directory there. It runs
+// only after libc failed with ENOENT: a pass-through success costs nothing more.
+template <typename RealCall, typename VirtCall, typename AncestorCall = std::nullptr_t>
 long OnPath(int dirfd, const char* path, bool follow_last, bool empty_path, RealCall&& real,
-            VirtCall&& virt) noexcept {
-  if (!Intercepting() || !MaybeOurs(dirfd, path)) return real(dirfd, path);
+            VirtCall&& virt, AncestorCall&& ancestor = nullptr) noexcept {
+  if (!Intercepting()) return real(dirfd, path);
+  auto real_or_ancestor = [&](int d, const char* p) -> long {
+    long r = real(d, p);
+    if constexpr (!std::is_same_v<std::decay_t<AncestorCall>, std::nullptr_t>) {
+      if (r < 0 && errno == ENOENT) {
+        int length = RealAncestorLength(d, p);
+        if (length > 0) return ErrnoSaver().Finish(ancestor(length));
+      }
+    }
+    return r;
+  };
+  if (!MaybeOurs(dirfd, path)) return real_or_ancestor(dirfd, path);
   Guard guard;
   ErrnoSaver saved;
   PathScratch scratch;
   Located loc = Locate(dirfd, path, follow_last, empty_path, &scratch);
   if (!loc.virt) {
     saved.Restore();
-    return real(loc.dirfd, loc.path);
+    return real_or_ancestor(loc.dirfd, loc.path);
   }
   FS_ILOG(2, "%s -> %s", path, loc.walk.err ? strerror(loc.walk.err) : "entry");
   return saved.Finish(virt(loc.walk));
 }
 
-// Same for a descriptor: virt(const Entry&) answers for a tracked one.
 // Only an active library records descriptors, so an untracked one costs one table load.
 template <typename RealCall, typename VirtCall>
 long OnFd(int fd, RealCall&& real, VirtCall&& virt) noexcept {
