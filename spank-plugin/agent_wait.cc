@@ -13,7 +13,8 @@ namespace fanstore::spank {
 namespace {
 
 constexpr int kPollMs = 50;
-constexpr double kSqueueEverySeconds = 5;
+// squeue: often at first (a cancellation should end the wait quickly), rarely on a long stage-in.
+constexpr double kSqueueFastSeconds = 2, kSqueueSlowSeconds = 10, kSqueueFastPhaseSeconds = 60;
 constexpr double kAgentStepGraceSeconds = 30;  // the agent step may not exist yet right after launch
 
 double Now() {
@@ -78,7 +79,7 @@ bool Squeue(const WaitRequest& req, std::vector<std::string> args, std::string* 
 
 Status WaitForAgent(const WaitRequest& req, double* waited_s) {
   const double start = Now();
-  double next_squeue = start + kSqueueEverySeconds;
+  double next_squeue = start + kSqueueFastSeconds;
   bool seen_dir = false, seen_step = false;
   const std::string job = std::to_string(req.job);
   for (;;) {
@@ -109,7 +110,7 @@ Status WaitForAgent(const WaitRequest& req, double* waited_s) {
     }
 
     if (!req.squeue.empty() && now >= next_squeue) {
-      next_squeue = now + kSqueueEverySeconds;
+      next_squeue = now + (*waited_s < kSqueueFastPhaseSeconds ? kSqueueFastSeconds : kSqueueSlowSeconds);
       std::string out;
       int rc = 0;
       if (Squeue(req, {"-h", "-j", job, "-o", "%T"}, &out, &rc)) {
