@@ -15,8 +15,8 @@ namespace fanstore::interceptor {
 
 int AgentOpen(const char* socket_path, std::string_view rel, int timeout_ms) noexcept {
   if (!socket_path || !*socket_path) {
-    FS_ILOG(1, "open of remote file '%.*s': no agent socket configured", static_cast<int>(rel.size()),
-            rel.data());
+    FS_ILOG(1, "open of remote file '%.*s': no agent socket configured",
+            static_cast<int>(rel.size()), rel.data());
     return -EIO;
   }
   if (rel.size() > proto::kMaxPayload) return -ENAMETOOLONG;
@@ -70,8 +70,9 @@ int AgentOpen(const char* socket_path, std::string_view rel, int timeout_ms) noe
     }
   }
   if (stage) {
-    FS_ILOG(1, "open of remote file '%.*s': agent at %s: %s failed: %s", static_cast<int>(rel.size()),
-            rel.data(), socket_path, stage, strerror(err == EAGAIN ? ETIMEDOUT : err));
+    FS_ILOG(1, "open of remote file '%.*s': agent at %s: %s failed: %s",
+            static_cast<int>(rel.size()), rel.data(), socket_path, stage,
+            strerror(err == EAGAIN ? ETIMEDOUT : err));
   }
   Real().close(sock);
   return result;

@@ -43,7 +43,7 @@ bool FdTable::Untrack(int fd, uint64_t expected) {
   std::atomic<uint64_t>* chunk = chunks_[fd >> kChunkBits].load(std::memory_order_acquire);
   if (!chunk) return false;
   return chunk[fd & ((1u << kChunkBits) - 1)].compare_exchange_strong(expected, 0,
-                                                                       std::memory_order_acq_rel);
+                                                                      std::memory_order_acq_rel);
 }
 
 void FdTable::ClearRange(uint64_t first, uint64_t last) {

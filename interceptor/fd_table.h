@@ -23,8 +23,8 @@ namespace fanstore::interceptor {
 
 class FdTable {
  public:
-  static constexpr uint32_t kChunkBits = 12;             // 4096 slots (32 KiB) per chunk
-  static constexpr uint32_t kChunkCount = 1u << 14;      // descriptors below 64 Mi
+  static constexpr uint32_t kChunkBits = 12;         // 4096 slots (32 KiB) per chunk
+  static constexpr uint32_t kChunkCount = 1u << 14;  // descriptors below 64 Mi
   static constexpr uint64_t kCapacity = uint64_t{kChunkCount} << kChunkBits;
 
   static constexpr uint64_t kAncestorBit = uint64_t{1} << 63;

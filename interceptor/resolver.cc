@@ -94,7 +94,8 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
     pending.remove_prefix(skip);
     size_t slash = pending.find('/');
     std::string_view comp = pending.substr(0, slash);
-    std::string_view rest = slash == std::string_view::npos ? std::string_view() : pending.substr(slash);
+    std::string_view rest =
+        slash == std::string_view::npos ? std::string_view() : pending.substr(slash);
     const bool last = rest.find_first_not_of('/') == std::string_view::npos;
     const bool trailing = last && !rest.empty();
     // Invariant: cur is a directory.
@@ -109,8 +110,10 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
         // Leaves the namespace: continue in the real directory above the mount.
         std::string_view head = mount_parent_;
         if (head == "/" && !rest.empty()) head = {};
-        if (!Concat(head, rest, out)) w.err = ENAMETOOLONG;
-        else w.escaped = true;
+        if (!Concat(head, rest, out))
+          w.err = ENAMETOOLONG;
+        else
+          w.escaped = true;
         return w;
       }
       cur = &t.at(cur->parent);
@@ -145,8 +148,10 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
       }
       if (target.front() == '/') {
         // An absolute target leaves the namespace (pack never writes one, but be exact).
-        if (!Concat(target, rest, out)) w.err = ENAMETOOLONG;
-        else w.escaped = true;
+        if (!Concat(target, rest, out))
+          w.err = ENAMETOOLONG;
+        else
+          w.escaped = true;
         return w;
       }
       which ^= 1;

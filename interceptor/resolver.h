@@ -26,13 +26,13 @@ namespace fanstore::interceptor {
 enum class LastKind : uint8_t { kNone, kName, kDot, kDotDot };
 
 struct Walk {
-  int err = 0;                                 // 0, ENOENT, ENOTDIR, ELOOP or ENAMETOOLONG
-  const table::Entry* entry = nullptr;         // err == 0: what the path names
-  const table::Entry* parent = nullptr;        // err == ENOENT and only the last component is
-                                               // missing: the directory that would hold it
-  bool escaped = false;                        // left the namespace: see Resolve()
-  bool trailing_slash = false;                 // the path ended in '/'
-  LastKind last = LastKind::kNone;             // kNone: the path had no component
+  int err = 0;                           // 0, ENOENT, ENOTDIR, ELOOP or ENAMETOOLONG
+  const table::Entry* entry = nullptr;   // err == 0: what the path names
+  const table::Entry* parent = nullptr;  // err == ENOENT and only the last component is
+                                         // missing: the directory that would hold it
+  bool escaped = false;                  // left the namespace: see Resolve()
+  bool trailing_slash = false;           // the path ended in '/'
+  LastKind last = LastKind::kNone;       // kNone: the path had no component
 };
 
 class Resolver {
@@ -43,8 +43,7 @@ class Resolver {
   // Resolves `rel` (relative; leading slashes are ignored) starting at directory `start`.
   // follow_last: expand a final symlink. On escape, sets w.escaped and writes the absolute
   // real path to continue with into out[PATH_MAX] (ENAMETOOLONG if it does not fit).
-  Walk Resolve(const table::Entry& start, std::string_view rel, bool follow_last,
-               char* out) const;
+  Walk Resolve(const table::Entry& start, std::string_view rel, bool follow_last, char* out) const;
 
   const table::TableView& table() const { return *table_; }
   const table::Entry& root() const { return table_->at(0); }

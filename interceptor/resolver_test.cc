@@ -38,7 +38,9 @@ class ResolverTest : public ::testing::Test {
     out_[0] = '\0';
     return r.Resolve(*s, rel, follow, out_);
   }
-  std::string PathOf(const Walk& w) { return w.entry ? std::string(view_.Path(*w.entry)) : "<null>"; }
+  std::string PathOf(const Walk& w) {
+    return w.entry ? std::string(view_.Path(*w.entry)) : "<null>";
+  }
 
   std::string image_;
   table::TableView view_;

@@ -84,13 +84,15 @@ void Init() {
     while (g_cfg.local_root_len > 1 && g_cfg.local_root[g_cfg.local_root_len - 1] == '/')
       g_cfg.local_root[--g_cfg.local_root_len] = '\0';
   }
-  if (const char* sock = getenv(env::kSocket); sock && !CopyString(sock, g_cfg.socket, sizeof g_cfg.socket))
+  if (const char* sock = getenv(env::kSocket);
+      sock && !CopyString(sock, g_cfg.socket, sizeof g_cfg.socket))
     FS_ILOG(1, "%s is too long for a Unix socket path; remote opens will fail", env::kSocket);
   g_cfg.open_timeout_ms = kDefaultOpenTimeoutMs;
   if (const char* t = getenv(kEnvOpenTimeout); t && *t) {
     char* end = nullptr;
     long ms = strtol(t, &end, 10);
-    if (end && *end == '\0' && ms >= 0 && ms <= 24L * 3600 * 1000) g_cfg.open_timeout_ms = static_cast<int>(ms);
+    if (end && *end == '\0' && ms >= 0 && ms <= 24L * 3600 * 1000)
+      g_cfg.open_timeout_ms = static_cast<int>(ms);
   }
   g_ns = new (g_resolver_storage) Resolver(table, Mount());
   g_cwd.store(0, std::memory_order_relaxed);  // kUnknown: computed on first relative path
@@ -110,7 +112,8 @@ uint64_t ClassifyRealDir(const char* dir) {
   const table::TableView& t = Table();
   // Inside the local root (a process started in a directory the interceptor chdir'ed to) or
   // inside a real directory at the mount path: the corresponding virtual directory.
-  for (std::string_view base : {std::string_view(g_cfg.local_root, g_cfg.local_root_len), Mount()}) {
+  for (std::string_view base :
+       {std::string_view(g_cfg.local_root, g_cfg.local_root_len), Mount()}) {
     if (base.empty() || d.substr(0, base.size()) != base) continue;
     if (d.size() == base.size()) return pack(CwdKind::kVirtual, 0);
     if (d[base.size()] != '/') continue;
@@ -151,13 +154,45 @@ Cwd LoadCwd() noexcept {
   uint64_t v = g_cwd.load(std::memory_order_acquire);
   if (static_cast<CwdKind>(v >> 32) == CwdKind::kUnknown) {
     char buf[PATH_MAX];
-    uint64_t fresh = Real().getcwd(buf, sizeof buf) ? ClassifyRealDir(buf)
-                                                    : uint64_t{static_cast<uint32_t>(CwdKind::kOther)} << 32;
+    uint64_t fresh = Real().getcwd(buf, sizeof buf)
+                         ? ClassifyRealDir(buf)
+                         : uint64_t{static_cast<uint32_t>(CwdKind::kOther)} << 32;
     // A concurrent chdir wins over this (older) observation.
     if (g_cwd.compare_exchange_strong(v, fresh, std::memory_order_acq_rel)) v = fresh;
   }
   return {static_cast<CwdKind>(v >> 32), static_cast<uint32_t>(v)};
 }
+
+uint64_t CwdAfterRealChdir(const char* path) noexcept {
+  const uint64_t unknown = 0;
+  if (!path) return unknown;
+  int anc = RealAncestorLength(AT_FDCWD, path);
+  if (anc > 0)
+    return (uint64_t{static_cast<uint32_t>(CwdKind::kAncestor)} << 32) | static_cast<uint32_t>(anc);
+  if (path[0] != '/') return unknown;
+  // A plain absolute path can be classified without asking the kernel: normalise "//" and
+  // trailing slashes; "." and ".." (and symlinks, which we do not see) are left to getcwd.
+  char norm[PATH_MAX];
+  size_t n = 0;
+  for (const char* p = path; *p;) {
+    while (*p == '/') p++;
+    if (!*p) break;
+    const char* end = p;
+    while (*end && *end != '/') end++;
+    size_t len = static_cast<size_t>(end - p);
+    if ((len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.')) return unknown;
+    if (n + 1 + len >= sizeof norm) return unknown;
+    norm[n++] = '/';
+    memcpy(norm + n, p, len);
+    n += len;
+    p = end;
+  }
+  if (n == 0) norm[n++] = '/';
+  norm[n] = '\0';
+  return ClassifyRealDir(norm);
+}
+
+void StoreCwdWord(uint64_t word) noexcept { g_cwd.store(word, std::memory_order_release); }
 
 void StoreCwd(CwdKind kind, uint32_t value) noexcept {
   g_cwd.store((uint64_t{static_cast<uint32_t>(kind)} << 32) | value, std::memory_order_release);
@@ -292,7 +327,8 @@ int RealAncestorLength(int dirfd, const char* path) noexcept {
 void FillAncestorStat(int length, struct stat* st) noexcept {
   const table::TableView& t = Table();
   t.FillStat(t.at(0), st);
-  st->st_ino = table::InodeFor(Xxh3(Mount().substr(0, static_cast<size_t>(length))) ^ 0x5a5a5a5a5a5a5a5aULL);
+  st->st_ino =
+      table::InodeFor(Xxh3(Mount().substr(0, static_cast<size_t>(length))) ^ 0x5a5a5a5a5a5a5a5aULL);
   st->st_mode = S_IFDIR | 0555;
   st->st_nlink = 3;
   st->st_uid = 0;
@@ -325,7 +361,8 @@ bool LocalPath(const table::Entry& e, char* out) noexcept {
 
 int OpenDirStandIn(const table::Entry& dir, int flags) noexcept {
   const int cloexec = flags & O_CLOEXEC;
-  const int oflags = (flags & O_PATH) ? (O_PATH | O_DIRECTORY | cloexec) : (O_RDONLY | O_DIRECTORY | cloexec);
+  const int oflags =
+      (flags & O_PATH) ? (O_PATH | O_DIRECTORY | cloexec) : (O_RDONLY | O_DIRECTORY | cloexec);
   char path[PATH_MAX];
   if (LocalPath(dir, path)) {
     int fd = Real().open(path, oflags);

@@ -34,9 +34,9 @@ struct Config {
   size_t mount_len;
   char local_root[PATH_MAX];  // realpath of the table's local root; "" if none
   size_t local_root_len;
-  char socket[108];           // the agent's socket; "" when none is configured
+  char socket[108];  // the agent's socket; "" when none is configured
   int open_timeout_ms;
-  int log_level;              // 0 silent, 1 errors and setup, 2 every intercepted call
+  int log_level;  // 0 silent, 1 errors and setup, 2 every intercepted call
   int log_fd;
 };
 
@@ -50,10 +50,10 @@ inline const table::TableView& Table() noexcept { return Ns().table(); }
 inline std::string_view Mount() noexcept { return {g_cfg.mount, g_cfg.mount_len}; }
 
 void Log(int level, const char* fmt, ...) noexcept __attribute__((format(printf, 2, 3)));
-#define FS_ILOG(level, ...)                                                      \
-  do {                                                                           \
-    if (::fanstore::interceptor::g_cfg.log_level >= (level))                     \
-      ::fanstore::interceptor::Log((level), __VA_ARGS__);                        \
+#define FS_ILOG(level, ...)                                  \
+  do {                                                       \
+    if (::fanstore::interceptor::g_cfg.log_level >= (level)) \
+      ::fanstore::interceptor::Log((level), __VA_ARGS__);    \
   } while (0)
 
 // Re-entry guard: set while the interceptor's own code runs (its calls into libc, and libc's
@@ -102,6 +102,10 @@ struct Cwd {
 };
 Cwd LoadCwd() noexcept;  // computes kUnknown lazily (one real getcwd)
 void StoreCwd(CwdKind kind, uint32_t value) noexcept;
+// Before a real chdir(path): the cwd word to store if it succeeds. Decided lexically when
+// possible, else kUnknown (one getcwd later, if a relative path ever needs it).
+uint64_t CwdAfterRealChdir(const char* path) noexcept;
+void StoreCwdWord(uint64_t word) noexcept;
 
 // ---- Locating paths ----------------------------------------------------------------------
 // Where a (dirfd, path) pair points, after following escapes.

@@ -36,12 +36,14 @@ TEST(Symbols, PreloadLibraryExportsTheWrappersOnly) {
   }
   // Internals are hidden by the version script (a sanitizer runtime the library depends on
   // may still provide operator new: only symbols defined in the library itself count).
-  for (const char* internal : {"_ZN8fanstore11interceptor11ResolveRealEv", "_Znwm", "_ZdlPv",
-                               "_ZN8fanstore5table9TableView6LookupESt17basic_string_viewIcSt11char_traitsIcEE"}) {
+  for (const char* internal :
+       {"_ZN8fanstore11interceptor11ResolveRealEv", "_Znwm", "_ZdlPv",
+        "_ZN8fanstore5table9TableView6LookupESt17basic_string_viewIcSt11char_traitsIcEE"}) {
     void* sym = dlsym(lib, internal);
     Dl_info info;
     if (sym && dladdr(sym, &info) && info.dli_fname) {
-      EXPECT_EQ(std::string(info.dli_fname).find("libfanstore_preload"), std::string::npos) << internal;
+      EXPECT_EQ(std::string(info.dli_fname).find("libfanstore_preload"), std::string::npos)
+          << internal;
     }
   }
   // Not dlclose()d: libstdc++'s emergency pool inside the library would then look leaked.

@@ -18,14 +18,22 @@ VDir* NewVDir(uint32_t dir, int fd) noexcept {
 
 unsigned char DirentType(uint32_t mode) noexcept {
   switch (mode & S_IFMT) {
-    case S_IFREG: return DT_REG;
-    case S_IFDIR: return DT_DIR;
-    case S_IFLNK: return DT_LNK;
-    case S_IFIFO: return DT_FIFO;
-    case S_IFSOCK: return DT_SOCK;
-    case S_IFCHR: return DT_CHR;
-    case S_IFBLK: return DT_BLK;
-    default: return DT_UNKNOWN;
+    case S_IFREG:
+      return DT_REG;
+    case S_IFDIR:
+      return DT_DIR;
+    case S_IFLNK:
+      return DT_LNK;
+    case S_IFIFO:
+      return DT_FIFO;
+    case S_IFSOCK:
+      return DT_SOCK;
+    case S_IFCHR:
+      return DT_CHR;
+    case S_IFBLK:
+      return DT_BLK;
+    default:
+      return DT_UNKNOWN;
   }
 }
 

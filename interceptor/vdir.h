@@ -18,10 +18,10 @@
 namespace fanstore::interceptor {
 
 struct VDir {
-  int32_t sentinel;   // kVDirSentinel; where glibc keeps the descriptor
-  uint32_t dir;       // entry index of the directory
-  int fd;             // descriptor owned by the stream (fdopendir, or opened by dirfd()); -1
-  uint64_t pos;       // 0 ".", 1 "..", 2 + i the i-th child
+  int32_t sentinel;  // kVDirSentinel; where glibc keeps the descriptor
+  uint32_t dir;      // entry index of the directory
+  int fd;            // descriptor owned by the stream (fdopendir, or opened by dirfd()); -1
+  uint64_t pos;      // 0 ".", 1 "..", 2 + i the i-th child
   struct dirent64 ent;
 };
 

@@ -91,7 +91,8 @@ long ScanVirtual(const Walk& w, struct dirent64*** out, Filter filter, Compar co
 int ScanAt(int dirfd, const char* path, struct dirent64*** out, Filter filter, Compar compar,
            int (*real_at)(int, const char*, struct dirent64***, Filter, Compar)) {
   return AsInt(OnPath(
-      dirfd, path, true, false, [&](int d, const char* p) { return real_at(d, p, out, filter, compar); },
+      dirfd, path, true, false,
+      [&](int d, const char* p) { return real_at(d, p, out, filter, compar); },
       [&](const Walk& w) { return ScanVirtual(w, out, filter, compar); }));
 }
 
@@ -99,7 +100,6 @@ int ScanAt(int dirfd, const char* path, struct dirent64*** out, Filter filter, C
 
 using NftwFn = int (*)(const char*, const struct stat64*, int, struct FTW*);
 using FtwFn = int (*)(const char*, const struct stat64*, int);
-
 
 // Walks a virtual tree like glibc's nftw: same callback order (pre-order, or post-order with
 // FTW_DEPTH), type flags, FTW_ACTIONRETVAL handling, and cycle avoidance (each directory once
@@ -127,7 +127,8 @@ class NftwWalker {
       PathScratch s;
       Guard guard;
       Located l = Locate(AT_FDCWD, start, false, false, &s);
-      if ((flags_ & FTW_PHYS) || !l.virt || l.walk.err || !table::IsLink(*l.walk.entry)) return w.err;
+      if ((flags_ & FTW_PHYS) || !l.virt || l.walk.err || !table::IsLink(*l.walk.entry))
+        return w.err;
       e = l.walk.entry;
       type = FTW_SLN;
     } else {
@@ -164,7 +165,8 @@ class NftwWalker {
     Table().FillStat(e, reinterpret_cast<struct stat*>(&st));
     struct FTW ftw = {base, level};
     int t = type;
-    if (ftw_fn_) t = (type == FTW_SL) ? FTW_F : (type == FTW_DP) ? FTW_D : (type == FTW_SLN) ? FTW_NS : type;
+    if (ftw_fn_)
+      t = (type == FTW_SL) ? FTW_F : (type == FTW_DP) ? FTW_D : (type == FTW_SLN) ? FTW_NS : type;
     int r;
     {
       Unguard unguard;
@@ -313,7 +315,9 @@ int Nftw(const char* path, NftwFn fn, FtwFn ftw_fn, int flags, RealCall&& real) 
 // ---- glob ----------------------------------------------------------------------------------
 
 void* GlobOpendir(const char* path) { return fanstore_opendir(path); }
-struct dirent* GlobReaddir(void* d) { return fanstore_readdir(static_cast<DIR*>(d)); }
+struct dirent* GlobReaddir(void* d) {
+  return fanstore_readdir(static_cast<DIR*>(d));
+}
 void GlobClosedir(void* d) { fanstore_closedir(static_cast<DIR*>(d)); }
 int GlobStat(const char* path, struct stat* st) { return fanstore_stat(path, st); }
 int GlobLstat(const char* path, struct stat* st) { return fanstore_lstat(path, st); }
@@ -381,7 +385,8 @@ extern "C" int fanstore_readdir_r(DIR* dir, struct dirent* entry, struct dirent*
   return 0;
 }
 
-extern "C" int fanstore_readdir64_r(DIR* dir, struct dirent64* entry, struct dirent64** result) noexcept {
+extern "C" int fanstore_readdir64_r(DIR* dir, struct dirent64* entry,
+                                    struct dirent64** result) noexcept {
   if (!IsVDir(dir)) return Real().readdir64_r(dir, entry, result);
   struct dirent64* next = NextEntry(Table(), AsVDir(dir));
   if (next) memcpy(entry, next, offsetof(struct dirent64, d_name) + strlen(next->d_name) + 1);
@@ -430,37 +435,47 @@ extern "C" int fanstore_dirfd(DIR* dir) noexcept {
   return v->fd;
 }
 
-extern "C" int fanstore_scandir(const char* path, struct dirent*** list, int (*filter)(const struct dirent*),
-                                int (*compar)(const struct dirent**, const struct dirent**)) noexcept {
-  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path)) return Real().scandir(path, list, filter, compar);
+extern "C" int fanstore_scandir(const char* path, struct dirent*** list,
+                                int (*filter)(const struct dirent*),
+                                int (*compar)(const struct dirent**,
+                                              const struct dirent**)) noexcept {
+  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path))
+    return Real().scandir(path, list, filter, compar);
   return ScanAt(AT_FDCWD, path, reinterpret_cast<struct dirent64***>(list), FnCast<Filter>(filter),
                 FnCast<Compar>(compar), Real().scandirat64);
 }
 
-extern "C" int fanstore_scandir64(const char* path, struct dirent64*** list, int (*filter)(const struct dirent64*),
-                                  int (*compar)(const struct dirent64**, const struct dirent64**)) noexcept {
-  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path)) return Real().scandir64(path, list, filter, compar);
+extern "C" int fanstore_scandir64(const char* path, struct dirent64*** list,
+                                  int (*filter)(const struct dirent64*),
+                                  int (*compar)(const struct dirent64**,
+                                                const struct dirent64**)) noexcept {
+  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path))
+    return Real().scandir64(path, list, filter, compar);
   return ScanAt(AT_FDCWD, path, list, filter, compar, Real().scandirat64);
 }
 
 extern "C" int fanstore_scandirat(int dirfd, const char* path, struct dirent*** list,
                                   int (*filter)(const struct dirent*),
-                                  int (*compar)(const struct dirent**, const struct dirent**)) noexcept {
+                                  int (*compar)(const struct dirent**,
+                                                const struct dirent**)) noexcept {
   return ScanAt(dirfd, path, reinterpret_cast<struct dirent64***>(list), FnCast<Filter>(filter),
                 FnCast<Compar>(compar), Real().scandirat64);
 }
 
 extern "C" int fanstore_scandirat64(int dirfd, const char* path, struct dirent64*** list,
                                     int (*filter)(const struct dirent64*),
-                                    int (*compar)(const struct dirent64**, const struct dirent64**)) noexcept {
+                                    int (*compar)(const struct dirent64**,
+                                                  const struct dirent64**)) noexcept {
   return ScanAt(dirfd, path, list, filter, compar, Real().scandirat64);
 }
 
 extern "C" int fanstore_nftw(const char* path, __nftw_func_t fn, int nopenfd, int flags) noexcept {
-  return Nftw(path, FnCast<NftwFn>(fn), nullptr, flags, [&] { return Real().nftw(path, fn, nopenfd, flags); });
+  return Nftw(path, FnCast<NftwFn>(fn), nullptr, flags,
+              [&] { return Real().nftw(path, fn, nopenfd, flags); });
 }
 
-extern "C" int fanstore_nftw64(const char* path, __nftw64_func_t fn, int nopenfd, int flags) noexcept {
+extern "C" int fanstore_nftw64(const char* path, __nftw64_func_t fn, int nopenfd,
+                               int flags) noexcept {
   return Nftw(path, fn, nullptr, flags, [&] { return Real().nftw64(path, fn, nopenfd, flags); });
 }
 
@@ -478,14 +493,16 @@ extern "C" int fanstore_ftw64(const char* path, __ftw64_func_t fn, int nopenfd) 
 // Callers that bring their own directory functions are left alone.
 extern "C" int fanstore_glob(const char* pattern, int flags, int (*errfunc)(const char*, int),
                              glob_t* pglob) noexcept {
-  if (!Intercepting() || (flags & GLOB_ALTDIRFUNC) || !pglob) return Real().glob(pattern, flags, errfunc, pglob);
+  if (!Intercepting() || (flags & GLOB_ALTDIRFUNC) || !pglob)
+    return Real().glob(pattern, flags, errfunc, pglob);
   UseOurDirFunctions(pglob);
   return Real().glob(pattern, flags | GLOB_ALTDIRFUNC, errfunc, pglob);
 }
 
 extern "C" int fanstore_glob64(const char* pattern, int flags, int (*errfunc)(const char*, int),
                                glob64_t* pglob) noexcept {
-  if (!Intercepting() || (flags & GLOB_ALTDIRFUNC) || !pglob) return Real().glob64(pattern, flags, errfunc, pglob);
+  if (!Intercepting() || (flags & GLOB_ALTDIRFUNC) || !pglob)
+    return Real().glob64(pattern, flags, errfunc, pglob);
   UseOurDirFunctions(pglob);
   return Real().glob64(pattern, flags | GLOB_ALTDIRFUNC, errfunc, pglob);
 }

@@ -45,7 +45,8 @@ long Denied(const Walk& w, Mod m) {
 // One path operation. real(dirfd, path) performs it with libc.
 template <typename RealCall>
 int ModifyAt(int dirfd, const char* path, bool follow, bool empty_path, Mod m, RealCall&& real) {
-  return AsInt(OnPath(dirfd, path, follow, empty_path, real, [m](const Walk& w) { return Denied(w, m); }));
+  return AsInt(
+      OnPath(dirfd, path, follow, empty_path, real, [m](const Walk& w) { return Denied(w, m); }));
 }
 
 // An operation on a descriptor.
@@ -66,10 +67,14 @@ int TwoPaths(int olddirfd, const char* oldpath, int newdirfd, const char* newpat
   ErrnoSaver saved;
   PathScratch s_old, s_new;
   Located o, n;
-  if (MaybeOurs(olddirfd, oldpath)) o = Locate(olddirfd, oldpath, follow_old, false, &s_old);
-  else o.dirfd = olddirfd, o.path = oldpath;
-  if (MaybeOurs(newdirfd, newpath)) n = Locate(newdirfd, newpath, false, false, &s_new);
-  else n.dirfd = newdirfd, n.path = newpath;
+  if (MaybeOurs(olddirfd, oldpath))
+    o = Locate(olddirfd, oldpath, follow_old, false, &s_old);
+  else
+    o.dirfd = olddirfd, o.path = oldpath;
+  if (MaybeOurs(newdirfd, newpath))
+    n = Locate(newdirfd, newpath, false, false, &s_new);
+  else
+    n.dirfd = newdirfd, n.path = newpath;
   if (!o.virt && !n.virt) {
     saved.Restore();
     return real(o.dirfd, o.path, n.dirfd, n.path);
@@ -101,7 +106,8 @@ extern "C" int fanstore_unlinkat(int dirfd, const char* path, int flags) noexcep
                   [&](int d, const char* p) { return Real().unlinkat(d, p, flags); });
 }
 extern "C" int fanstore_rmdir(const char* path) noexcept {
-  return ModifyAt(AT_FDCWD, path, false, false, Mod::kRmdir, [&](int, const char* p) { return Real().rmdir(p); });
+  return ModifyAt(AT_FDCWD, path, false, false, Mod::kRmdir,
+                  [&](int, const char* p) { return Real().rmdir(p); });
 }
 extern "C" int fanstore_mkdir(const char* path, mode_t mode) noexcept {
   return ModifyAt(AT_FDCWD, path, false, false, Mod::kCreate,
@@ -123,7 +129,8 @@ extern "C" int fanstore___xmknod(int ver, const char* path, mode_t mode, dev_t* 
   return ModifyAt(AT_FDCWD, path, false, false, Mod::kCreate,
                   [&](int, const char* p) { return Real().__xmknod(ver, p, mode, dev); });
 }
-extern "C" int fanstore___xmknodat(int ver, int dirfd, const char* path, mode_t mode, dev_t* dev) noexcept {
+extern "C" int fanstore___xmknodat(int ver, int dirfd, const char* path, mode_t mode,
+                                   dev_t* dev) noexcept {
   return ModifyAt(dirfd, path, false, false, Mod::kCreate,
                   [&](int d, const char* p) { return Real().__xmknodat(ver, d, p, mode, dev); });
 }
@@ -148,12 +155,14 @@ extern "C" int fanstore_rename(const char* oldpath, const char* newpath) noexcep
   return TwoPaths(AT_FDCWD, oldpath, AT_FDCWD, newpath, false, Mod::kUnlink,
                   [&](int, const char* o, int, const char* n) { return Real().rename(o, n); });
 }
-extern "C" int fanstore_renameat(int olddirfd, const char* oldpath, int newdirfd, const char* newpath) noexcept {
-  return TwoPaths(olddirfd, oldpath, newdirfd, newpath, false, Mod::kUnlink,
-                  [&](int od, const char* o, int nd, const char* n) { return Real().renameat(od, o, nd, n); });
+extern "C" int fanstore_renameat(int olddirfd, const char* oldpath, int newdirfd,
+                                 const char* newpath) noexcept {
+  return TwoPaths(
+      olddirfd, oldpath, newdirfd, newpath, false, Mod::kUnlink,
+      [&](int od, const char* o, int nd, const char* n) { return Real().renameat(od, o, nd, n); });
 }
-extern "C" int fanstore_renameat2(int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
-                                  unsigned int flags) noexcept {
+extern "C" int fanstore_renameat2(int olddirfd, const char* oldpath, int newdirfd,
+                                  const char* newpath, unsigned int flags) noexcept {
   return TwoPaths(olddirfd, oldpath, newdirfd, newpath, false, Mod::kUnlink,
                   [&](int od, const char* o, int nd, const char* n) {
                     return Real().renameat2(od, o, nd, n, flags);
@@ -166,11 +175,14 @@ extern "C" int fanstore_link(const char* oldpath, const char* newpath) noexcept 
 extern "C" int fanstore_linkat(int olddirfd, const char* oldpath, int newdirfd, const char* newpath,
                                int flags) noexcept {
   return TwoPaths(olddirfd, oldpath, newdirfd, newpath, flags & AT_SYMLINK_FOLLOW, Mod::kAttr,
-                  [&](int od, const char* o, int nd, const char* n) { return Real().linkat(od, o, nd, n, flags); });
+                  [&](int od, const char* o, int nd, const char* n) {
+                    return Real().linkat(od, o, nd, n, flags);
+                  });
 }
 
 extern "C" int fanstore_chmod(const char* path, mode_t mode) noexcept {
-  return ModifyAt(AT_FDCWD, path, true, false, Mod::kAttr, [&](int, const char* p) { return Real().chmod(p, mode); });
+  return ModifyAt(AT_FDCWD, path, true, false, Mod::kAttr,
+                  [&](int, const char* p) { return Real().chmod(p, mode); });
 }
 extern "C" int fanstore_lchmod(const char* path, mode_t mode) noexcept {
   return ModifyAt(AT_FDCWD, path, false, false, Mod::kAttr,
@@ -194,13 +206,15 @@ extern "C" int fanstore_lchown(const char* path, uid_t owner, gid_t group) noexc
 extern "C" int fanstore_fchown(int fd, uid_t owner, gid_t group) noexcept {
   return ModifyFd(fd, [&] { return Real().fchown(fd, owner, group); });
 }
-extern "C" int fanstore_fchownat(int dirfd, const char* path, uid_t owner, gid_t group, int flags) noexcept {
+extern "C" int fanstore_fchownat(int dirfd, const char* path, uid_t owner, gid_t group,
+                                 int flags) noexcept {
   return ModifyAt(dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH, Mod::kAttr,
                   [&](int d, const char* p) { return Real().fchownat(d, p, owner, group, flags); });
 }
 
 extern "C" int fanstore_utime(const char* path, const struct utimbuf* times) noexcept {
-  return ModifyAt(AT_FDCWD, path, true, false, Mod::kAttr, [&](int, const char* p) { return Real().utime(p, times); });
+  return ModifyAt(AT_FDCWD, path, true, false, Mod::kAttr,
+                  [&](int, const char* p) { return Real().utime(p, times); });
 }
 extern "C" int fanstore_utimes(const char* path, const struct timeval times[2]) noexcept {
   return ModifyAt(AT_FDCWD, path, true, false, Mod::kAttr,
@@ -214,12 +228,14 @@ extern "C" int fanstore_futimes(int fd, const struct timeval times[2]) noexcept 
   return ModifyFd(fd, [&] { return Real().futimes(fd, times); });
 }
 // A null path means the descriptor itself (Linux).
-extern "C" int fanstore_futimesat(int dirfd, const char* path, const struct timeval times[2]) noexcept {
+extern "C" int fanstore_futimesat(int dirfd, const char* path,
+                                  const struct timeval times[2]) noexcept {
   if (!path) return ModifyFd(dirfd, [&] { return Real().futimesat(dirfd, path, times); });
   return ModifyAt(dirfd, path, true, false, Mod::kAttr,
                   [&](int d, const char* p) { return Real().futimesat(d, p, times); });
 }
-extern "C" int fanstore_utimensat(int dirfd, const char* path, const struct timespec times[2], int flags) noexcept {
+extern "C" int fanstore_utimensat(int dirfd, const char* path, const struct timespec times[2],
+                                  int flags) noexcept {
   if (!path) return ModifyFd(dirfd, [&] { return Real().utimensat(dirfd, path, times, flags); });
   return ModifyAt(dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH, Mod::kAttr,
                   [&](int d, const char* p) { return Real().utimensat(d, p, times, flags); });
@@ -242,12 +258,14 @@ extern "C" int fanstore_setxattr(const char* path, const char* name, const void*
   return ModifyAt(AT_FDCWD, path, true, false, Mod::kAttr,
                   [&](int, const char* p) { return Real().setxattr(p, name, value, size, flags); });
 }
-extern "C" int fanstore_lsetxattr(const char* path, const char* name, const void* value, size_t size,
-                                  int flags) noexcept {
-  return ModifyAt(AT_FDCWD, path, false, false, Mod::kAttr,
-                  [&](int, const char* p) { return Real().lsetxattr(p, name, value, size, flags); });
+extern "C" int fanstore_lsetxattr(const char* path, const char* name, const void* value,
+                                  size_t size, int flags) noexcept {
+  return ModifyAt(AT_FDCWD, path, false, false, Mod::kAttr, [&](int, const char* p) {
+    return Real().lsetxattr(p, name, value, size, flags);
+  });
 }
-extern "C" int fanstore_fsetxattr(int fd, const char* name, const void* value, size_t size, int flags) noexcept {
+extern "C" int fanstore_fsetxattr(int fd, const char* name, const void* value, size_t size,
+                                  int flags) noexcept {
   return ModifyFd(fd, [&] { return Real().fsetxattr(fd, name, value, size, flags); });
 }
 extern "C" int fanstore_removexattr(const char* path, const char* name) noexcept {

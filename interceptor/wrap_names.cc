@@ -105,15 +105,20 @@ namespace table = fanstore::table;
 
 extern "C" ssize_t fanstore_readlink(const char* path, char* buf, size_t size) noexcept {
   return OnPath(
-      AT_FDCWD, path, false, false, [&](int, const char* p) { return Real().readlink(p, buf, size); },
-      [&](const Walk& w) { return ReadLink(w, buf, size); }, [](int) { return -static_cast<long>(EINVAL); });
+      AT_FDCWD, path, false, false,
+      [&](int, const char* p) { return Real().readlink(p, buf, size); },
+      [&](const Walk& w) { return ReadLink(w, buf, size); },
+      [](int) { return -static_cast<long>(EINVAL); });
 }
 
 // readlinkat(fd, "", ...) reads the link an O_PATH|O_NOFOLLOW descriptor refers to.
-extern "C" ssize_t fanstore_readlinkat(int dirfd, const char* path, char* buf, size_t size) noexcept {
+extern "C" ssize_t fanstore_readlinkat(int dirfd, const char* path, char* buf,
+                                       size_t size) noexcept {
   return OnPath(
-      dirfd, path, false, true, [&](int d, const char* p) { return Real().readlinkat(d, p, buf, size); },
-      [&](const Walk& w) { return ReadLink(w, buf, size); }, [](int) { return -static_cast<long>(EINVAL); });
+      dirfd, path, false, true,
+      [&](int d, const char* p) { return Real().readlinkat(d, p, buf, size); },
+      [&](const Walk& w) { return ReadLink(w, buf, size); },
+      [](int) { return -static_cast<long>(EINVAL); });
 }
 
 extern "C" char* fanstore_realpath(const char* path, char* resolved) noexcept {
@@ -126,13 +131,11 @@ extern "C" char* fanstore_canonicalize_file_name(const char* path) noexcept {
 }
 
 namespace {
-// chdir to a real directory: remember whether it is above the mount, or let the next
-// relative path find out (one getcwd).
+// chdir to a real directory, keeping the cwd word right (see CwdAfterRealChdir).
 int RealChdir(const char* path) {
-  int anc = RealAncestorLength(AT_FDCWD, path);  // before: relative to the old directory
+  uint64_t word = CwdAfterRealChdir(path);  // before: a relative path names from the old one
   int r = Real().chdir(path);
-  if (r == 0 && !InVforkChild())
-    StoreCwd(anc > 0 ? CwdKind::kAncestor : CwdKind::kUnknown, anc > 0 ? static_cast<uint32_t>(anc) : 0);
+  if (r == 0 && !InVforkChild()) StoreCwdWord(word);
   return r;
 }
 }  // namespace
@@ -159,8 +162,10 @@ extern "C" int fanstore_fchdir(int fd) noexcept {
   if (!FdTable::IsEntry(slot) || !e) {
     int r = Real().fchdir(fd);
     if (r == 0 && !InVforkChild()) {
-      if (FdTable::IsAncestor(slot)) StoreCwd(CwdKind::kAncestor, FdTable::AncestorLength(slot));
-      else StoreCwd(CwdKind::kUnknown, 0);
+      if (FdTable::IsAncestor(slot))
+        StoreCwd(CwdKind::kAncestor, FdTable::AncestorLength(slot));
+      else
+        StoreCwd(CwdKind::kUnknown, 0);
     }
     return r;
   }

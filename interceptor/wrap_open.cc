@@ -48,15 +48,25 @@ int OpenFileData(const Entry& e, int flags) {
 int FlagsFromMode(const char* mode) {
   int flags;
   switch (mode ? mode[0] : '\0') {
-    case 'r': flags = O_RDONLY; break;
-    case 'w': flags = O_WRONLY | O_CREAT | O_TRUNC; break;
-    case 'a': flags = O_WRONLY | O_CREAT | O_APPEND; break;
-    default: return -EINVAL;
+    case 'r':
+      flags = O_RDONLY;
+      break;
+    case 'w':
+      flags = O_WRONLY | O_CREAT | O_TRUNC;
+      break;
+    case 'a':
+      flags = O_WRONLY | O_CREAT | O_APPEND;
+      break;
+    default:
+      return -EINVAL;
   }
   for (const char* p = mode + 1; *p && *p != ','; p++) {
-    if (*p == '+') flags = (flags & ~O_ACCMODE) | O_RDWR;
-    else if (*p == 'x') flags |= O_EXCL;
-    else if (*p == 'e') flags |= O_CLOEXEC;
+    if (*p == '+')
+      flags = (flags & ~O_ACCMODE) | O_RDWR;
+    else if (*p == 'x')
+      flags |= O_EXCL;
+    else if (*p == 'e')
+      flags |= O_CLOEXEC;
   }
   return flags;
 }
@@ -219,7 +229,8 @@ int OpenAnyAt(int dirfd, const char* path, int flags, mode_t mode) noexcept {
     return Passed(loc.dirfd, loc.path, Real().openat(loc.dirfd, loc.path, flags, mode));
   }
   int r = OpenVirtual(loc.walk, flags);
-  FS_ILOG(2, "open %s flags %#x -> %d%s%s", path, flags, r, r < 0 ? " " : "", r < 0 ? strerror(-r) : "");
+  FS_ILOG(2, "open %s flags %#x -> %d%s%s", path, flags, r, r < 0 ? " " : "",
+          r < 0 ? strerror(-r) : "");
   return AsInt(saved.Finish(r));
 }
 
@@ -228,13 +239,13 @@ int OpenAnyAt(int dirfd, const char* path, int flags, mode_t mode) noexcept {
 using namespace fanstore::interceptor;  // NOLINT: the wrappers below are the C entry points
 namespace table = fanstore::table;
 
-#define FS_MODE_ARG(flags)                                  \
-  mode_t mode = 0;                                          \
-  if (NeedsMode(flags)) {                                   \
-    va_list ap;                                             \
-    va_start(ap, flags);                                    \
-    mode = va_arg(ap, mode_t);                              \
-    va_end(ap);                                             \
+#define FS_MODE_ARG(flags)     \
+  mode_t mode = 0;             \
+  if (NeedsMode(flags)) {      \
+    va_list ap;                \
+    va_start(ap, flags);       \
+    mode = va_arg(ap, mode_t); \
+    va_end(ap);                \
   }
 
 extern "C" int fanstore_open(const char* path, int flags, ...) noexcept {
@@ -261,7 +272,8 @@ extern "C" int fanstore_openat(int dirfd, const char* path, int flags, ...) noex
 extern "C" int fanstore_openat64(int dirfd, const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
   if (!Intercepting()) return Real().openat64(dirfd, path, flags, mode);
-  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().openat64(dirfd, path, flags, mode));
+  if (!MaybeOurs(dirfd, path))
+    return Passed(dirfd, path, Real().openat64(dirfd, path, flags, mode));
   return OpenAnyAt(dirfd, path, flags | O_LARGEFILE, mode);
 }
 
@@ -332,12 +344,14 @@ extern "C" int fanstore_close(int fd) noexcept {
 
 extern "C" int fanstore_close_range(unsigned int first, unsigned int last, int flags) noexcept {
   // Python's subprocess calls this between vfork and exec: the parent's records must stay.
-  if (!t_in_wrapper && !(flags & CLOSE_RANGE_CLOEXEC) && !InVforkChild()) g_fds.ClearRange(first, last);
+  if (!t_in_wrapper && !(flags & CLOSE_RANGE_CLOEXEC) && !InVforkChild())
+    g_fds.ClearRange(first, last);
   return Real().close_range(first, last, flags);
 }
 
 extern "C" void fanstore_closefrom(int lowfd) noexcept {
-  if (!t_in_wrapper && lowfd >= 0 && !InVforkChild()) g_fds.ClearRange(static_cast<unsigned>(lowfd), ~0u);
+  if (!t_in_wrapper && lowfd >= 0 && !InVforkChild())
+    g_fds.ClearRange(static_cast<unsigned>(lowfd), ~0u);
   Real().closefrom(lowfd);
 }
 

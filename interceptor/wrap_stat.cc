@@ -78,7 +78,9 @@ long Access(const Walk& w, int mode, bool effective) {
     bool any_x = table::IsDir(e) || (e.mode & 0111);
     return (need & X_OK) && !any_x ? -EACCES : 0;
   }
-  unsigned perm = uid == h.uid ? (e.mode >> 6) & 7 : InGroup(h.gid, effective) ? (e.mode >> 3) & 7 : e.mode & 7;
+  unsigned perm = uid == h.uid                ? (e.mode >> 6) & 7
+                  : InGroup(h.gid, effective) ? (e.mode >> 3) & 7
+                                              : e.mode & 7;
   return (perm & need) == need ? 0 : -EACCES;
 }
 
@@ -138,7 +140,8 @@ int StatAt(int dirfd, const char* path, void* st, int flags,
   return AsInt(OnPath(
       dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH,
       [&](int d, const char* p) { return real(d, p, static_cast<struct stat*>(st), flags); },
-      [&](const Walk& w) { return FillStat(w, st); }, [&](int length) { return AncestorStat(length, st); }));
+      [&](const Walk& w) { return FillStat(w, st); },
+      [&](int length) { return AncestorStat(length, st); }));
 }
 
 int StatPath(const char* path, void* st, bool follow, int (*real)(const char*, struct stat*)) {
@@ -149,7 +152,8 @@ int StatPath(const char* path, void* st, bool follow, int (*real)(const char*, s
         (void)d;
         return real(p, static_cast<struct stat*>(st));
       },
-      [&](const Walk& w) { return FillStat(w, st); }, [&](int length) { return AncestorStat(length, st); }));
+      [&](const Walk& w) { return FillStat(w, st); },
+      [&](int length) { return AncestorStat(length, st); }));
 }
 
 int StatFd(int fd, void* st, int (*real)(int, struct stat*)) {
@@ -163,15 +167,17 @@ int StatFd(int fd, void* st, int (*real)(int, struct stat*)) {
 
 template <typename Real>
 ssize_t GetXattrPath(const char* path, bool follow, Real&& real) {
-  return OnPath(AT_FDCWD, path, follow, false, [&](int, const char* p) { return real(p); },
-                [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : -static_cast<long>(ENODATA); },
-                [](int) { return -static_cast<long>(ENODATA); });
+  return OnPath(
+      AT_FDCWD, path, follow, false, [&](int, const char* p) { return real(p); },
+      [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : -static_cast<long>(ENODATA); },
+      [](int) { return -static_cast<long>(ENODATA); });
 }
 
 template <typename Real>
 ssize_t ListXattrPath(const char* path, bool follow, Real&& real) {
-  return OnPath(AT_FDCWD, path, follow, false, [&](int, const char* p) { return real(p); },
-                [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : 0L; }, [](int) { return 0L; });
+  return OnPath(
+      AT_FDCWD, path, follow, false, [&](int, const char* p) { return real(p); },
+      [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : 0L; }, [](int) { return 0L; });
 }
 
 template <typename Buf, typename Real, typename Fill>
@@ -222,13 +228,15 @@ extern "C" int fanstore_stat(const char* path, struct stat* st) noexcept {
   return StatPath(path, st, true, Real().stat);
 }
 extern "C" int fanstore_stat64(const char* path, struct stat64* st) noexcept {
-  return StatPath(path, st, true, reinterpret_cast<int (*)(const char*, struct stat*)>(Real().stat64));
+  return StatPath(path, st, true,
+                  reinterpret_cast<int (*)(const char*, struct stat*)>(Real().stat64));
 }
 extern "C" int fanstore_lstat(const char* path, struct stat* st) noexcept {
   return StatPath(path, st, false, Real().lstat);
 }
 extern "C" int fanstore_lstat64(const char* path, struct stat64* st) noexcept {
-  return StatPath(path, st, false, reinterpret_cast<int (*)(const char*, struct stat*)>(Real().lstat64));
+  return StatPath(path, st, false,
+                  reinterpret_cast<int (*)(const char*, struct stat*)>(Real().lstat64));
 }
 extern "C" int fanstore_fstat(int fd, struct stat* st) noexcept {
   return StatFd(fd, st, Real().fstat);
@@ -239,7 +247,8 @@ extern "C" int fanstore_fstat64(int fd, struct stat64* st) noexcept {
 extern "C" int fanstore_fstatat(int dirfd, const char* path, struct stat* st, int flags) noexcept {
   return StatAt(dirfd, path, st, flags, Real().fstatat);
 }
-extern "C" int fanstore_fstatat64(int dirfd, const char* path, struct stat64* st, int flags) noexcept {
+extern "C" int fanstore_fstatat64(int dirfd, const char* path, struct stat64* st,
+                                  int flags) noexcept {
   return StatAt(dirfd, path, st, flags,
                 reinterpret_cast<int (*)(int, const char*, struct stat*, int)>(Real().fstatat64));
 }
@@ -269,11 +278,13 @@ extern "C" int fanstore___fxstat64(int ver, int fd, struct stat64* st) noexcept 
   if (!KnownStatVer(ver)) return Real().__fxstat64(ver, fd, st);
   return StatFd(fd, st, Real().fstat);
 }
-extern "C" int fanstore___fxstatat(int ver, int dirfd, const char* path, struct stat* st, int flags) noexcept {
+extern "C" int fanstore___fxstatat(int ver, int dirfd, const char* path, struct stat* st,
+                                   int flags) noexcept {
   if (!KnownStatVer(ver)) return Real().__fxstatat(ver, dirfd, path, st, flags);
   return StatAt(dirfd, path, st, flags, Real().fstatat);
 }
-extern "C" int fanstore___fxstatat64(int ver, int dirfd, const char* path, struct stat64* st, int flags) noexcept {
+extern "C" int fanstore___fxstatat64(int ver, int dirfd, const char* path, struct stat64* st,
+                                     int flags) noexcept {
   if (!KnownStatVer(ver)) return Real().__fxstatat64(ver, dirfd, path, st, flags);
   return StatAt(dirfd, path, st, flags, Real().fstatat);
 }
@@ -300,17 +311,20 @@ extern "C" int fanstore_statx(int dirfd, const char* path, int flags, unsigned i
 // ---- access ----------------------------------------------------------------------------------
 
 extern "C" int fanstore_access(const char* path, int mode) noexcept {
-  return AccessAt(AT_FDCWD, path, mode, 0, [&](int, const char* p) { return Real().access(p, mode); });
+  return AccessAt(AT_FDCWD, path, mode, 0,
+                  [&](int, const char* p) { return Real().access(p, mode); });
 }
 extern "C" int fanstore_faccessat(int dirfd, const char* path, int mode, int flags) noexcept {
   return AccessAt(dirfd, path, mode, flags,
                   [&](int d, const char* p) { return Real().faccessat(d, p, mode, flags); });
 }
 extern "C" int fanstore_euidaccess(const char* path, int mode) noexcept {
-  return AccessAt(AT_FDCWD, path, mode, AT_EACCESS, [&](int, const char* p) { return Real().euidaccess(p, mode); });
+  return AccessAt(AT_FDCWD, path, mode, AT_EACCESS,
+                  [&](int, const char* p) { return Real().euidaccess(p, mode); });
 }
 extern "C" int fanstore_eaccess(const char* path, int mode) noexcept {
-  return AccessAt(AT_FDCWD, path, mode, AT_EACCESS, [&](int, const char* p) { return Real().eaccess(p, mode); });
+  return AccessAt(AT_FDCWD, path, mode, AT_EACCESS,
+                  [&](int, const char* p) { return Real().eaccess(p, mode); });
 }
 
 // ---- statfs / statvfs ----------------------------------------------------------------------
@@ -342,11 +356,15 @@ extern "C" int fanstore_fstatvfs64(int fd, struct statvfs64* buf) noexcept {
 
 // ---- reading extended attributes: a file system without any -----------------------------
 
-extern "C" ssize_t fanstore_getxattr(const char* path, const char* name, void* value, size_t size) noexcept {
-  return GetXattrPath(path, true, [&](const char* p) { return Real().getxattr(p, name, value, size); });
+extern "C" ssize_t fanstore_getxattr(const char* path, const char* name, void* value,
+                                     size_t size) noexcept {
+  return GetXattrPath(path, true,
+                      [&](const char* p) { return Real().getxattr(p, name, value, size); });
 }
-extern "C" ssize_t fanstore_lgetxattr(const char* path, const char* name, void* value, size_t size) noexcept {
-  return GetXattrPath(path, false, [&](const char* p) { return Real().lgetxattr(p, name, value, size); });
+extern "C" ssize_t fanstore_lgetxattr(const char* path, const char* name, void* value,
+                                      size_t size) noexcept {
+  return GetXattrPath(path, false,
+                      [&](const char* p) { return Real().lgetxattr(p, name, value, size); });
 }
 extern "C" ssize_t fanstore_fgetxattr(int fd, const char* name, void* value, size_t size) noexcept {
   return OnFd(
@@ -357,9 +375,11 @@ extern "C" ssize_t fanstore_listxattr(const char* path, char* list, size_t size)
   return ListXattrPath(path, true, [&](const char* p) { return Real().listxattr(p, list, size); });
 }
 extern "C" ssize_t fanstore_llistxattr(const char* path, char* list, size_t size) noexcept {
-  return ListXattrPath(path, false, [&](const char* p) { return Real().llistxattr(p, list, size); });
+  return ListXattrPath(path, false,
+                       [&](const char* p) { return Real().llistxattr(p, list, size); });
 }
 extern "C" ssize_t fanstore_flistxattr(int fd, char* list, size_t size) noexcept {
   return OnFd(
-      fd, [&] { return Real().flistxattr(fd, list, size); }, [](const fanstore::table::Entry&) { return 0L; });
+      fd, [&] { return Real().flistxattr(fd, list, size); },
+      [](const fanstore::table::Entry&) { return 0L; });
 }

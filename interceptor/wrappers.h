@@ -20,8 +20,9 @@
 #include "interceptor/libc_types.h"
 #include "interceptor/state.h"
 
-#define FS_SYM(ret, name, params) \
-  extern "C" __attribute__((visibility("default"))) ret fanstore_##name params noexcept __asm__(#name);
+#define FS_SYM(ret, name, params)                   \
+  extern "C" __attribute__((visibility("default"))) \
+  ret fanstore_##name params noexcept __asm__(#name);
 #include "interceptor/symbols.def"
 #undef FS_SYM
 

@@ -42,15 +42,17 @@ std::string Rel(const char* p) {
 std::string Attrs(const struct stat& st) {
   char buf[128];
   snprintf(buf, sizeof buf, "mode=%o nlink=%lu size=%lld mtime=%lld.%09ld", st.st_mode,
-           static_cast<unsigned long>(st.st_nlink), S_ISDIR(st.st_mode) ? -1LL : static_cast<long long>(st.st_size),
+           static_cast<unsigned long>(st.st_nlink),
+           S_ISDIR(st.st_mode) ? -1LL : static_cast<long long>(st.st_size),
            static_cast<long long>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec);
   return buf;
 }
 
 bool Same(const struct stat& a, const struct stat& b) {
-  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_size == b.st_size && a.st_mode == b.st_mode &&
-         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
-         a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec && a.st_nlink == b.st_nlink;
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_size == b.st_size &&
+         a.st_mode == b.st_mode && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
+         a.st_mtim.tv_nsec == b.st_mtim.tv_nsec && a.st_ctim.tv_sec == b.st_ctim.tv_sec &&
+         a.st_ctim.tv_nsec == b.st_ctim.tv_nsec && a.st_nlink == b.st_nlink;
 }
 
 void Expect(bool ok, const std::string& what) {
@@ -62,14 +64,22 @@ void Expect(bool ok, const std::string& what) {
 
 const char* Type(int flag) {
   switch (flag) {
-    case FTW_F: return "F";
-    case FTW_D: return "D";
-    case FTW_DNR: return "DNR";
-    case FTW_NS: return "NS";
-    case FTW_SL: return "SL";
-    case FTW_DP: return "DP";
-    case FTW_SLN: return "SLN";
-    default: return "?";
+    case FTW_F:
+      return "F";
+    case FTW_D:
+      return "D";
+    case FTW_DNR:
+      return "DNR";
+    case FTW_NS:
+      return "NS";
+    case FTW_SL:
+      return "SL";
+    case FTW_DP:
+      return "DP";
+    case FTW_SLN:
+      return "SLN";
+    default:
+      return "?";
   }
 }
 
@@ -83,8 +93,10 @@ bool g_print_cwd = false;
 void CheckOrder(const char* path, int flag) {
   std::string p(path);
   for (const std::string& seen : g_seen_paths) {
-    bool seen_is_child = seen.size() > p.size() && seen.compare(0, p.size(), p) == 0 && seen[p.size()] == '/';
-    if (flag == FTW_D && seen_is_child) Expect(false, "pre-order: " + p + " after its child " + seen);
+    bool seen_is_child =
+        seen.size() > p.size() && seen.compare(0, p.size(), p) == 0 && seen[p.size()] == '/';
+    if (flag == FTW_D && seen_is_child)
+      Expect(false, "pre-order: " + p + " after its child " + seen);
   }
   if (flag == FTW_DP) {
     for (const std::string& seen : g_seen_paths)
@@ -116,7 +128,8 @@ int NftwPrint(const char* path, const struct stat* st, int flag, struct FTW* ftw
   if (flag == FTW_F || flag == FTW_D || flag == FTW_DP) {
     if (g_print_cwd) {
       // glibc reports FTW_DP from inside the directory, so only the others are relative.
-      if (flag != FTW_DP) Expect(lstat(path + ftw->base, &again) == 0, "relative stat under FTW_CHDIR");
+      if (flag != FTW_DP)
+        Expect(lstat(path + ftw->base, &again) == 0, "relative stat under FTW_CHDIR");
     } else {
       Expect(stat(path, &again) == 0 && Same(again, *st), std::string("nftw stat ") + path);
     }
@@ -137,7 +150,8 @@ int StopAtSecond(const char*, const struct stat*, int, struct FTW*) {
 void Nftw() {
   // Following symlinks visits each directory once, so what is reported depends on the
   // order: that walk stays in a tree without directory symlinks (a).
-  for (int flags : {int{FTW_PHYS}, 0, FTW_PHYS | FTW_DEPTH, FTW_PHYS | FTW_CHDIR, FTW_CHDIR | FTW_DEPTH}) {
+  for (int flags :
+       {int{FTW_PHYS}, 0, FTW_PHYS | FTW_DEPTH, FTW_PHYS | FTW_CHDIR, FTW_CHDIR | FTW_DEPTH}) {
     std::string top = flags & FTW_PHYS ? g_root : g_root + "/a";
     printf("nftw %s flags=%d\n", Rel(top.c_str()).c_str(), flags);
     g_print_cwd = flags & FTW_CHDIR;
@@ -163,7 +177,9 @@ void Nftw() {
   printf("  -> %d\n", r);
 }
 
-int NoDots(const struct dirent* d) { return strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0; }
+int NoDots(const struct dirent* d) {
+  return strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0;
+}
 
 void Scandir(const std::string& dir) {
   struct dirent** list;
@@ -211,7 +227,8 @@ void Streams() {
   Expect(n == first.size(), "readdir_r after rewinddir");
   int fd = dirfd(d);
   struct stat a, b;
-  Expect(fd >= 0 && fstat(fd, &a) == 0 && stat((g_root + "/a").c_str(), &b) == 0 && Same(a, b), "dirfd fstat");
+  Expect(fd >= 0 && fstat(fd, &a) == 0 && stat((g_root + "/a").c_str(), &b) == 0 && Same(a, b),
+         "dirfd fstat");
   struct stat child;
   Expect(fstatat(fd, "x.txt", &child, 0) == 0 && child.st_size == 6, "fstatat(dirfd(opendir))");
   closedir(d);
@@ -223,20 +240,27 @@ void Descriptors() {
   struct stat by_path, by_fd, at, empty, dupst;
   int fd = open(file.c_str(), O_RDONLY);
   Expect(fd >= 0, "open");
-  Expect(stat(file.c_str(), &by_path) == 0 && fstat(fd, &by_fd) == 0 && Same(by_path, by_fd), "fstat == stat");
-  Expect(fstatat(fd, "", &empty, AT_EMPTY_PATH) == 0 && Same(by_path, empty), "fstatat AT_EMPTY_PATH");
+  Expect(stat(file.c_str(), &by_path) == 0 && fstat(fd, &by_fd) == 0 && Same(by_path, by_fd),
+         "fstat == stat");
+  Expect(fstatat(fd, "", &empty, AT_EMPTY_PATH) == 0 && Same(by_path, empty),
+         "fstatat AT_EMPTY_PATH");
   struct statx sx;
-  Expect(statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx) == 0 && sx.stx_ino == by_path.st_ino &&
+  Expect(statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx) == 0 &&
+             sx.stx_ino == by_path.st_ino &&
              sx.stx_size == static_cast<uint64_t>(by_path.st_size) &&
-             sx.stx_ctime.tv_sec == by_path.st_ctim.tv_sec && sx.stx_ctime.tv_nsec == static_cast<uint32_t>(by_path.st_ctim.tv_nsec),
+             sx.stx_ctime.tv_sec == by_path.st_ctim.tv_sec &&
+             sx.stx_ctime.tv_nsec == static_cast<uint32_t>(by_path.st_ctim.tv_nsec),
          "statx AT_EMPTY_PATH");
   struct statx sp;
-  Expect(statx(AT_FDCWD, file.c_str(), 0, STATX_BASIC_STATS, &sp) == 0 && sp.stx_ino == sx.stx_ino &&
-             sp.stx_dev_major == sx.stx_dev_major && sp.stx_dev_minor == sx.stx_dev_minor &&
+  Expect(statx(AT_FDCWD, file.c_str(), 0, STATX_BASIC_STATS, &sp) == 0 &&
+             sp.stx_ino == sx.stx_ino && sp.stx_dev_major == sx.stx_dev_major &&
+             sp.stx_dev_minor == sx.stx_dev_minor &&
              makedev(sp.stx_dev_major, sp.stx_dev_minor) == by_path.st_dev,
          "statx path");
-  int d1 = dup(fd), d2 = fcntl(fd, F_DUPFD_CLOEXEC, 100), d3 = dup2(fd, 200), d4 = dup3(fd, 201, O_CLOEXEC);
-  for (int d : {d1, d2, d3, d4}) Expect(d >= 0 && fstat(d, &dupst) == 0 && Same(dupst, by_path), "fstat of a dup");
+  int d1 = dup(fd), d2 = fcntl(fd, F_DUPFD_CLOEXEC, 100), d3 = dup2(fd, 200),
+      d4 = dup3(fd, 201, O_CLOEXEC);
+  for (int d : {d1, d2, d3, d4})
+    Expect(d >= 0 && fstat(d, &dupst) == 0 && Same(dupst, by_path), "fstat of a dup");
   for (int d : {d1, d2, d3, d4}) close(d);
   char buf[16] = {};
   Expect(pread(fd, buf, sizeof buf, 0) == 6 && strcmp(buf, "hello\n") == 0, "pread");
@@ -244,7 +268,8 @@ void Descriptors() {
   // The number is free again; a real file must now get real attributes.
   int other = open("/dev/null", O_RDONLY);
   struct stat null_st;
-  Expect(other >= 0 && fstat(other, &null_st) == 0 && S_ISCHR(null_st.st_mode), "closed numbers are forgotten");
+  Expect(other >= 0 && fstat(other, &null_st) == 0 && S_ISCHR(null_st.st_mode),
+         "closed numbers are forgotten");
   close(other);
 
   int dir = open((g_root + "/a").c_str(), O_RDONLY | O_DIRECTORY);
@@ -263,14 +288,18 @@ void Descriptors() {
   closedir(ds);
   int root = open(g_root.c_str(), O_RDONLY | O_DIRECTORY);
   char target[64] = {};
-  Expect(readlinkat(root, "link", target, sizeof target) == 3 && strcmp(target, "a/b") == 0, "readlinkat");
+  Expect(readlinkat(root, "link", target, sizeof target) == 3 && strcmp(target, "a/b") == 0,
+         "readlinkat");
   int lfd = openat(root, "link", O_PATH | O_NOFOLLOW);
   memset(target, 0, sizeof target);
-  Expect(lfd >= 0 && readlinkat(lfd, "", target, sizeof target) == 3, "readlinkat of an O_PATH link");
-  Expect(fstatat(lfd, "", &at, AT_EMPTY_PATH) == 0 && S_ISLNK(at.st_mode), "fstat of an O_PATH link");
+  Expect(lfd >= 0 && readlinkat(lfd, "", target, sizeof target) == 3,
+         "readlinkat of an O_PATH link");
+  Expect(fstatat(lfd, "", &at, AT_EMPTY_PATH) == 0 && S_ISLNK(at.st_mode),
+         "fstat of an O_PATH link");
   close(lfd);
   Expect(openat(root, "link", O_RDONLY | O_NOFOLLOW) < 0 && errno == ELOOP, "O_NOFOLLOW on a link");
-  Expect(openat(root, "a/x.txt", O_RDONLY | O_DIRECTORY) < 0 && errno == ENOTDIR, "O_DIRECTORY on a file");
+  Expect(openat(root, "a/x.txt", O_RDONLY | O_DIRECTORY) < 0 && errno == ENOTDIR,
+         "O_DIRECTORY on a file");
   Expect(openat(dir, "x.txt/", O_RDONLY) < 0 && errno == ENOTDIR, "trailing slash on a file");
   Expect(fchdir(dir) == 0, "fchdir");
   char cwd[PATH_MAX];
@@ -298,7 +327,8 @@ void Stdio() {
 
 void Names() {
   char buf[PATH_MAX];
-  printf("realpath link/c: %s\n", realpath((g_root + "/link/c").c_str(), buf) ? Rel(buf).c_str() : strerror(errno));
+  printf("realpath link/c: %s\n",
+         realpath((g_root + "/link/c").c_str(), buf) ? Rel(buf).c_str() : strerror(errno));
   char* r = realpath((g_root + "/a/./b/../x.txt").c_str(), nullptr);
   printf("realpath a/./b/../x.txt: %s\n", r ? Rel(r).c_str() : strerror(errno));
   free(r);
@@ -335,8 +365,10 @@ void Errors() {
   Report("stat dangling", stat((R + "/dangling").c_str(), &st));
   Report("open O_CREAT new", open((R + "/new").c_str(), O_WRONLY | O_CREAT, 0644));
   Report("open O_CREAT in missing dir", open((R + "/nope/new").c_str(), O_WRONLY | O_CREAT, 0644));
-  Report("open O_CREAT|O_EXCL existing", open((R + "/a/x.txt").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644));
-  Report("open O_RDONLY|O_CREAT existing", open((R + "/a/x.txt").c_str(), O_RDONLY | O_CREAT, 0644));
+  Report("open O_CREAT|O_EXCL existing",
+         open((R + "/a/x.txt").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644));
+  Report("open O_RDONLY|O_CREAT existing",
+         open((R + "/a/x.txt").c_str(), O_RDONLY | O_CREAT, 0644));
   Report("open O_RDWR", open((R + "/a/x.txt").c_str(), O_RDWR));
   Report("open O_WRONLY missing", open((R + "/nope").c_str(), O_WRONLY));
   Report("open O_TRUNC", open((R + "/a/x.txt").c_str(), O_RDONLY | O_TRUNC));
