@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <new>
 
 #include "common/env.h"
@@ -282,7 +283,7 @@ Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
 }
 
 int RealAncestorLength(int dirfd, const char* path) noexcept {
-  if (!path) return -1;
+  if (!path || !*path) return -1;  // "" names nothing (AT_EMPTY_PATH is the caller's business)
   const std::string_view mount = Mount();
   size_t pos;  // the directory so far is mount[0, pos); 0 stands for "/"
   if (path[0] == '/') {

@@ -204,7 +204,10 @@ class NftwWalker {
   // the walk came from (nullptr for the start).
   int Visit(const Entry& e, int type, size_t len, int base, int level, const Entry* holder) {
     int action = FTW_CONTINUE;
-    if (type != FTW_D) return Call(e, type, base, level, &action);
+    if (type != FTW_D) {
+      if (Call(e, type, base, level, &action) == kStop) return kStop;
+      return action == FTW_SKIP_SIBLINGS ? FTW_SKIP_SIBLINGS : 0;
+    }
     if (Seen(e)) return 0;
     if (!(flags_ & FTW_DEPTH)) {
       if (Call(e, FTW_D, base, level, &action) == kStop) return kStop;
