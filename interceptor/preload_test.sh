@@ -183,6 +183,10 @@ $MNT/héllo wörld/日本
 本
 $WORK/mnt"
 check "cd into the mount in bash -c (children inherit the directory)" test "$out" = "$expected"
+check "relative paths from the directory above the mount" \
+  test "$(fs bash -c "cd '$WORK/mnt' && cat ds/a/x.txt && ls -d ds/a && cd ds && /bin/pwd")" = "hello
+ds/a
+$MNT"
 
 # A mount whose parent does not exist (the usual /fanstore/ds): tools that check every
 # component (realpath, readlink -f, pathlib's strict resolve) see read-only directories there.
