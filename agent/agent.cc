@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -147,8 +148,11 @@ std::string Agent::StatsJson() const {
   j["stage_in_seconds"] = stage_seconds_;
   j["exchange_seconds"] = exchange_seconds_;
   j["exchange_bytes"] = exchange_bytes_;
-  j["opens"] = {{"agent_local", opens_local_.load()}, {"fallback", opens_fallback_.load()}, {"errors", open_errors_.load()}};
-  j["bytes"] = {{"fallback", bytes_fallback_.load()}};
+  j["opens"] = {{"local", opens_local_.load()}, {"remote", opens_remote_.load()}, {"cached", opens_cached_.load()},
+                {"fallback", opens_fallback_.load()}, {"errors", open_errors_.load()}};
+  j["bytes"] = {{"remote", bytes_remote_.load()}, {"cached", bytes_cached_.load()}, {"fallback", bytes_fallback_.load()}};
+  j["peers"] = {{"fetch_errors", peer_errors_.load()}, {"refused_connections", peer_server_.refused()}};
+  j["cache"] = {{"used", cache_.used()}, {"capacity", cache_.capacity()}, {"evictions", cache_.evictions()}};
   return j.dump();
 }
 
@@ -167,6 +171,9 @@ Status Agent::Prepare() {
   if (count) return Status::InvalidArgument("local directory " + cfg_.local_dir + " is not empty");
   if (::access(cfg_.local_dir.c_str(), W_OK) != 0)
     return Status::FromErrno("local directory " + cfg_.local_dir + " is not writable", errno);
+  data_root_ = cfg_.local_dir + "/data";
+  for (const std::string& d : {data_root_, cfg_.local_dir + "/cache"})
+    if (::mkdir(d.c_str(), 0700) != 0) return Status::FromErrno("local directory: create " + d, errno);
   auto m = format::LoadManifest(cfg_.dataset);
   if (!m.ok()) return m.status();
   manifest_ = std::move(m).value();
@@ -211,18 +218,24 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
     so.cancel = cancel;
     so.on_read = [this](uint64_t n) { read_bytes_ += n; };
     stage::Stats ss;
-    st = stage::StageShards(manifest_, dict_, *shards, cfg_.local_dir, so, &ss);
+    st = stage::StageShards(manifest_, dict_, *shards, data_root_, so, &ss);
     staged_files_ = ss.files;
     staged_bytes_ = ss.raw_bytes;
   }
   stage_seconds_ = Since(t0);
+  // Files held here are served to the other agents from now on.
+  if (st.ok() && size > 1 && cfg_.peers) {
+    peer_pool_ = std::make_unique<ThreadPool>(8);
+    st = peer_server_.Start([this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
+                            peer_pool_.get());
+  }
   // 2. Publish what this node is primary for: the indexes and symlink targets.
   if (st.ok()) {
     Put32(blob, kBlobMagic);
     Put32(blob, kBlobVersion);
     Put32(blob, 1);
     PutStr(blob, "");
-    PutStr(blob, "");  // peer endpoint: filled by the peer data service
+    PutStr(blob, size > 1 && cfg_.peers ? peer_server_.Endpoint() : "");
     std::vector<const format::ShardFile*> primary;
     for (const auto& sh : *shards)
       if (Holders(sh->header.shard_id, size, replicas)[0] == rank) primary.push_back(sh.get());
@@ -259,6 +272,7 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
   if (!all.ok()) return all.status().Prefixed("metadata exchange");
   index_.assign(nshards, {});
   std::vector<bool> seen(nshards, false);
+  std::vector<std::string> endpoints(all->size());
   for (uint32_t r = 0; r < all->size(); r++) {
     const std::string& b = (*all)[r];
     exchange_bytes_ += b.size();
@@ -269,6 +283,7 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
       return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(r));
     if (!ok) return Status::Aborted("agent of rank " + std::to_string(r) + " failed: " + std::string(err));
     if (!rd.Str(&endpoint) || !rd.U32(&records)) return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(r));
+    endpoints[r] = std::string(endpoint);
     for (uint32_t i = 0; i < records; i++) {
       uint32_t shard, nlinks;
       uint64_t file_size;
@@ -294,6 +309,14 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
   }
   for (uint32_t s = 0; s < nshards; s++)
     if (!seen[s]) return Status::Corruption("metadata exchange: no agent published shard " + std::to_string(s));
+  peers_.SetEndpoints(std::move(endpoints));
+  // The cache takes what is left after the staged share: by default half the free space.
+  uint64_t cache = cfg_.cache_size;
+  if (cache == 0) {
+    struct statvfs vfs;
+    cache = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 2 : 0;
+  }
+  cache_.Init(cfg_.local_dir + "/cache", mine_.size() == nshards ? 0 : cache);
   return Status::OK();
 }
 
@@ -327,7 +350,7 @@ Status Agent::BuildTable() {
   }
   nodes.push_back(table::Node{"", S_IFDIR | manifest_.root_mode, 0, manifest_.root_mtime_ns, 0, {}});
   table::BuildOptions bo;
-  bo.local_root = cfg_.local_dir;
+  bo.local_root = data_root_;
   // A device number of our own, stable for the dataset, so st_dev never matches a real disk.
   bo.dev = makedev(0xf5, static_cast<unsigned>(manifest_.dataset_id & 0xfffff));
   bo.dataset_id = manifest_.dataset_id;
@@ -368,6 +391,7 @@ Status Agent::Start(const std::atomic<bool>* cancel) {
 
 void Agent::Shutdown() {
   server_.Stop();
+  peer_server_.Stop();
   if (boot_) boot_->Finalize();
   if (created_local_) {
     Status s = RemoveTree(cfg_.local_dir);
@@ -396,7 +420,7 @@ Reply Agent::Open(const std::string& path) {
   auto it = files_.find(path);
   if (it == files_.end()) return Reply{ENOENT, "", -1};
   if (it->second.local) {
-    int fd = ::open((cfg_.local_dir + "/" + path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = ::open((data_root_ + "/" + path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       open_errors_++;
       return Reply{errno, "", -1};
@@ -404,7 +428,7 @@ Reply Agent::Open(const std::string& path) {
     opens_local_++;
     return Reply{0, "", fd};
   }
-  auto fd = FallbackOpen(it->second);
+  auto fd = RemoteOpen(it->second);
   if (!fd.ok()) {
     open_errors_++;
     LOG_ERROR("open %s: %s", path.c_str(), fd.status().ToString().c_str());
@@ -413,23 +437,124 @@ Reply Agent::Open(const std::string& path) {
   return Reply{0, "", *fd};
 }
 
-// Reads a file's frame straight from its shard in the dataset directory (one pread), decodes and
-// verifies it, and hands it out as a sealed memfd. Bad bytes are never returned: EIO instead.
-Result<int> Agent::FallbackOpen(const FileRef& ref) {
+int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
+  if (shard >= index_.size() || !local_shard_[shard] || entry >= index_[shard].size()) return ENOENT;
+  const IndexEntry& e = index_[shard][entry];
+  if (e.type != EntryType::kFile) return EINVAL;
+  *fd = ::open((data_root_ + "/" + e.path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (*fd < 0) return errno;
+  *size = e.size;
+  return 0;
+}
+
+struct Agent::Inflight {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+Result<int> Agent::RemoteOpen(const FileRef& ref) {
+  const uint64_t key = (uint64_t{ref.shard} << 32) | ref.entry;
+  const uint64_t size = index_[ref.shard][ref.entry].size;
+  while (true) {
+    int fd = cache_.Open(key);
+    if (fd >= 0) {
+      opens_cached_++;
+      bytes_cached_ += size;
+      return fd;
+    }
+    // One fetch per file: later openers wait for the first, then take it from the cache.
+    std::shared_ptr<Inflight> wait, mine;
+    {
+      std::lock_guard<std::mutex> l(inflight_mu_);
+      auto [it, fresh] = inflight_.emplace(key, nullptr);
+      if (fresh) it->second = mine = std::make_shared<Inflight>();
+      else wait = it->second;
+    }
+    if (wait) {
+      std::unique_lock<std::mutex> l(wait->mu);
+      wait->cv.wait(l, [&] { return wait->done; });
+      if (cache_.capacity() > 0) continue;  // cached by the first opener, unless it failed
+    }
+    auto finish = [&] {
+      if (!mine) return;
+      {
+        std::lock_guard<std::mutex> l(inflight_mu_);
+        inflight_.erase(key);
+      }
+      std::lock_guard<std::mutex> l(mine->mu);
+      mine->done = true;
+      mine->cv.notify_all();
+    };
+    const char* source = "";
+    auto data = FetchVerified(ref, &source);
+    if (!data.ok()) {
+      finish();
+      return data.status();
+    }
+    auto cached = cache_.Put(key, *data);
+    finish();
+    if (cached.ok()) return *cached;
+    // Not cacheable (no space): hand out a sealed in-memory copy.
+    UniqueFD mfd(::memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    if (!mfd.valid()) return Status::FromErrno("memfd_create", errno);
+    FS_RETURN_IF_ERROR(WriteFull(mfd.get(), data->data(), data->size(), "memfd"));
+    ::fcntl(mfd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+    ::lseek(mfd.get(), 0, SEEK_SET);
+    return mfd.Release();
+  }
+}
+
+// From a holder (replicas in an order that spreads load), then from the dataset directory.
+Result<std::string> Agent::FetchVerified(const FileRef& ref, const char** source) {
   const IndexEntry& e = index_[ref.shard][ref.entry];
+  const uint32_t size = boot_->size();
+  auto holders = Holders(ref.shard, size, cfg_.replicas == 0 ? size : cfg_.replicas);
+  if (cfg_.peers && size > 1) {
+    const size_t n = holders.size();
+    for (size_t k = 0; k < n; k++) {
+      uint32_t h = holders[(ref.entry + boot_->rank() + k) % n];
+      if (h == boot_->rank()) continue;
+      std::string data;
+      Status st = peers_.Fetch(h, ref.shard, ref.entry, e.size, &data);
+      if (st.ok() && Xxh3(data) != e.xxh3)
+        st = Status::Corruption("peer " + std::to_string(h) + " sent bad bytes for '" + e.path + "'");
+      if (st.ok()) {
+        opens_remote_++;
+        bytes_remote_ += data.size();
+        *source = "peer";
+        return data;
+      }
+      peer_errors_++;
+      LOG_WARN("fetch '%s' from rank %u: %s; trying %s", e.path.c_str(), h, st.ToString().c_str(),
+               k + 1 < n ? "another replica" : "the dataset directory");
+    }
+  }
+  auto data = ReadFromDataset(ref);
+  if (data.ok()) {
+    opens_fallback_++;
+    bytes_fallback_ += data->size();
+    *source = "dataset";
+  }
+  return data;
+}
+
+// One pread of the file's frame from its shard on the parallel file system, then decode and
+// verify. Bad bytes are never returned: the caller turns the error into EIO.
+Result<std::string> Agent::ReadFromDataset(const FileRef& ref) {
+  const IndexEntry& e = index_[ref.shard][ref.entry];
+  const std::string shard_path = cfg_.dataset + "/" + manifest_.shards[ref.shard].file;
   int shard_fd;
   {
     std::lock_guard<std::mutex> l(shard_fd_mu_);
     auto it = shard_fds_.find(ref.shard);
     if (it == shard_fds_.end()) {
-      const std::string p = cfg_.dataset + "/" + manifest_.shards[ref.shard].file;
-      int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return Status::FromErrno("open " + p, errno);
+      int fd = ::open(shard_path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return Status::FromErrno("open " + shard_path, errno);
       it = shard_fds_.emplace(ref.shard, fd).first;
     }
     shard_fd = it->second;
   }
-  const std::string shard_path = cfg_.dataset + "/" + manifest_.shards[ref.shard].file;
   std::string stored(e.stored_len, '\0');
   FS_RETURN_IF_ERROR(PreadFull(shard_fd, stored.data(), stored.size(), e.offset, shard_path));
   format::FrameDecoder dec(&dict_);
@@ -437,14 +562,8 @@ Result<int> Agent::FallbackOpen(const FileRef& ref) {
   std::string_view raw;
   Status st = dec.Decode(e, stored, &scratch, &raw);
   if (!st.ok()) return st.Prefixed(shard_path);
-  UniqueFD mfd(::memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!mfd.valid()) return Status::FromErrno("memfd_create", errno);
-  FS_RETURN_IF_ERROR(WriteFull(mfd.get(), raw.data(), raw.size(), "memfd"));
-  ::fcntl(mfd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
-  ::lseek(mfd.get(), 0, SEEK_SET);
-  opens_fallback_++;
-  bytes_fallback_ += raw.size();
-  return mfd.Release();
+  if (e.codec == format::Codec::kRaw) return stored;
+  return scratch;
 }
 
 }  // namespace fanstore::agent

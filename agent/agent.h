@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "agent/bootstrap.h"
+#include "agent/cache.h"
+#include "agent/peer.h"
 #include "agent/server.h"
 #include "common/status.h"
 #include "common/table.h"
@@ -28,6 +30,8 @@ struct Config {
   uint32_t replicas = 0;    // 0: every node holds every shard
   std::string node_name;    // for messages; default: SLURMD_NODENAME or the hostname
   size_t threads = 0;
+  uint64_t cache_size = 0;  // bytes for files fetched from peers; 0: half the free space left
+  bool peers = true;        // fetch from other agents (else straight from the dataset)
 };
 
 // Files in the run directory.
@@ -61,7 +65,12 @@ class Agent {
   void WriteStatus(const std::string& state, const std::string& error);
   Reply Handle(proto::Op op, const std::string& payload);
   Reply Open(const std::string& path);
-  Result<int> FallbackOpen(const FileRef& ref);
+  // A file held elsewhere: from the cache, else from a holder (one fetch for concurrent
+  // opens), else straight from the shard in the dataset directory. Returns a descriptor.
+  Result<int> RemoteOpen(const FileRef& ref);
+  Result<std::string> FetchVerified(const FileRef& ref, const char** source);
+  Result<std::string> ReadFromDataset(const FileRef& ref);
+  int ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size);
   std::string StatusJson() const;
 
   Config cfg_;
@@ -77,6 +86,14 @@ class Agent {
   std::mutex shard_fd_mu_;
   std::unordered_map<uint32_t, int> shard_fds_;          // shards opened for fallback reads
   LocalServer server_;
+  std::string data_root_;                                 // <local_dir>/data: staged files
+  std::unique_ptr<ThreadPool> peer_pool_;
+  PeerServer peer_server_;
+  PeerClient peers_;
+  FileCache cache_;
+  struct Inflight;
+  std::mutex inflight_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Inflight>> inflight_;
   table::AgentLock alive_;  // held while serving; clients see its release or our death
   bool created_local_ = false, created_run_ = false, server_started_ = false;
   std::string state_ = "starting", error_;
@@ -86,7 +103,8 @@ class Agent {
   std::atomic<uint64_t> staged_bytes_{0}, staged_files_{0}, read_bytes_{0};
   double stage_seconds_ = 0, exchange_seconds_ = 0;
   uint64_t exchange_bytes_ = 0;
-  std::atomic<uint64_t> opens_local_{0}, opens_fallback_{0}, bytes_fallback_{0}, open_errors_{0};
+  std::atomic<uint64_t> opens_local_{0}, opens_remote_{0}, opens_cached_{0}, opens_fallback_{0}, open_errors_{0};
+  std::atomic<uint64_t> bytes_remote_{0}, bytes_cached_{0}, bytes_fallback_{0}, peer_errors_{0};
 };
 
 }  // namespace fanstore::agent

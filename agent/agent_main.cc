@@ -15,13 +15,15 @@
 #include "agent/agent.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "stagein/pack.h"
 
 namespace {
 
 const char kHelp[] =
     "Usage: fanstore-agent --dataset DS.fs --local-dir DIR --run-dir DIR --mount PATH\n"
     "                      [--bootstrap auto|single|pmix] [--replicas N|all] [--threads N]\n"
-    "                      [--node-name NAME] [--job-id ID] [--verbose|--quiet]\n"
+    "                      [--cache-size SIZE] [--no-peers] [--node-name NAME] [--job-id ID]\n"
+    "                      [--verbose|--quiet]\n"
     "\n"
     "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
     "with the other agents of the job (PMIx), publishes the metadata table and serves local\n"
@@ -36,6 +38,9 @@ const char kHelp[] =
     "  --bootstrap KIND   auto (PMIx when started by srun --mpi=pmix), single or pmix\n"
     "  --replicas N|all   nodes holding each shard (default all)\n"
     "  --threads N        stage-in threads (default: all cores)\n"
+    "  --cache-size SIZE  room for files fetched from other agents, e.g. 4G (default: half\n"
+    "                     the free space left after stage-in); least recently used go first\n"
+    "  --no-peers         read files held elsewhere straight from the dataset directory\n"
     "\n"
     "status.json in the run directory reads {\"state\": \"staging|ready|failed\", \"error\": ...}.\n"
     "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage.\n";
@@ -61,6 +66,8 @@ int main(int argc, char** argv) {
                                  {"job-id", required_argument, nullptr, 'j'},
                                  {"verbose", no_argument, nullptr, 'v'},
                                  {"quiet", no_argument, nullptr, 'q'},
+                                 {"cache-size", required_argument, nullptr, 'c'},
+                                 {"no-peers", no_argument, nullptr, 'P'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
@@ -86,6 +93,10 @@ int main(int argc, char** argv) {
       case 'j': break;
       case 'v': log::SetLevel(log::kDebug); break;
       case 'q': log::SetLevel(log::kWarn); break;
+      case 'c':
+        if (!pack::ParseSize(optarg, &cfg.cache_size)) return Usage(std::string("bad --cache-size '") + optarg + "'");
+        break;
+      case 'P': cfg.peers = false; break;
       case 'h': std::fputs(kHelp, stdout); return 0;
       default: return Usage("bad option");
     }

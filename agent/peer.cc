@@ -1,0 +1,364 @@
+// The peer data service and its client.
+#include "agent/peer.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <munge.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/unique_fd.h"
+
+namespace fanstore::agent {
+namespace {
+
+constexpr int kConnectTimeoutMs = 1500;
+constexpr int kIoTimeoutSec = 10;
+constexpr auto kDownFor = std::chrono::seconds(10);
+constexpr uint32_t kMaxCred = 4096;
+
+bool SendAll(int fd, const void* buf, size_t len) {
+  const char* p = static_cast<const char*>(buf);
+  while (len) {
+    ssize_t w = ::send(fd, p, len, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    len -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool RecvAll(int fd, void* buf, size_t len) {
+  char* p = static_cast<char*>(buf);
+  while (len) {
+    ssize_t r = ::recv(fd, p, len, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    len -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+void SetIoTimeouts(int fd) {
+  struct timeval tv = {kIoTimeoutSec, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+}  // namespace
+
+Result<std::string> MungeCredential() {
+  char* cred = nullptr;
+  munge_err_t e = munge_encode(&cred, nullptr, nullptr, 0);
+  if (e != EMUNGE_SUCCESS) return Status::Permission(std::string("munge: ") + munge_strerror(e));
+  std::string out(cred);
+  std::free(cred);
+  return out;
+}
+
+Result<uid_t> MungeVerify(const std::string& cred) {
+  uid_t uid;
+  gid_t gid;
+  munge_err_t e = munge_decode(cred.c_str(), nullptr, nullptr, nullptr, &uid, &gid);
+  if (e != EMUNGE_SUCCESS) return Status::Permission(std::string("munge: ") + munge_strerror(e));
+  return uid;
+}
+
+// --- server ----------------------------------------------------------------------------------
+
+Status PeerServer::Start(LocalFileFn local, ThreadPool* pool) {
+  local_ = std::move(local);
+  pool_ = pool;
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) return Status::FromErrno("peer service: socket", errno);
+  struct sockaddr_in addr;
+  std::memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 256) != 0)
+    return Status::FromErrno("peer service: bind/listen", errno);
+  socklen_t len = sizeof addr;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) return Status::FromErrno("peer service: epoll", errno);
+  struct epoll_event ev = {};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.fd = wake_fd_;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  loop_ = std::thread([this] { Loop(); });
+  return Status::OK();
+}
+
+std::string PeerServer::Endpoint() const {
+  std::vector<std::string> outer, loop;
+  struct ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (auto* i = ifs; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+      char buf[INET_ADDRSTRLEN];
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, buf, sizeof buf);
+      (i->ifa_flags & IFF_LOOPBACK ? loop : outer).push_back(buf);
+    }
+    ::freeifaddrs(ifs);
+  }
+  std::string s;
+  for (auto* v : {&outer, &loop})
+    for (auto& a : *v) s += (s.empty() ? "" : ",") + a;
+  if (s.empty()) s = "127.0.0.1";
+  return s + ":" + std::to_string(port_);
+}
+
+void PeerServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+    (void)ignored;
+  }
+  if (loop_.joinable()) loop_.join();
+  for (int i = 0; i < 300 && busy_.load() > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [fd, a] : authed_) ::close(fd);
+  authed_.clear();
+  for (int* fd : {&listen_fd_, &epoll_fd_, &wake_fd_})
+    if (*fd >= 0) ::close(*fd), *fd = -1;
+}
+
+void PeerServer::Loop() {
+  struct epoll_event evs[64];
+  while (!stopping_) {
+    int n = ::epoll_wait(epoll_fd_, evs, 64, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    for (int i = 0; i < n; i++) {
+      int fd = evs[i].data.fd;
+      if (fd == wake_fd_) return;
+      if (fd == listen_fd_) {
+        int conn = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (conn < 0) continue;
+        SetIoTimeouts(conn);
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          authed_[conn] = false;
+        }
+        struct epoll_event ev = {};
+        ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
+        ev.data.fd = conn;
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, conn, &ev);
+        continue;
+      }
+      busy_++;
+      pool_->Submit([this, fd] {
+        ServeOne(fd);
+        busy_--;
+      });
+    }
+  }
+}
+
+void PeerServer::Rearm(int conn) {
+  struct epoll_event ev = {};
+  ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
+  ev.data.fd = conn;
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, conn, &ev) != 0) Drop(conn);
+}
+
+void PeerServer::Drop(int conn) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (authed_.erase(conn)) {
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, conn, nullptr);
+    ::close(conn);
+  }
+}
+
+void PeerServer::ServeOne(int conn) {
+  if (stopping_) return;
+  PeerRequest rq;
+  if (!RecvAll(conn, &rq, sizeof rq) || rq.magic != kPeerMagic) return Drop(conn);
+  bool authed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    authed = authed_[conn];
+  }
+  PeerReply rp{kPeerMagic, rq.op, 0, 0, 0};
+  if (rq.op == kPeerAuth) {
+    std::string cred(rq.len, '\0');
+    if (rq.len > kMaxCred || !RecvAll(conn, cred.data(), cred.size())) return Drop(conn);
+    auto uid = MungeVerify(cred);
+    if (!uid.ok() || *uid != ::getuid()) {
+      refused_++;
+      LOG_WARN("peer service: refused a connection: %s",
+               uid.ok() ? ("credential of uid " + std::to_string(*uid) + ", not the job's").c_str() : uid.status().ToString().c_str());
+      rp.status = EACCES;
+      SendAll(conn, &rp, sizeof rp);
+      return Drop(conn);
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      authed_[conn] = true;
+    }
+    if (!SendAll(conn, &rp, sizeof rp)) return Drop(conn);
+    return Rearm(conn);
+  }
+  if (!authed || rq.op != kPeerGet || rq.len != 0) {
+    refused_++;
+    return Drop(conn);
+  }
+  int fd = -1;
+  uint64_t size = 0;
+  rp.status = local_(rq.a, rq.b, &fd, &size);
+  if (rp.status != 0) {
+    if (!SendAll(conn, &rp, sizeof rp)) return Drop(conn);
+    return Rearm(conn);
+  }
+  UniqueFD file(fd);
+  rp.len = size;
+  if (!SendAll(conn, &rp, sizeof rp)) return Drop(conn);
+  off_t off = 0;
+  while (static_cast<uint64_t>(off) < size) {
+    ssize_t w = ::sendfile(conn, file.get(), &off, size - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return Drop(conn);
+  }
+  Rearm(conn);
+}
+
+// --- client ----------------------------------------------------------------------------------
+
+PeerClient::~PeerClient() {
+  for (auto& [r, v] : idle_)
+    for (int fd : v) ::close(fd);
+}
+
+bool PeerClient::IsDown(uint32_t rank) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = down_until_.find(rank);
+  return it != down_until_.end() && std::chrono::steady_clock::now() < it->second;
+}
+
+void PeerClient::MarkDown(uint32_t rank) {
+  std::lock_guard<std::mutex> l(mu_);
+  down_until_[rank] = std::chrono::steady_clock::now() + kDownFor;
+  for (int fd : idle_[rank]) ::close(fd);
+  idle_[rank].clear();
+}
+
+void PeerClient::Release(uint32_t rank, int fd) {
+  std::lock_guard<std::mutex> l(mu_);
+  idle_[rank].push_back(fd);
+}
+
+Result<int> PeerClient::Connect(uint32_t rank) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& v = idle_[rank];
+    if (!v.empty()) {
+      int fd = v.back();
+      v.pop_back();
+      return fd;
+    }
+  }
+  if (rank >= endpoints_.size() || endpoints_[rank].empty()) return Status::NotFound("no endpoint for rank " + std::to_string(rank));
+  const std::string& ep = endpoints_[rank];
+  size_t colon = ep.rfind(':');
+  int port = std::atoi(ep.c_str() + colon + 1);
+  std::string addrs = ep.substr(0, colon);
+  Status last = Status::IOError("no address");
+  size_t start = 0;
+  while (start <= addrs.size()) {
+    size_t comma = addrs.find(',', start);
+    std::string a = addrs.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? addrs.size() + 1 : comma + 1;
+    struct sockaddr_in sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET, a.c_str(), &sa.sin_addr) != 1) continue;
+    UniqueFD fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) return Status::FromErrno("socket", errno);
+    int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    if (rc != 0 && errno == EINPROGRESS) {
+      struct pollfd p = {fd.get(), POLLOUT, 0};
+      rc = ::poll(&p, 1, kConnectTimeoutMs) == 1 ? 0 : -1;
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (rc == 0) ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (rc != 0 || err != 0) {
+        last = Status::IOError("connect " + a + ":" + std::to_string(port) + ": " + (rc ? "timed out" : std::strerror(err)));
+        continue;
+      }
+    } else if (rc != 0) {
+      last = Status::FromErrno("connect " + a, errno);
+      continue;
+    }
+    ::fcntl(fd.get(), F_SETFL, 0);  // blocking, with timeouts
+    SetIoTimeouts(fd.get());
+    auto cred = MungeCredential();
+    if (!cred.ok()) return cred.status();
+    PeerRequest rq{kPeerMagic, kPeerAuth, 0, 0, static_cast<uint32_t>(cred->size())};
+    PeerReply rp;
+    if (!SendAll(fd.get(), &rq, sizeof rq) || !SendAll(fd.get(), cred->data(), cred->size()) ||
+        !RecvAll(fd.get(), &rp, sizeof rp) || rp.magic != kPeerMagic)
+      return Status::IOError("peer " + std::to_string(rank) + ": authentication failed");
+    if (rp.status != 0) return Status::Permission("peer " + std::to_string(rank) + " refused our credential");
+    return fd.Release();
+  }
+  return last;
+}
+
+Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size, std::string* out) {
+  if (IsDown(rank)) return Status::IOError("peer " + std::to_string(rank) + " is marked down");
+  auto fd = Connect(rank);
+  if (!fd.ok()) {
+    MarkDown(rank);
+    return fd.status();
+  }
+  UniqueFD conn(*fd);
+  PeerRequest rq{kPeerMagic, kPeerGet, shard, entry, 0};
+  PeerReply rp;
+  if (!SendAll(conn.get(), &rq, sizeof rq) || !RecvAll(conn.get(), &rp, sizeof rp) || rp.magic != kPeerMagic) {
+    MarkDown(rank);
+    return Status::IOError("peer " + std::to_string(rank) + ": connection lost");
+  }
+  if (rp.status != 0) {
+    Release(rank, conn.Release());
+    return Status::FromErrno("peer " + std::to_string(rank), rp.status);
+  }
+  if (rp.len != size) {
+    MarkDown(rank);
+    return Status::Corruption("peer " + std::to_string(rank) + " sent " + std::to_string(rp.len) + " bytes, expected " + std::to_string(size));
+  }
+  out->resize(size);
+  if (!RecvAll(conn.get(), out->data(), size)) {
+    MarkDown(rank);
+    return Status::IOError("peer " + std::to_string(rank) + ": connection lost mid-transfer");
+  }
+  Release(rank, conn.Release());
+  return Status::OK();
+}
+
+}  // namespace fanstore::agent
