@@ -10,6 +10,7 @@
 #   torch    srun: torchvision ImageFolder + DataLoader(num_workers=2) epoch, same result as on the source
 #   reject   bad --fanstore values are refused at submission, naming the path; nothing is queued
 #   scancel  scancel during stage-in: afterwards every node is clean
+#   agentfail  a corrupt shard: the job fails before its script runs, with the agent's message
 #   direct   srun --fanstore from a login shell, and salloc --fanstore followed by two sruns
 #   netns4   4-node netns cluster: distinct hostnames and node-local directories, md5 on every node
 #
@@ -332,6 +333,29 @@ case_scancel() {
   say "cleanup complete $(elapsed "$t0") s after scancel"
 }
 
+case_agentfail() {
+  need_cluster ports
+  local good bad_ds=$PFS/corrupt.fs jd j st shard
+  good=$(md5_dataset)
+  rm -rf "$bad_ds"
+  cp -r "$good" "$bad_ds"
+  shard=$(ls "$bad_ds" | grep '^shard-' | head -1)
+  # Flip one byte in the middle of the first shard: its hash no longer matches the manifest.
+  printf '\xff' | dd of="$bad_ds/$shard" bs=1 seek=$(($(stat -c %s "$bad_ds/$shard") / 2)) conv=notrunc status=none
+  chown -R "$TUSER:" "$bad_ds"
+  jd=$(job_dir)
+  printf '#!/bin/bash\necho "the batch script must not run"\n' >"$jd/job.sh"
+  chmod 0755 "$jd/job.sh"
+  j=$(asu sbatch --parsable -N2 -o "$jd/out.%j" --fanstore="$bad_ds" "$jd/job.sh" 2>&1) || { bad "sbatch: $j"; return; }
+  st=$(wait_job "$j")
+  job_output "$jd/out.$j"
+  [[ $st == FAILED ]] && ok "job $j with a corrupt shard failed" || bad "job $j ended $st"
+  grep -q "fanstore: task_init: the FanStore agent on node1 failed: .*$shard" "$jd/out.$j" \
+    && ok "the job output carries the agent's message naming $shard" || bad "no agent message in the job output"
+  ! grep -q "must not run" "$jd/out.$j" && ok "the batch script never ran" || bad "the batch script ran"
+  check_clean "$j"
+}
+
 case_direct() {
   need_cluster ports
   local ds jd out st j steps
@@ -412,6 +436,7 @@ case $CASE in
   reject) case_reject ;;
   scancel) case_scancel ;;
   direct) case_direct ;;
+  agentfail) case_agentfail ;;
   netns4) case_netns4 ;;
   *) echo "unknown case $CASE" >&2; exit 2 ;;
 esac
