@@ -139,6 +139,21 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
   return argv;
 }
 
+Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job, uint32_t nodes) {
+  auto mount = ResolveMount(opts, config);
+  if (!mount.ok()) return mount.status();
+  if (nodes == 0) return Status::InvalidArgument("job " + std::to_string(job) + " has no nodes");
+  AgentStep step;
+  step.srun = config.srun;
+  step.agent = config.agent;
+  step.dataset = opts.dataset;
+  step.mount = mount.value();
+  step.replicas = ResolveReplicas(opts, config);
+  step.job = job;
+  step.nodes = nodes;
+  return step;
+}
+
 std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env, const std::string& preload) {
   std::vector<std::string> out;
   const std::string drop[] = {std::string(env::kMount) + "=", std::string(env::kTable) + "=",

@@ -78,6 +78,9 @@ struct AgentStep {
   uint32_t nodes = 0;
 };
 std::vector<std::string> AgentStepArgv(const AgentStep& step);
+// The agent step of `job` on `nodes` nodes for the user's options under the admin's config.
+[[nodiscard]] Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job,
+                                              uint32_t nodes);
 
 // The agent step's environment, from the launching environment: without our LD_PRELOAD entry, the
 // FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and with

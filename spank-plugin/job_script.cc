@@ -10,10 +10,9 @@
 // Our option arrives here only as SPANK__SLURM_SPANK_OPTION_fanstore_fanstore in the environment; the
 // options are not registered in this context (spank_option_getopt would then fail).
 #include <signal.h>
-#include <unistd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 
 #include "spank-plugin/hooks.h"
@@ -35,13 +34,9 @@ int CleanNode(const Config& config, const JobIdentity& id) {
   const std::string run_dir = RunDir(config, id);
   const std::vector<std::string> marks = {std::string(kEnvAgentStep) + "=1", "SLURM_JOB_ID=" + std::to_string(id.job),
                                           "SLURMD_NODENAME=" + id.node};
-  std::vector<pid_t> pids = FindProcesses(id.uid, marks);
-  if (auto text = ReadSmallFile(run_dir + "/agent.pid", 64); text.ok()) {
-    // A pid file, if the agent keeps one: only trusted when the process carries the job's marks.
-    const pid_t pid = static_cast<pid_t>(std::strtol(text.value().c_str(), nullptr, 10));
-    for (pid_t p : FindProcesses(id.uid, {std::string(kEnvAgentStep) + "=1", "SLURM_JOB_ID=" + std::to_string(id.job)}))
-      if (p == pid && std::find(pids.begin(), pids.end(), p) == pids.end()) pids.push_back(p);
-  }
+  // The agents are found by their environment, which Slurm and the plugin set and no pid reuse can
+  // fake: the agent step's marker, this job, this node (nodes may share one /proc in a test cluster).
+  const std::vector<pid_t> pids = FindProcesses(id.uid, marks);
   int rc = 0;
   if (!pids.empty()) {
     std::string list;

@@ -108,6 +108,21 @@ TEST(JobTest, AgentStepCommand) {
   EXPECT_EQ(argv.back(), "2");
 }
 
+TEST(JobTest, AgentStepFromOptionsAndConfig) {
+  Config c = TestConfig();
+  c.replicas = "2";
+  UserOptions o;
+  o.dataset = "/pfs/ds.fs";
+  auto s = MakeAgentStep(c, o, 9, 3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->mount, "/fanstore/ds");
+  EXPECT_EQ(s->replicas, "2");
+  EXPECT_EQ(s->agent, c.agent);
+  EXPECT_EQ(s->srun, c.srun);
+  EXPECT_EQ(s->nodes, 3u);
+  EXPECT_FALSE(MakeAgentStep(c, o, 9, 0).ok());
+}
+
 TEST(JobTest, AgentStepEnvironmentIsClean) {
   const std::string lib = "/opt/lib/libfanstore_preload.so";
   auto env = AgentStepEnv({"PATH=/bin", "LD_PRELOAD=" + lib + ":/x/other.so", "FANSTORE_MOUNT=/fanstore/ds",

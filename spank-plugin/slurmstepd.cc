@@ -10,6 +10,9 @@
 // so user_init records them and task_init_privileged reports them, as NVIDIA/pyxis does.
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "common/env.h"
 #include "spank-plugin/agent_wait.h"
 #include "spank-plugin/hooks.h"
@@ -39,22 +42,16 @@ Status PrepareAgentStep(spank_t sp, const JobIdentity& id) {
 }
 
 // Starts the agent step from the batch step. Returns the helper srun's pid.
-Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& creds, const std::string& mount) {
+Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& creds) {
   const PluginState& s = State();
   if (::access(s.config.agent.c_str(), X_OK) != 0)
     return Status::NotFound("the FanStore agent " + s.config.agent + " is not executable on this node (plugstack agent=)");
   uint32_t nodes = 0;
   if (auto n = JobGetenv(sp, "SLURM_JOB_NUM_NODES")) nodes = static_cast<uint32_t>(std::strtoul(n->c_str(), nullptr, 10));
   if (nodes == 0) return Status::IOError("SLURM_JOB_NUM_NODES is not set in the batch step");  // S_JOB_NNODES is 0 here
-  AgentStep step;
-  step.srun = s.config.srun;
-  step.agent = s.config.agent;
-  step.dataset = s.options.dataset;
-  step.mount = mount;
-  step.replicas = ResolveReplicas(s.options, s.config);
-  step.job = id.job;
-  step.nodes = nodes;
-  auto pid = Spawn(AgentStepArgv(step), AgentStepEnv(JobEnvironment(sp), s.config.preload), &creds,
+  auto step = MakeAgentStep(s.config, s.options, id.job, nodes);
+  if (!step.ok()) return step.status();
+  auto pid = Spawn(AgentStepArgv(step.value()), AgentStepEnv(JobEnvironment(sp), s.config.preload), &creds,
                    LaunchLog(s.config, id));
   if (!pid.ok()) return pid.status().Prefixed("cannot start the FanStore agents");
   LogVerbose(kPhase, "started the FanStore agent step of job " + std::to_string(id.job) + " on " +
@@ -79,7 +76,7 @@ Status ServeStep(spank_t sp) {
 
   WaitRequest wait;
   if (stepid == SLURM_BATCH_SCRIPT) {
-    auto helper = StartAgents(sp, id.value(), creds.value(), mount.value());
+    auto helper = StartAgents(sp, id.value(), creds.value());
     if (!helper.ok()) return helper.status();
     wait.helper = helper.value();
     wait.launch_log = LaunchLog(s.config, id.value());

@@ -10,6 +10,8 @@
 // Each step then waits on every node, in user_init, for that node's agent (slurmstepd.cc).
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include "spank-plugin/dataset_check.h"
 #include "spank-plugin/hooks.h"
 #include "spank-plugin/plugin_state.h"
@@ -63,25 +65,12 @@ int SrunLocalUserInit(spank_t sp, int ac, char** av) {
   uint32_t nodes = 0;
   if (auto n = ProcessGetenv("SLURM_JOB_NUM_NODES")) nodes = static_cast<uint32_t>(std::strtoul(n->c_str(), nullptr, 10));
   if (nodes == 0 && spank_get_item(sp, S_JOB_NNODES, &nodes) != ESPANK_SUCCESS) nodes = 0;
-  if (nodes == 0) {
-    LogError(kPhase, "cannot tell the number of nodes of job " + std::to_string(id.job));
+  auto step = MakeAgentStep(s.config, s.options, id.job, nodes);
+  if (!step.ok()) {
+    LogError(kPhase, step.status().message());
     return -1;
   }
-  auto mount = ResolveMount(s.options, s.config);
-  if (!mount.ok()) {
-    LogError(kPhase, mount.status().message());
-    return -1;
-  }
-
-  AgentStep step;
-  step.srun = s.config.srun;
-  step.agent = s.config.agent;
-  step.dataset = s.options.dataset;
-  step.mount = mount.value();
-  step.replicas = ResolveReplicas(s.options, s.config);
-  step.job = id.job;
-  step.nodes = nodes;
-  auto started = SpawnSupervised(AgentStepArgv(step), AgentStepEnv(ProcessEnvironment(), s.config.preload),
+  auto started = SpawnSupervised(AgentStepArgv(step.value()), AgentStepEnv(ProcessEnvironment(), s.config.preload),
                                  LaunchLock(s.config, id), LaunchLog(s.config, id));
   if (!started.ok()) {
     LogError(kPhase, "cannot start the FanStore agents: " + started.status().message());

@@ -1,0 +1,135 @@
+// Unit tests of the wait for this node's agent: ready, failed, vanished, untrusted, helper gone, timeout.
+#include "spank-plugin/agent_wait.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+namespace fanstore::spank {
+namespace {
+
+class AgentWaitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fanstore-wait.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    req_.run_dir = root_ + "/run";
+    req_.node = "node7";
+    req_.uid = ::getuid();
+    req_.job = 5;
+    req_.timeout_s = 10;
+  }
+  void TearDown() override {
+    if (writer_.joinable()) writer_.join();
+    (void)RemoveTree(root_);
+  }
+  void MakeRunDir(mode_t mode = 0700) {
+    ::mkdir(req_.run_dir.c_str(), mode);
+    ::chmod(req_.run_dir.c_str(), mode);
+  }
+  void WriteStatus(const std::string& json) {
+    std::ofstream(req_.run_dir + "/status.json.tmp") << json;
+    ::rename((req_.run_dir + "/status.json.tmp").c_str(), (req_.run_dir + "/status.json").c_str());
+  }
+  // Runs fn after `ms` on another thread, as an agent would.
+  void Later(int ms, std::function<void()> fn) {
+    writer_ = std::thread([ms, fn] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      fn();
+    });
+  }
+
+  std::string root_;
+  WaitRequest req_;
+  std::thread writer_;
+};
+
+TEST_F(AgentWaitTest, ReadyAfterStaging) {
+  MakeRunDir();
+  WriteStatus(R"({"state":"staging"})");
+  Later(200, [this] { WriteStatus(R"({"state": "ready", "error": ""})"); });
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_GE(waited, 0.15);
+  EXPECT_LT(waited, 2.0);
+}
+
+TEST_F(AgentWaitTest, WaitsForTheRunDirectoryToAppear) {
+  Later(150, [this] {
+    MakeRunDir();
+    WriteStatus(R"({"state":"ready"})");
+  });
+  double waited = 0;
+  EXPECT_TRUE(WaitForAgent(req_, &waited).ok());
+}
+
+TEST_F(AgentWaitTest, FailedCarriesTheAgentsMessage) {
+  MakeRunDir();
+  WriteStatus(R"({"state":"failed","error":"shard-00001.fsd: hash mismatch"})");
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("node7 failed: shard-00001.fsd: hash mismatch"), std::string::npos) << s.message();
+}
+
+TEST_F(AgentWaitTest, RunDirectoryThatDisappearsMeansTheAgentEnded) {
+  MakeRunDir();
+  WriteStatus(R"({"state":"staging"})");
+  Later(150, [this] { (void)RemoveTree(req_.run_dir); });
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("exited before it was ready"), std::string::npos) << s.message();
+}
+
+TEST_F(AgentWaitTest, RefusesARunDirectoryOthersCanEnter) {
+  MakeRunDir(0755);
+  WriteStatus(R"({"state":"ready"})");
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not a private directory"), std::string::npos) << s.message();
+}
+
+TEST_F(AgentWaitTest, RefusesASymlink) {
+  MakeRunDir();
+  WriteStatus(R"({"state":"ready"})");
+  req_.run_dir = root_ + "/link";
+  ASSERT_EQ(::symlink((root_ + "/run").c_str(), req_.run_dir.c_str()), 0);
+  double waited = 0;
+  EXPECT_FALSE(WaitForAgent(req_, &waited).ok());
+}
+
+TEST_F(AgentWaitTest, HelperThatEndsFirstIsReportedWithItsOutput) {
+  req_.launch_log = root_ + "/launch.log";
+  auto pid = Spawn({"/bin/sh", "-c", "echo 'srun: error: Unable to create step'; exit 1"}, {}, nullptr,
+                   req_.launch_log);
+  ASSERT_TRUE(pid.ok());
+  req_.helper = pid.value();
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("exit status 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("Unable to create step"), std::string::npos) << s.message();
+}
+
+TEST_F(AgentWaitTest, TimesOut) {
+  MakeRunDir();
+  WriteStatus(R"({"state":"staging"})");
+  req_.timeout_s = 1;
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not ready after"), std::string::npos) << s.message();
+  EXPECT_GE(waited, 1.0);
+}
+
+}  // namespace
+}  // namespace fanstore::spank
