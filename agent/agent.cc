@@ -358,6 +358,13 @@ Status Agent::BuildTable() {
   bo.gid = ::getgid();
   auto image = table::Build(std::move(nodes), bo);
   if (!image.ok()) return image.status().Prefixed("metadata table");
+  // Every directory of the namespace exists under the data root, so that directory
+  // descriptors and working directories inside the mount have a real directory behind them.
+  UniqueFD root(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root.valid()) return Status::FromErrno("open " + data_root_, errno);
+  for (const auto& shard : index_)
+    for (const auto& e : shard)
+      if (e.type == EntryType::kDir) FS_RETURN_IF_ERROR(MakeDirs(root.get(), e.path, 0700));
   const std::string path = cfg_.run_dir + "/" + kTableName;
   FS_RETURN_IF_ERROR(table::WriteFile(path, *image));
   return alive_.Acquire(path);

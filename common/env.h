@@ -8,6 +8,9 @@ inline constexpr char kMount[] = "FANSTORE_MOUNT";      // virtual path, e.g. /f
 inline constexpr char kTable[] = "FANSTORE_TABLE";      // path of the shared-memory metadata table
 inline constexpr char kSocket[] = "FANSTORE_SOCKET";    // the local agent's Unix socket
 inline constexpr char kLog[] = "FANSTORE_LOG";          // interceptor logging: unset = silent
+// Milliseconds the interceptor waits for the agent to connect, take a request and answer an
+// open (which may include a fetch from another node). 0: no limit. Default 120000.
+inline constexpr char kOpenTimeoutMs[] = "FANSTORE_OPEN_TIMEOUT_MS";
 // Set to 1 in the agent's own environment so that a preload library it inherits stays inert.
 inline constexpr char kDisable[] = "FANSTORE_DISABLE";
 

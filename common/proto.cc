@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -116,7 +117,7 @@ int Recv(int sock, Frame* f, void* buf, size_t cap, int* fd) noexcept {
   return 0;
 }
 
-int Connect(const char* path) noexcept {
+int Connect(const char* path, int timeout_ms) noexcept {
   struct sockaddr_un addr;
   memset(&addr, 0, sizeof addr);
   addr.sun_family = AF_UNIX;
@@ -125,6 +126,11 @@ int Connect(const char* path) noexcept {
   memcpy(addr.sun_path, path, n);
   int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (s < 0) return -errno;
+  if (timeout_ms > 0) {
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
   if (::connect(s, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0) {
     int err = errno;
     ::close(s);

@@ -35,7 +35,9 @@ int Send(int sock, const Frame& f, const void* payload, int fd) noexcept;
 // Receives a frame and up to `cap` payload bytes into buf; *fd receives a passed descriptor
 // (or -1). A payload longer than cap, a bad magic or EOF give -EPROTO / -ECONNRESET.
 int Recv(int sock, Frame* f, void* buf, size_t cap, int* fd) noexcept;
-// Connects to the agent socket at `path`. Returns a descriptor or -errno.
-int Connect(const char* path) noexcept;
+// Connects to the agent socket at `path`. With timeout_ms > 0, connect, every send and every
+// receive on the socket wait at most that long (SO_SNDTIMEO/SO_RCVTIMEO; connect on a Unix
+// socket with a full backlog honours SO_SNDTIMEO). Returns a descriptor or -errno.
+int Connect(const char* path, int timeout_ms = 0) noexcept;
 
 }  // namespace fanstore::proto

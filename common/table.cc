@@ -229,7 +229,7 @@ void TableView::Unmap() {
   mapped_ = false;
 }
 
-Status TableView::Open(const std::string& path) {
+Status TableView::Open(const std::string& path, bool check_entries) {
   UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return Status::FromErrno("table: open " + path, errno);
   struct stat st;
@@ -241,7 +241,7 @@ Status TableView::Open(const std::string& path) {
   base_ = static_cast<const char*>(p);
   map_len_ = st.st_size;
   mapped_ = true;
-  Status s = Validate(map_len_);
+  Status s = Validate(map_len_, check_entries);
   if (!s.ok()) Unmap();
   return s;
 }
@@ -250,12 +250,12 @@ Status TableView::Attach(std::string_view image) {
   Unmap();
   base_ = image.data();
   map_len_ = image.size();
-  Status s = Validate(map_len_);
+  Status s = Validate(map_len_, true);
   if (!s.ok()) base_ = nullptr;
   return s;
 }
 
-Status TableView::Validate(size_t len) {
+Status TableView::Validate(size_t len, bool check_entries) {
   if (len < sizeof(Header) || reinterpret_cast<uintptr_t>(base_) % 8 != 0)
     return Status::Corruption("table: too short");
   hdr_ = reinterpret_cast<const Header*>(base_);
@@ -275,6 +275,8 @@ Status TableView::Validate(size_t len) {
   entries_ = reinterpret_cast<const Entry*>(base_ + h.entries_off);
   children_ = reinterpret_cast<const uint32_t*>(base_ + h.children_off);
   strings_ = base_ + h.strings_off;
+  if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0) return Status::Corruption("table: bad root");
+  if (!check_entries) return Status::OK();
   for (uint32_t i = 0; i < h.entry_count; i++) {
     const Entry& e = entries_[i];
     if (uint64_t{e.path_off} + e.path_len > h.strings_size || e.parent >= h.entry_count ||

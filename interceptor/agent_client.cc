@@ -20,28 +20,14 @@ int AgentOpen(const char* socket_path, std::string_view rel, int timeout_ms) noe
     return -EIO;
   }
   if (rel.size() > proto::kMaxPayload) return -ENAMETOOLONG;
-  struct sockaddr_un addr;
-  memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  size_t n = strlen(socket_path);
-  if (n >= sizeof addr.sun_path) return -EIO;
-  memcpy(addr.sun_path, socket_path, n);
-
-  int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (sock < 0) return -EIO;
-  // Timeouts bound every step: connect (a full backlog blocks it; Unix sockets honour
-  // SO_SNDTIMEO there), the request, and the reply, which arrives only after the agent has
-  // fetched the file, so the default is generous (kDefaultOpenTimeoutMs).
-  if (timeout_ms > 0) {
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
+  // The reply arrives only after the agent has the file (perhaps fetched from another node),
+  // so the default timeout is generous (kDefaultOpenTimeoutMs).
+  int sock = proto::Connect(socket_path, timeout_ms);
   int result = -EIO;
   const char* stage = "connect";
   int err = 0;
-  if (connect(sock, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0) {
-    err = errno;
+  if (sock < 0) {
+    err = -sock;
   } else {
     proto::Frame req = {proto::kMagic, proto::kOpen, 0, static_cast<uint32_t>(rel.size())};
     stage = "send";
@@ -74,7 +60,7 @@ int AgentOpen(const char* socket_path, std::string_view rel, int timeout_ms) noe
             static_cast<int>(rel.size()), rel.data(), socket_path, stage,
             strerror(err == EAGAIN ? ETIMEDOUT : err));
   }
-  Real().close(sock);
+  if (sock >= 0) Real().close(sock);
   return result;
 }
 

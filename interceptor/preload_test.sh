@@ -26,9 +26,20 @@ SRC=$WORK/src
 MNT=$WORK/mnt/ds  # its parent exists; the mount itself does not
 TABLE=$WORK/table
 RO=$WORK/ro
+HOLD_PIDS=()
 cleanup() {
+  for p in "${HOLD_PIDS[@]}"; do kill "$p" 2>/dev/null; done
   mountpoint -q "$RO" 2>/dev/null && umount "$RO"
   rm -rf "$WORK"
+}
+# mktable [OPTIONS] SRC TABLE: writes the table and stays alive as its stand-in agent (the
+# interceptor refuses new opens once a table's agent is gone).
+mktable() {
+  local out="$WORK/mktable.$RANDOM"
+  "$MKTABLE" --hold "$@" >"$out" &
+  HOLD_PIDS+=($!)
+  for _ in $(seq 200); do grep -q ready "$out" 2>/dev/null && return 0; sleep 0.05; done
+  return 1
 }
 trap cleanup EXIT
 
@@ -79,7 +90,7 @@ with h5py.File(src + '/a/data.h5', 'w') as f:
     f.create_dataset('x', data=np.arange(1000, dtype=np.int32).reshape(10, 100))
 EOF
 touch -h -d '2020-01-02 03:04:05.123456789' "$SRC/link"
-"$MKTABLE" "$SRC" "$TABLE" || { echo "FAIL fanstore-mktable"; exit 1; }
+mktable "$SRC" "$TABLE" || { echo "FAIL fanstore-mktable"; exit 1; }
 cd "$WORK" || exit 1
 
 # ---- Inert without configuration -----------------------------------------------------------
@@ -363,7 +374,7 @@ check "python3: threads, fork, subprocess" test $rc -eq 0 || cat "$WORK/thr.out"
 # ---- Files held by other nodes: opens go to the agent -----------------------------------------
 # A stand-in agent speaks the local protocol (common/proto.h): kOpen with the relative path,
 # answered with a memfd holding the file, or an errno ("serve"), or never ("hang").
-"$MKTABLE" --remote 'many/*' --remote 'a/b/big.bin' "$SRC" "$WORK/table-remote" || fail "mktable --remote"
+mktable --remote 'many/*' --remote 'a/b/big.bin' "$SRC" "$WORK/table-remote" || fail "mktable --remote"
 cat >"$WORK/agent.py" <<'EOF'
 import os, socket, struct, sys
 sock_path, root, mode = sys.argv[1:4]

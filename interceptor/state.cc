@@ -70,7 +70,7 @@ void Init() {
   g_cfg.mount_len = strlen(g_cfg.mount);
 
   auto* table = new (g_table_storage) table::TableView();
-  Status s = table->Open(table_path);
+  Status s = table->Open(table_path, /*check_entries=*/false);
   if (!s.ok()) {
     FS_ILOG(1, "cannot open the metadata table: %s; inactive", s.ToString().c_str());
     return;
@@ -89,7 +89,7 @@ void Init() {
       sock && !CopyString(sock, g_cfg.socket, sizeof g_cfg.socket))
     FS_ILOG(1, "%s is too long for a Unix socket path; remote opens will fail", env::kSocket);
   g_cfg.open_timeout_ms = kDefaultOpenTimeoutMs;
-  if (const char* t = getenv(kEnvOpenTimeout); t && *t) {
+  if (const char* t = getenv(env::kOpenTimeoutMs); t && *t) {
     char* end = nullptr;
     long ms = strtol(t, &end, 10);
     if (end && *end == '\0' && ms >= 0 && ms <= 24L * 3600 * 1000)

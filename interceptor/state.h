@@ -24,9 +24,7 @@
 
 namespace fanstore::interceptor {
 
-// Environment variables read only by the interceptor (common/env.h holds the shared ones).
-// Milliseconds to wait for the agent to connect, accept a request and answer an open.
-inline constexpr char kEnvOpenTimeout[] = "FANSTORE_OPEN_TIMEOUT_MS";
+// Default for env::kOpenTimeoutMs.
 inline constexpr int kDefaultOpenTimeoutMs = 120000;
 
 struct Config {

@@ -25,6 +25,9 @@ int Passed(int dirfd, const char* path, int fd) {
 // Opens the data of regular file e: its local copy, else a descriptor from the agent.
 int OpenFileData(const Entry& e, int flags) {
   const table::TableView& t = Table();
+  // The agent died or shut down: new opens fail rather than serve a dataset nobody tends
+  // (descriptors already open keep working). One memory load, no syscall.
+  if (!t.AgentAlive()) return -EIO;
   const int keep = flags & (O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_PATH | O_LARGEFILE);
   std::string_view rel = t.Path(e);
   char path[PATH_MAX];

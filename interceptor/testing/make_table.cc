@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <ftw.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,12 +64,22 @@ int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
 
 int main(int argc, char** argv) {
   int arg = 1;
-  while (arg + 1 < argc && strcmp(argv[arg], "--remote") == 0) {
-    g_remote.push_back(argv[arg + 1]);
-    arg += 2;
+  bool hold = false;
+  while (arg < argc && argv[arg][0] == '-') {
+    if (strcmp(argv[arg], "--hold") == 0) {
+      hold = true;
+      arg++;
+    } else if (strcmp(argv[arg], "--remote") == 0 && arg + 1 < argc) {
+      g_remote.push_back(argv[arg + 1]);
+      arg += 2;
+    } else {
+      break;
+    }
   }
   if (argc - arg != 2) {
-    fprintf(stderr, "usage: fanstore-mktable [--remote PATTERN]... SOURCE_DIR TABLE_FILE\n");
+    fprintf(stderr, "usage: fanstore-mktable [--hold] [--remote PATTERN]... SOURCE_DIR TABLE_FILE\n"
+                    "  --hold  stay in the foreground as the table's \"agent\" (clients see a live\n"
+                    "          agent) until SIGTERM or SIGINT; prints \"ready\" when the table is up\n");
     return 2;
   }
   char root[PATH_MAX];
@@ -97,5 +108,21 @@ int main(int argc, char** argv) {
     fprintf(stderr, "fanstore-mktable: %s\n", s.ToString().c_str());
     return 1;
   }
+  if (!hold) return 0;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  fanstore::table::AgentLock lock;
+  s = lock.Acquire(argv[arg + 1]);
+  if (!s.ok()) {
+    fprintf(stderr, "fanstore-mktable: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  printf("ready\n");
+  fflush(stdout);
+  int sig;
+  sigwait(&set, &sig);
   return 0;
 }
