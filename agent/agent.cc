@@ -133,6 +133,8 @@ std::string Agent::StatusJson() const {
   j["size"] = boot_ ? boot_->size() : 0;
   j["mount"] = cfg_.mount;
   j["pid"] = ::getpid();
+  j["shards"] = mine_;
+  if (boot_ && boot_->size() > 1 && cfg_.peers) j["endpoint"] = peer_server_.Endpoint();
   return j.dump();
 }
 

@@ -112,6 +112,7 @@ Status PeerServer::Start(LocalFileFn local, ThreadPool* pool) {
 }
 
 std::string PeerServer::Endpoint() const {
+  if (port_ == 0) return "";
   std::vector<std::string> outer, loop;
   struct ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) == 0) {

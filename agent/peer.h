@@ -55,7 +55,7 @@ class PeerServer {
   Status Start(LocalFileFn local, ThreadPool* pool);
   void Stop();
   // "addr1,addr2,...:port": this host's IPv4 addresses, non-loopback first.
-  std::string Endpoint() const;
+  std::string Endpoint() const;  // "" before Start
   uint64_t refused() const { return refused_.load(); }
 
  private:

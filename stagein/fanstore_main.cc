@@ -82,10 +82,12 @@ const char kVerifyHelp[] =
     "shard, the file and the offset, and exits 1.\n";
 
 const char kLsHelp[] =
-    "Usage: fanstore ls DS.fs [PATH] [-l]\n"
+    "Usage: fanstore ls DS.fs [PATH] [-l] [-w]\n"
     "\n"
     "Lists the dataset's entries. Without PATH, every entry; with a directory PATH, its\n"
-    "children; with a file PATH, that file. -l prints type, mode, size and mtime.\n";
+    "children; with a file PATH, that file.\n"
+    "  -l, --long    type, mode, size and mtime\n"
+    "  -w, --where   where each file is stored: shard file, frame offset, stored length, codec\n";
 
 const char kCatHelp[] =
     "Usage: fanstore cat DS.fs PATH\n"
@@ -272,7 +274,17 @@ std::string ModeString(const IndexEntry& e) {
   return s;
 }
 
+bool g_where = false;
+
 void PrintEntry(const Dataset& ds, const IndexEntry& e, bool lng, const std::string& shown) {
+  if (g_where && e.type != EntryType::kDir) {
+    format::Dataset::Ref r;
+    ds.Find(e.path, &r);
+    static const char* const kCodec[] = {"raw", "zstd", "zstd+dict"};
+    std::printf("%s %s %llu %llu %s\n", shown.c_str(), ds.manifest().shards[r.shard].file.c_str(),
+                (unsigned long long)e.offset, (unsigned long long)e.stored_len, kCodec[static_cast<int>(e.codec)]);
+    return;
+  }
   if (!lng) {
     std::printf("%s%s\n", shown.c_str(), e.type == EntryType::kDir ? "/" : "");
     return;
@@ -304,9 +316,10 @@ int CmdLs(int argc, char** argv) {
   if (WantsHelp(argc, argv)) return Help(kLsHelp);
   bool lng = false;
   int c;
-  static const option kOpts[] = {{"long", no_argument, nullptr, 'l'}, {nullptr, 0, nullptr, 0}};
-  while ((c = getopt_long(argc, argv, "l", kOpts, nullptr)) != -1) {
+  static const option kOpts[] = {{"long", no_argument, nullptr, 'l'}, {"where", no_argument, nullptr, 'w'}, {nullptr, 0, nullptr, 0}};
+  while ((c = getopt_long(argc, argv, "lw", kOpts, nullptr)) != -1) {
     if (c == 'l') lng = true;
+    else if (c == 'w') g_where = true;
     else return Usage(kLsHelp, "");
   }
   int n = argc - optind;

@@ -46,3 +46,19 @@ make_tree() {
   touch -d '2020-02-03 04:05:06.789' "$dir/a/hello.txt"
   if [[ $big_mb -gt 0 ]]; then head -c $((big_mb * 1048576)) /dev/urandom > "$dir/big.bin"; fi
 }
+
+# Root-only helpers for tests that need MUNGE and the two unprivileged test users (the same
+# users the Slurm test cluster creates).
+ensure_munge() {
+  if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
+    mkdir -p /run/munge /var/log/munge /var/lib/munge
+    chown munge:munge /run/munge /var/log/munge /var/lib/munge
+    runuser -u munge -- /usr/sbin/munged --force
+    for _ in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  munge -n | unmunge >/dev/null
+}
+ensure_users() {
+  local u
+  for u in "$@"; do id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"; done
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The peer data service without Slurm: two agents (mpirun as the PMIx server) split a dataset
+# (replicas 1); a client reading through one agent gets every file, from its peer, then from
+# the cache, then, with the peer killed, from the dataset directory. Another user gets nothing
+# from an agent's port. A frame corrupted on the "parallel file system" gives EIO, never bad
+# bytes. Runs as root (it switches to the test users). Usage: peer_test.sh BUILD_DIR
+source "$(dirname "$0")/../lib.sh"
+B=$1
+F="$B/bin/fanstore"
+PY=/usr/bin/python3
+if [[ $(id -u) -ne 0 ]]; then echo "peer_test: needs root (test users, munge)"; exit 1; fi
+ensure_munge
+ensure_users fsalice fsbob
+T=$(mktmp); chmod 0755 "$T"
+RD=/dev/shm/fanstore-peertest.$$
+M=/fanstore/peers
+cleanup() {
+  [[ -n "${MPI_PID:-}" ]] && kill "$MPI_PID" 2>/dev/null
+  pkill -u fsalice -f "fanstore-agent --dataset $T/ds.fs" 2>/dev/null
+  sleep 0.5; rm -rf "$T" "$RD".*
+}
+trap cleanup EXIT
+cd "$T"
+
+mkdir -p src/many/x src/many/y
+for i in $(seq 1 120); do head -c $((16000 + i * 37)) /dev/urandom > src/many/x/f$i.bin; done
+for i in $(seq 1 80); do seq $((i * 300)) > src/many/y/t$i.txt; done
+"$F" pack src ds.fs -q --shard-size 256K
+chmod -R a+rX "$T"
+mkdir local && chown fsalice local
+check "dataset has many shards" test "$(ls ds.fs/shard-*.fsd | wc -l)" -ge 8
+
+runuser -u fsalice -- mpirun -np 2 "$B/bin/fanstore-agent" --dataset "$T/ds.fs" --local-dir "$T/local/ld%r" \
+  --run-dir "$RD.%r" --mount $M --replicas 1 --cache-size 100K --quiet >agents.log 2>&1 &
+MPI_PID=$!
+ready() { grep -q '"state":"ready"' "$RD.$1/status.json" 2>/dev/null; }
+for _ in $(seq 100); do ready 0 && ready 1 && break; sleep 0.1; done
+check "both agents are ready" bash -c "grep -q ready $RD.0/status.json && grep -q ready $RD.1/status.json" || { cat agents.log; exit 1; }
+client() {  # client RANK CMD...: a process of the job user on the "node" of agent RANK
+  local r=$1; shift
+  runuser -u fsalice -- env LD_PRELOAD="$B/lib/libfanstore_preload.so" FANSTORE_MOUNT=$M \
+    FANSTORE_TABLE="$RD.$r/table" FANSTORE_SOCKET="$RD.$r/agent.sock" "$@"
+}
+stats() {  # stats RANK: the agent's JSON counters over its socket
+  runuser -u fsalice -- $PY -c "
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX); s.connect('$RD.$1/agent.sock')
+s.send(struct.pack('<IIiI', 0x46534c31, 3, 0, 0))
+m, o, st, n = struct.unpack('<IIiI', s.recv(16)); d = b''
+while len(d) < n: d += s.recv(n - len(d))
+print(d.decode())"
+}
+field() { $PY -c "import json,sys; d=json.loads(sys.argv[1]); print(eval('d' + sys.argv[2]))" "$1" "$2"; }
+hashes() { (cd "$1" && find . -type f | LC_ALL=C sort | xargs md5sum); }
+
+echo "== split placement"
+s0=$(stats 0); s1=$(stats 1)
+total=$(du -cb ds.fs/shard-*.fsd | tail -1 | cut -f1)
+r0=$(field "$s0" "['bytes_read_from_source']"); r1=$(field "$s1" "['bytes_read_from_source']")
+check "each agent read only its share from the dataset ($r0 + $r1 of $total bytes)" \
+  bash -c "[[ $((r0 + r1)) -eq $total && $r0 -lt $((total * 3 / 4)) && $r1 -lt $((total * 3 / 4)) ]]"
+check "the metadata exchange gave both agents the whole namespace" \
+  diff <(client 0 bash -c "cd $M && find . | sort") <(client 1 bash -c "cd $M && find . | sort")
+
+echo "== reads through agent 0"
+check "every file matches the source (local and fetched from the peer)" diff <(hashes src) <(client 0 bash -c "$(declare -f hashes); hashes $M")
+s0=$(stats 0)
+check "remote opens were served by the peer ($(field "$s0" "['opens']"))" test "$(field "$s0" "['opens']['remote']")" -gt 0
+check "no fallback while the peer is up" test "$(field "$s0" "['opens']['fallback']")" -eq 0
+# Files of rank 1's shards: what agent 0 must fetch.
+rank1_files() {
+  for s in $(field "$(cat $RD.1/status.json)" "['shards']" | tr -d '[],'); do
+    "$F" ls -w ds.fs | awk -v f=$(printf 'shard-%05d.fsd' $s) '$2 == f'
+  done | sort
+}
+remote_file=$(rank1_files | awk '{print $1}' | tail -1)
+client 0 cat "$M/$remote_file" >/dev/null
+client 0 cat "$M/$remote_file" >/dev/null
+s0b=$(stats 0)
+check "a repeat read comes from the cache" test "$(field "$s0b" "['opens']['cached']")" -gt "$(field "$s0" "['opens']['cached']")"
+check "the cache stays within its bound (100 KiB)" test "$(field "$s0b" "['cache']['used']")" -le 102400
+check "the cache evicts least recently used files" test "$(field "$s0b" "['cache']['evictions']")" -gt 0
+
+echo "== another user gets nothing"
+ep=$(field "$(cat $RD.1/status.json)" "['endpoint']")
+port=${ep##*:}
+cat > attack.py <<'PY'
+import socket, struct, subprocess, sys
+port = int(sys.argv[1])
+REQ = struct.Struct('<IIIII'); REP = struct.Struct('<IIiIQ'); MAGIC = 0x31505346
+def talk(msgs):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    for m in msgs: s.sendall(m)
+    data = b''
+    try:
+        while True:
+            c = s.recv(65536)
+            if not c: break
+            data += c
+    except OSError:
+        pass
+    return data
+cred = subprocess.run(["munge", "-n"], capture_output=True, check=True).stdout.strip()
+r = talk([REQ.pack(MAGIC, 1, 0, 0, len(cred)) + cred, REQ.pack(MAGIC, 2, 0, 0, 0)])
+status = REP.unpack(r[:REP.size])[2] if len(r) >= REP.size else None
+print("own credential:", status, "bytes after:", len(r) - REP.size if r else 0)
+r = talk([REQ.pack(MAGIC, 2, 0, 0, 0)])
+print("no credential:", len(r))
+r = talk([REQ.pack(MAGIC, 1, 0, 0, 10) + b"garbage!!!", REQ.pack(MAGIC, 2, 0, 0, 0)])
+print("forged credential:", REP.unpack(r[:REP.size])[2] if len(r) >= REP.size else None, len(r))
+PY
+out=$(runuser -u fsbob -- $PY attack.py "$port" 2>&1)
+check "fsbob's valid MUNGE credential is refused (EACCES) and nothing follows" grep -q "own credential: 13 bytes after: 0" <<<"$out"
+check "a request without authentication gets no data" grep -q "no credential: 0" <<<"$out"
+check "a forged credential is refused" grep -qE "forged credential: 13 24$" <<<"$out" || echo "$out"
+check "the agent counted the refusals" test "$(field "$(stats 1)" "['peers']['refused_connections']")" -ge 3
+expect_fail "fsbob cannot reach the agent's socket or table" 1 "Permission denied" runuser -u fsbob -- cat "$RD.0/table"
+
+echo "== a dead peer"
+agent1=$(field "$(cat $RD.1/status.json)" "['pid']")
+# The first file of rank 1's shards: corrupt its frame on the "parallel file system".
+victim=$(rank1_files | grep '^many/x/' | head -1)
+read -r vpath vshard voff vlen vcodec <<<"$victim"
+kill -9 "$agent1"
+sleep 0.3
+check "with the peer dead, every other file still reads correctly (from the dataset)" \
+  diff <(hashes src | grep -v "$vpath") <(client 0 bash -c "$(declare -f hashes); hashes $M" | grep -v "$vpath")
+s0=$(stats 0)
+check "those reads were fallbacks ($(field "$s0" "['opens']"))" test "$(field "$s0" "['opens']['fallback']")" -gt 0
+printf '\xff\xfe' | dd of="ds.fs/$vshard" bs=1 seek=$((voff + vlen / 2)) conv=notrunc status=none
+out=$(client 0 $PY -c "
+import errno
+try:
+    open('$M/$vpath', 'rb').read(); print('read succeeded')
+except OSError as e:
+    print('error', errno.errorcode[e.errno])" 2>&1)
+check "a frame corrupted on the dataset gives EIO, never bad bytes ($vpath)" grep -q "error EIO" <<<"$out"
+finish
