@@ -150,11 +150,23 @@ std::string Agent::StatsJson() const {
   j["stage_in_seconds"] = stage_seconds_;
   j["exchange_seconds"] = exchange_seconds_;
   j["exchange_bytes"] = exchange_bytes_;
-  j["opens"] = {{"local", opens_local_.load()}, {"remote", opens_remote_.load()}, {"cached", opens_cached_.load()},
-                {"fallback", opens_fallback_.load()}, {"errors", open_errors_.load()}};
-  j["bytes"] = {{"remote", bytes_remote_.load()}, {"cached", bytes_cached_.load()}, {"fallback", bytes_fallback_.load()}};
+  // Clients open staged and cached files themselves and count those opens in shared memory;
+  // the agent counts what it serves.
+  table::ClientCounters c{};
+  if (client_counters_) {
+    c.local_opens = __atomic_load_n(&client_counters_->local_opens, __ATOMIC_RELAXED);
+    c.local_bytes = __atomic_load_n(&client_counters_->local_bytes, __ATOMIC_RELAXED);
+    c.cached_opens = __atomic_load_n(&client_counters_->cached_opens, __ATOMIC_RELAXED);
+    c.cached_bytes = __atomic_load_n(&client_counters_->cached_bytes, __ATOMIC_RELAXED);
+  }
+  j["opens"] = {{"local", opens_local_.load() + c.local_opens}, {"remote", opens_remote_.load()},
+                {"cached", opens_cached_.load() + c.cached_opens}, {"fallback", opens_fallback_.load()},
+                {"errors", open_errors_.load()}};
+  j["bytes"] = {{"local", c.local_bytes}, {"remote", bytes_remote_.load()}, {"cached", bytes_cached_.load() + c.cached_bytes},
+                {"fallback", bytes_fallback_.load()}};
   j["peers"] = {{"fetch_errors", peer_errors_.load()}, {"refused_connections", peer_server_.refused()}};
   j["cache"] = {{"used", cache_.used()}, {"capacity", cache_.capacity()}, {"evictions", cache_.evictions()}};
+  j["prefetch"] = {{"shards", prefetched_shards_.load()}, {"files", prefetched_files_.load()}, {"bytes", prefetched_bytes_.load()}};
   return j.dump();
 }
 
@@ -229,7 +241,7 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
   if (st.ok() && size > 1 && cfg_.peers) {
     peer_pool_ = std::make_unique<ThreadPool>(8);
     st = peer_server_.Start([this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
-                            peer_pool_.get());
+                            [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get());
   }
   // 2. Publish what this node is primary for: the indexes and symlink targets.
   if (st.ok()) {
@@ -319,6 +331,10 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
     cache = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 2 : 0;
   }
   cache_.Init(cfg_.local_dir + "/cache", mine_.size() == nshards ? 0 : cache);
+  shard_raw_bytes_.assign(nshards, 0);
+  for (uint32_t s = 0; s < nshards; s++)
+    for (const auto& e : index_[s]) shard_raw_bytes_[s] += e.size;
+  prefetch_seen_.assign(nshards, false);
   return Status::OK();
 }
 
@@ -353,6 +369,7 @@ Status Agent::BuildTable() {
   nodes.push_back(table::Node{"", S_IFDIR | manifest_.root_mode, 0, manifest_.root_mtime_ns, 0, {}});
   table::BuildOptions bo;
   bo.local_root = data_root_;
+  if (cache_.capacity() > 0) bo.cache_root = cfg_.local_dir + "/cache";
   // A device number of our own, stable for the dataset, so st_dev never matches a real disk.
   bo.dev = makedev(0xf5, static_cast<unsigned>(manifest_.dataset_id & 0xfffff));
   bo.dataset_id = manifest_.dataset_id;
@@ -368,6 +385,8 @@ Status Agent::BuildTable() {
     for (const auto& e : shard)
       if (e.type == EntryType::kDir) FS_RETURN_IF_ERROR(MakeDirs(root.get(), e.path, 0700));
   const std::string path = cfg_.run_dir + "/" + kTableName;
+  client_counters_ = table::MapCounters(cfg_.run_dir, /*create=*/true);
+  if (!client_counters_) LOG_WARN("client counters unavailable: %s", std::strerror(errno));
   FS_RETURN_IF_ERROR(table::WriteFile(path, *image));
   return alive_.Acquire(path);
 }
@@ -391,6 +410,12 @@ Status Agent::Start(const std::atomic<bool>* cancel) {
     WriteStatus("failed", st.ToString());
     return st;
   }
+  // Warm the cache: stream every remote shard that fits, in the background, starting at a
+  // rank-dependent shard so that agents spread their requests over the holders.
+  for (uint32_t k = 0; k < manifest_.shards.size(); k++) {
+    uint32_t s = static_cast<uint32_t>((k + boot_->rank() * manifest_.shards.size() / boot_->size()) % manifest_.shards.size());
+    if (!local_shard_[s]) MaybePrefetch(s);
+  }
   LOG_INFO("ready: %s staged (%llu files) in %.2f s, metadata exchange %.3f s (%s from %u agents), mount %s",
            HumanBytes(staged_bytes_).c_str(), static_cast<unsigned long long>(staged_files_.load()), stage_seconds_,
            exchange_seconds_, HumanBytes(exchange_bytes_).c_str(), boot_->size(), cfg_.mount.c_str());
@@ -399,6 +424,12 @@ Status Agent::Start(const std::atomic<bool>* cancel) {
 }
 
 void Agent::Shutdown() {
+  {
+    std::lock_guard<std::mutex> l(prefetch_mu_);
+    prefetch_stop_ = true;
+  }
+  prefetch_cv_.notify_all();
+  if (prefetcher_.joinable()) prefetcher_.join();
   server_.Stop();
   peer_server_.Stop();
   if (boot_) boot_->Finalize();
@@ -456,6 +487,63 @@ int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
   return 0;
 }
 
+std::vector<uint32_t> Agent::ShardFiles(uint32_t shard) {
+  std::vector<uint32_t> out;
+  if (shard >= index_.size() || !local_shard_[shard]) return out;
+  for (uint32_t i = 0; i < index_[shard].size(); i++)
+    if (index_[shard][i].type == EntryType::kFile) out.push_back(i);
+  return out;
+}
+
+void Agent::MaybePrefetch(uint32_t shard) {
+  if (!cfg_.prefetch || !cfg_.peers || boot_->size() < 2) return;
+  std::lock_guard<std::mutex> l(prefetch_mu_);
+  if (prefetch_stop_ || prefetch_seen_[shard]) return;
+  prefetch_seen_[shard] = true;
+  // Only what fits without evicting anything: prefetch must never push out files in use.
+  if (shard_raw_bytes_[shard] > cache_.free_bytes()) return;
+  prefetch_queue_.push_back(shard);
+  if (!prefetcher_.joinable()) prefetcher_ = std::thread([this] { PrefetchLoop(); });
+  prefetch_cv_.notify_one();
+}
+
+void Agent::PrefetchLoop() {
+  while (true) {
+    uint32_t shard;
+    {
+      std::unique_lock<std::mutex> l(prefetch_mu_);
+      prefetch_cv_.wait(l, [&] { return prefetch_stop_ || !prefetch_queue_.empty(); });
+      if (prefetch_stop_) return;
+      shard = prefetch_queue_.front();
+      prefetch_queue_.erase(prefetch_queue_.begin());
+    }
+    const auto& entries = index_[shard];
+    auto holders = Holders(shard, boot_->size(), cfg_.replicas == 0 ? boot_->size() : cfg_.replicas);
+    for (size_t k = 0; k < holders.size(); k++) {
+      uint32_t h = holders[(boot_->rank() + shard + k) % holders.size()];
+      if (h == boot_->rank()) continue;
+      bool full = false;
+      Status st = peers_.FetchShard(
+          h, shard, [&](uint32_t i) { return i < entries.size() && entries[i].type == EntryType::kFile ? entries[i].size : UINT64_MAX; },
+          [&](uint32_t i, std::string& data) {
+            if (prefetch_stop_ || Xxh3(data) != entries[i].xxh3) return false;
+            auto fd = cache_.Put(Xxh3(entries[i].path), data, /*evict=*/false);
+            if (!fd.ok()) {
+              full = true;
+              return false;
+            }
+            ::close(*fd);
+            prefetched_files_++;
+            prefetched_bytes_ += data.size();
+            return true;
+          });
+      if (st.ok()) prefetched_shards_++;
+      if (st.ok() || full || prefetch_stop_) break;
+      LOG_WARN("prefetch of shard %u from rank %u: %s", shard, h, st.ToString().c_str());
+    }
+  }
+}
+
 struct Agent::Inflight {
   std::mutex mu;
   std::condition_variable cv;
@@ -463,8 +551,9 @@ struct Agent::Inflight {
 };
 
 Result<int> Agent::RemoteOpen(const FileRef& ref) {
-  const uint64_t key = (uint64_t{ref.shard} << 32) | ref.entry;
+  const uint64_t key = Xxh3(index_[ref.shard][ref.entry].path);
   const uint64_t size = index_[ref.shard][ref.entry].size;
+  MaybePrefetch(ref.shard);
   while (true) {
     int fd = cache_.Open(key);
     if (fd >= 0) {

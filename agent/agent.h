@@ -3,6 +3,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <thread>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +34,7 @@ struct Config {
   size_t threads = 0;
   uint64_t cache_size = 0;  // bytes for files fetched from peers; 0: half the free space left
   bool peers = true;        // fetch from other agents (else straight from the dataset)
+  bool prefetch = true;     // on first use of a remote shard, stream all of it into the cache
 };
 
 // Files in the run directory.
@@ -71,6 +74,10 @@ class Agent {
   Result<std::string> FetchVerified(const FileRef& ref, const char** source);
   Result<std::string> ReadFromDataset(const FileRef& ref);
   int ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size);
+  std::vector<uint32_t> ShardFiles(uint32_t shard);
+  // Queues `shard` for a background bulk transfer into the cache, once, when it fits.
+  void MaybePrefetch(uint32_t shard);
+  void PrefetchLoop();
   std::string StatusJson() const;
 
   Config cfg_;
@@ -94,7 +101,15 @@ class Agent {
   struct Inflight;
   std::mutex inflight_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Inflight>> inflight_;
-  table::AgentLock alive_;  // held while serving; clients see its release or our death
+  std::mutex prefetch_mu_;
+  std::condition_variable prefetch_cv_;
+  std::vector<uint32_t> prefetch_queue_;
+  std::vector<bool> prefetch_seen_;
+  std::vector<uint64_t> shard_raw_bytes_;
+  bool prefetch_stop_ = false;
+  std::thread prefetcher_;
+  table::AgentLock alive_;
+  table::ClientCounters* client_counters_ = nullptr;  // shared with clients, see table.h  // held while serving; clients see its release or our death
   bool created_local_ = false, created_run_ = false, server_started_ = false;
   std::string state_ = "starting", error_;
   mutable std::mutex state_mu_;
@@ -105,6 +120,7 @@ class Agent {
   uint64_t exchange_bytes_ = 0;
   std::atomic<uint64_t> opens_local_{0}, opens_remote_{0}, opens_cached_{0}, opens_fallback_{0}, open_errors_{0};
   std::atomic<uint64_t> bytes_remote_{0}, bytes_cached_{0}, bytes_fallback_{0}, peer_errors_{0};
+  std::atomic<uint64_t> prefetched_files_{0}, prefetched_bytes_{0}, prefetched_shards_{0};
 };
 
 }  // namespace fanstore::agent

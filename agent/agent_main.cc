@@ -22,7 +22,8 @@ namespace {
 const char kHelp[] =
     "Usage: fanstore-agent --dataset DS.fs --local-dir DIR --run-dir DIR --mount PATH\n"
     "                      [--bootstrap auto|single|pmix] [--replicas N|all] [--threads N]\n"
-    "                      [--cache-size SIZE] [--no-peers] [--node-name NAME] [--job-id ID]\n"
+    "                      [--cache-size SIZE] [--no-peers] [--no-prefetch] [--node-name NAME]\n"
+    "                      [--job-id ID]\n"
     "                      [--verbose|--quiet]\n"
     "\n"
     "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
@@ -41,6 +42,8 @@ const char kHelp[] =
     "  --cache-size SIZE  room for files fetched from other agents, e.g. 4G (default: half\n"
     "                     the free space left after stage-in); least recently used go first\n"
     "  --no-peers         read files held elsewhere straight from the dataset directory\n"
+    "  --no-prefetch      fetch remote files one by one only; by default the first use of a\n"
+    "                     remote shard streams the whole shard into the cache when it fits\n"
     "\n"
     "status.json in the run directory reads {\"state\": \"staging|ready|failed\", \"error\": ...}.\n"
     "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage.\n";
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
                                  {"quiet", no_argument, nullptr, 'q'},
                                  {"cache-size", required_argument, nullptr, 'c'},
                                  {"no-peers", no_argument, nullptr, 'P'},
+                                 {"no-prefetch", no_argument, nullptr, 'N'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
@@ -97,6 +101,7 @@ int main(int argc, char** argv) {
         if (!pack::ParseSize(optarg, &cfg.cache_size)) return Usage(std::string("bad --cache-size '") + optarg + "'");
         break;
       case 'P': cfg.peers = false; break;
+      case 'N': cfg.prefetch = false; break;
       case 'h': std::fputs(kHelp, stdout); return 0;
       default: return Usage("bad option");
     }

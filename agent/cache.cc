@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "common/table.h"
 #include "common/unique_fd.h"
 #include "stagein/io.h"
 
@@ -17,9 +18,9 @@ void FileCache::Init(std::string dir, uint64_t capacity) {
 }
 
 std::string FileCache::PathOf(uint64_t key) const {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "/%016llx", static_cast<unsigned long long>(key));
-  return dir_ + buf;
+  char name[16];
+  table::CacheName(key, name);
+  return dir_ + "/" + std::string(name, sizeof name);
 }
 
 int FileCache::Open(uint64_t key) {
@@ -42,7 +43,12 @@ void FileCache::EvictLocked(uint64_t need) {
   }
 }
 
-Result<int> FileCache::Put(uint64_t key, std::string_view data) {
+uint64_t FileCache::free_bytes() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return capacity_ > used_ ? capacity_ - used_ : 0;
+}
+
+Result<int> FileCache::Put(uint64_t key, std::string_view data, bool evict) {
   if (data.size() > capacity_) return Status::NoSpace("larger than the cache");
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -52,6 +58,7 @@ Result<int> FileCache::Put(uint64_t key, std::string_view data) {
       if (fd < 0) return Status::FromErrno("cache open", errno);
       return fd;
     }
+    if (!evict && used_ + data.size() > capacity_) return Status::NoSpace("cache full");
     EvictLocked(data.size());
     used_ += data.size();  // reserved while writing
   }

@@ -1,5 +1,6 @@
 // A bounded, least-recently-used cache of files fetched from peers, kept as plain files in a
-// private directory so that clients get real descriptors. Eviction unlinks the file; a client
+// private directory so that clients get real descriptors. Keys are path hashes and files are
+// named table::CacheName(key), so clients open cached files directly, without the agent. Eviction unlinks the file; a client
 // that has it open keeps reading it. Thread-safe.
 #pragma once
 
@@ -24,7 +25,9 @@ class FileCache {
   // Stores `data` under `key`, evicting the least recently used files to make room, and
   // returns an open read-only descriptor. Fails when the data cannot be cached (larger than
   // the capacity, or the disk is full); the caller then serves it another way.
-  Result<int> Put(uint64_t key, std::string_view data);
+  // With evict = false, fails instead of evicting (prefetch must not push out what was read).
+  Result<int> Put(uint64_t key, std::string_view data, bool evict = true);
+  uint64_t free_bytes() const;
   uint64_t used() const;
   uint64_t capacity() const { return capacity_; }
   uint64_t evictions() const;

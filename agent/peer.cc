@@ -84,8 +84,9 @@ Result<uid_t> MungeVerify(const std::string& cred) {
 
 // --- server ----------------------------------------------------------------------------------
 
-Status PeerServer::Start(LocalFileFn local, ThreadPool* pool) {
+Status PeerServer::Start(LocalFileFn local, ShardFilesFn shard_files, ThreadPool* pool) {
   local_ = std::move(local);
+  shard_files_ = std::move(shard_files);
   pool_ = pool;
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return Status::FromErrno("peer service: socket", errno);
@@ -225,9 +226,22 @@ void PeerServer::ServeOne(int conn) {
     if (!SendAll(conn, &rp, sizeof rp)) return Drop(conn);
     return Rearm(conn);
   }
-  if (!authed || rq.op != kPeerGet || rq.len != 0) {
+  if (!authed || (rq.op != kPeerGet && rq.op != kPeerGetShard) || rq.len != 0) {
     refused_++;
     return Drop(conn);
+  }
+  if (rq.op == kPeerGetShard) {
+    int status = 0;
+    for (uint32_t entry : shard_files_(rq.a)) {
+      int fd = -1;
+      uint64_t size = 0;
+      status = local_(rq.a, entry, &fd, &size);
+      if (status != 0) break;
+      if (!SendFile(conn, kPeerGetShard, entry, fd, size)) return Drop(conn);
+    }
+    PeerReply end{kPeerMagic, kPeerGetShard, status, kEndOfShard, 0};
+    if (!SendAll(conn, &end, sizeof end)) return Drop(conn);
+    return Rearm(conn);
   }
   int fd = -1;
   uint64_t size = 0;
@@ -236,16 +250,22 @@ void PeerServer::ServeOne(int conn) {
     if (!SendAll(conn, &rp, sizeof rp)) return Drop(conn);
     return Rearm(conn);
   }
+  if (!SendFile(conn, kPeerGet, rq.b, fd, size)) return Drop(conn);
+  Rearm(conn);
+}
+
+// Sends a reply header and the file's content; takes ownership of fd.
+bool PeerServer::SendFile(int conn, uint32_t op, uint32_t entry, int fd, uint64_t size) {
   UniqueFD file(fd);
-  rp.len = size;
-  if (!SendAll(conn, &rp, sizeof rp)) return Drop(conn);
+  PeerReply rp{kPeerMagic, op, 0, entry, size};
+  if (!SendAll(conn, &rp, sizeof rp)) return false;
   off_t off = 0;
   while (static_cast<uint64_t>(off) < size) {
     ssize_t w = ::sendfile(conn, file.get(), &off, size - off);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return Drop(conn);
+    if (w <= 0) return false;
   }
-  Rearm(conn);
+  return true;
 }
 
 // --- client ----------------------------------------------------------------------------------
@@ -360,6 +380,45 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
   }
   Release(rank, conn.Release());
   return Status::OK();
+}
+
+Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function<uint64_t(uint32_t)>& size_of,
+                              const std::function<bool(uint32_t, std::string&)>& fn) {
+  if (IsDown(rank)) return Status::IOError("peer " + std::to_string(rank) + " is marked down");
+  auto fd = Connect(rank);
+  if (!fd.ok()) {
+    MarkDown(rank);
+    return fd.status();
+  }
+  UniqueFD conn(*fd);
+  const std::string who = "peer " + std::to_string(rank);
+  PeerRequest rq{kPeerMagic, kPeerGetShard, shard, 0, 0};
+  if (!SendAll(conn.get(), &rq, sizeof rq)) {
+    MarkDown(rank);
+    return Status::IOError(who + ": connection lost");
+  }
+  std::string data;
+  while (true) {
+    PeerReply rp;
+    if (!RecvAll(conn.get(), &rp, sizeof rp) || rp.magic != kPeerMagic || rp.op != kPeerGetShard) {
+      MarkDown(rank);
+      return Status::IOError(who + ": connection lost during a shard transfer");
+    }
+    if (rp.pad == kEndOfShard) {
+      Release(rank, conn.Release());
+      return rp.status == 0 ? Status::OK() : Status::FromErrno(who + ": shard " + std::to_string(shard), rp.status);
+    }
+    if (rp.len != size_of(rp.pad)) {
+      MarkDown(rank);
+      return Status::Corruption(who + " sent a file of the wrong size");
+    }
+    data.resize(rp.len);
+    if (!RecvAll(conn.get(), data.data(), data.size())) {
+      MarkDown(rank);
+      return Status::IOError(who + ": connection lost mid-transfer");
+    }
+    if (!fn(rp.pad, data)) return Status::Aborted("shard transfer stopped");  // connection dropped
+  }
 }
 
 }  // namespace fanstore::agent

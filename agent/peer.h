@@ -9,6 +9,10 @@
 //           connection before a successful kAuth; a failed one closes it.
 //   kGet:   a = shard, b = entry index within the shard's index. Reply: the raw file content
 //           (sent with sendfile from the holder's staged copy), or status = errno.
+//   kGetShard: a = shard. Replies, one per regular file of the shard, in index order:
+//           {magic, op, 0, entry index, len} + content; then {magic, op, status, ~0u, 0} to
+//           end (status 0, or errno when the stream stopped early). Bulk prefetch: one round
+//           trip and large transfers instead of one request per file.
 // The client always checks the XXH3 of what it receives against the index, so a peer can
 // withhold data but never corrupt it.
 //
@@ -32,7 +36,8 @@
 namespace fanstore::agent {
 
 inline constexpr uint32_t kPeerMagic = 0x31505346;  // "FSP1"
-enum PeerOp : uint32_t { kPeerAuth = 1, kPeerGet = 2 };
+enum PeerOp : uint32_t { kPeerAuth = 1, kPeerGet = 2, kPeerGetShard = 3 };
+inline constexpr uint32_t kEndOfShard = 0xffffffffu;
 
 struct PeerRequest {
   uint32_t magic, op, a, b, len;
@@ -47,12 +52,14 @@ struct PeerReply {
 // Resolves (shard, entry) to an open read-only descriptor of the staged file and its size;
 // returns errno on failure.
 using LocalFileFn = std::function<int(uint32_t shard, uint32_t entry, int* fd, uint64_t* size)>;
+// The entry indexes of the regular files of a shard held here (empty when not held).
+using ShardFilesFn = std::function<std::vector<uint32_t>(uint32_t shard)>;
 
 class PeerServer {
  public:
   ~PeerServer() { Stop(); }
   // Listens on every IPv4 address, on an ephemeral port. `pool` runs the requests.
-  Status Start(LocalFileFn local, ThreadPool* pool);
+  Status Start(LocalFileFn local, ShardFilesFn shard_files, ThreadPool* pool);
   void Stop();
   // "addr1,addr2,...:port": this host's IPv4 addresses, non-loopback first.
   std::string Endpoint() const;  // "" before Start
@@ -64,7 +71,10 @@ class PeerServer {
   void Rearm(int conn);
   void Drop(int conn);
 
+  bool SendFile(int conn, uint32_t op, uint32_t entry, int fd, uint64_t size);
+
   LocalFileFn local_;
+  ShardFilesFn shard_files_;
   ThreadPool* pool_ = nullptr;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   uint16_t port_ = 0;
@@ -84,6 +94,11 @@ class PeerClient {
   // Fetches the raw content of (shard, entry) from agent `rank` into *out (expected `size`
   // bytes). Errors mark the peer down for a while, so later requests skip it at once.
   Status Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size, std::string* out);
+  // Streams every file of `shard` from agent `rank`; `fn` gets (entry, content) for each, in
+  // index order, and may stop the stream by returning false. `size_of(entry)` bounds what the
+  // peer may send.
+  Status FetchShard(uint32_t rank, uint32_t shard, const std::function<uint64_t(uint32_t)>& size_of,
+                    const std::function<bool(uint32_t, std::string&)>& fn);
   bool IsDown(uint32_t rank);
 
  private:

@@ -40,6 +40,23 @@ uint64_t Align8(uint64_t v) { return (v + 7) & ~uint64_t{7}; }
 
 }  // namespace
 
+ClientCounters* MapCounters(const std::string& dir, bool create) {
+  const std::string path = dir + "/" + kCountersName;
+  int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_EXCL : 0);
+  UniqueFD fd(::open(path.c_str(), flags, 0600));
+  if (!fd.valid()) return nullptr;
+  if (create && ::ftruncate(fd.get(), sizeof(ClientCounters)) != 0) return nullptr;
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || st.st_size < static_cast<off_t>(sizeof(ClientCounters))) return nullptr;
+  void* p = ::mmap(nullptr, sizeof(ClientCounters), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  return p == MAP_FAILED ? nullptr : static_cast<ClientCounters*>(p);
+}
+
+void CacheName(uint64_t path_hash, char out[16]) {
+  static const char kHex[] = "0123456789abcdef";
+  for (int i = 15; i >= 0; i--, path_hash >>= 4) out[i] = kHex[path_hash & 15];
+}
+
 uint64_t InodeFor(uint64_t path_hash) {
   uint64_t ino = path_hash & 0x7fffffffffffffffULL;
   return ino == 0 ? 1 : ino;
@@ -85,6 +102,7 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
   std::vector<std::vector<uint32_t>> kids(n);
   std::string strings;
   strings.append(opts.local_root);
+  strings.append(opts.cache_root);
   for (uint32_t i = 0; i < n; i++) {
     const Node& nd = nodes[i];
     Entry& e = entries[i];
@@ -145,6 +163,8 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
   h.strings_size = strings.size();
   h.local_root_off = 0;
   h.local_root_len = static_cast<uint32_t>(opts.local_root.size());
+  h.cache_root_off = opts.local_root.size();
+  h.cache_root_len = static_cast<uint32_t>(opts.cache_root.size());
   h.dev = opts.dev;
   h.dataset_id = opts.dataset_id;
   h.uid = opts.uid;
@@ -269,7 +289,7 @@ Status TableView::Validate(size_t len, bool check_entries) {
       !fits(h.entries_off, uint64_t{h.entry_count} * sizeof(Entry)) ||
       !fits(h.children_off, h.children_count * 4) || !fits(h.strings_off, h.strings_size) ||
       h.entries_off % 8 != 0 || h.buckets_off % 4 != 0 || h.children_off % 4 != 0 ||
-      h.local_root_off + h.local_root_len > h.strings_size)
+      h.local_root_off + h.local_root_len > h.strings_size || h.cache_root_off + h.cache_root_len > h.strings_size)
     return Status::Corruption("table: inconsistent header");
   buckets_ = reinterpret_cast<const uint32_t*>(base_ + h.buckets_off);
   entries_ = reinterpret_cast<const Entry*>(base_ + h.entries_off);

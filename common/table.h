@@ -45,6 +45,9 @@ struct Header {
   uint64_t strings_off;
   uint64_t strings_size;
   uint64_t local_root_off;  // into strings
+  uint64_t cache_root_off;  // into strings: where the agent caches files fetched from peers
+  uint32_t cache_root_len;
+  uint32_t reserved;
   uint64_t dev;             // st_dev reported for every entry
   uint64_t dataset_id;
   uint32_t uid, gid;        // owner reported for every entry
@@ -82,6 +85,9 @@ struct Node {
 
 struct BuildOptions {
   std::string local_root;  // where kLocal files live
+  // Where the agent caches other files, as <cache_root>/<CacheName(entry hash)>; "" for none.
+  // Clients open a cached file directly and ask the agent only on a miss.
+  std::string cache_root;
   uint64_t dev = 0;
   uint64_t dataset_id = 0;
   uint32_t uid = 0, gid = 0;
@@ -109,6 +115,26 @@ class AgentLock {
   void* map_ = nullptr;
   size_t len_ = 0;
 };
+
+// The cache file name of an entry: its path hash as 16 lowercase hex digits, written into
+// out[0..16] (no terminator). Shared by the agent (writer) and the interceptor (reader).
+void CacheName(uint64_t path_hash, char out[16]);
+
+// Opens counted by the clients themselves: opens of staged and cached files never reach the
+// agent, so each client adds to these shared counters (one atomic add per open). The agent
+// creates the file (kCountersName next to the table, mode 0600) and reads it for its stats.
+struct ClientCounters {
+  uint64_t local_opens, local_bytes;    // staged on this node
+  uint64_t cached_opens, cached_bytes;  // fetched from a peer earlier, opened from the cache
+  uint64_t reserved[12];
+};
+inline constexpr char kCountersName[] = "counters";
+// Maps <dir>/counters read-write (creating it when `create`); nullptr on failure.
+ClientCounters* MapCounters(const std::string& dir, bool create);
+inline void CountOpen(uint64_t* opens, uint64_t* bytes, uint64_t n) {
+  __atomic_fetch_add(opens, 1, __ATOMIC_RELAXED);
+  __atomic_fetch_add(bytes, n, __ATOMIC_RELAXED);
+}
 
 // Stable inode number for a relative path.
 uint64_t InodeFor(uint64_t path_hash);
@@ -144,6 +170,7 @@ class TableView {
   std::string_view Name(const Entry& e) const;
   std::string_view LinkTarget(const Entry& e) const { return {strings_ + e.aux, e.size}; }
   std::string_view LocalRoot() const { return {strings_ + hdr_->local_root_off, hdr_->local_root_len}; }
+  std::string_view CacheRoot() const { return {strings_ + hdr_->cache_root_off, hdr_->cache_root_len}; }
   std::span<const uint32_t> Children(const Entry& e) const { return {children_ + e.first_child, e.child_count}; }
 
   void FillStat(const Entry& e, struct stat* st) const;

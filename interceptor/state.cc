@@ -85,6 +85,17 @@ void Init() {
     while (g_cfg.local_root_len > 1 && g_cfg.local_root[g_cfg.local_root_len - 1] == '/')
       g_cfg.local_root[--g_cfg.local_root_len] = '\0';
   }
+  {
+    std::string dir(table_path);
+    size_t slash = dir.rfind('/');
+    g_cfg.counters = table::MapCounters(slash == std::string::npos ? "." : dir.substr(0, slash), false);
+  }
+  std::string_view cache = table->CacheRoot();
+  if (!cache.empty() && cache.size() + 18 < PATH_MAX) {
+    memcpy(g_cfg.cache_root, cache.data(), cache.size());
+    g_cfg.cache_root[cache.size()] = '\0';
+    g_cfg.cache_root_len = cache.size();
+  }
   if (const char* sock = getenv(env::kSocket);
       sock && !CopyString(sock, g_cfg.socket, sizeof g_cfg.socket))
     FS_ILOG(1, "%s is too long for a Unix socket path; remote opens will fail", env::kSocket);
@@ -344,6 +355,15 @@ void AfterRealOpen(int dirfd, const char* path, int fd) noexcept {
   } else {
     ForgetStale(fd);
   }
+}
+
+bool CachePath(const table::Entry& e, char* out) noexcept {
+  if (!g_cfg.cache_root_len) return false;
+  memcpy(out, g_cfg.cache_root, g_cfg.cache_root_len);
+  out[g_cfg.cache_root_len] = '/';
+  table::CacheName(e.hash, out + g_cfg.cache_root_len + 1);
+  out[g_cfg.cache_root_len + 17] = '\0';
+  return true;
 }
 
 bool LocalPath(const table::Entry& e, char* out) noexcept {

@@ -32,7 +32,10 @@ struct Config {
   size_t mount_len;
   char local_root[PATH_MAX];  // realpath of the table's local root; "" if none
   size_t local_root_len;
+  char cache_root[PATH_MAX];  // the agent's cache of files fetched from peers; "" if none
+  size_t cache_root_len;
   char socket[108];  // the agent's socket; "" when none is configured
+  table::ClientCounters* counters;  // shared open counters; nullptr when unavailable
   int open_timeout_ms;
   int log_level;  // 0 silent, 1 errors and setup, 2 every intercepted call
   int log_fd;
@@ -136,6 +139,8 @@ const table::Entry* TrackedEntry(int fd) noexcept;
 // Writes <local root>/<path of e> into out[PATH_MAX]; false without a local root or when it
 // does not fit.
 bool LocalPath(const table::Entry& e, char* out) noexcept;
+// <cache root>/<CacheName(e.hash)>: where the agent keeps e once fetched from a peer.
+bool CachePath(const table::Entry& e, char* out) noexcept;
 
 // Opens a real descriptor standing for directory `dir`: <local root>/<path>, falling back to
 // the local root itself, then to "/" (O_PATH). Attributes and listings of it are never read

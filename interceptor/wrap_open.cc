@@ -33,13 +33,25 @@ int OpenFileData(const Entry& e, int flags) {
   char path[PATH_MAX];
   if ((e.flags & table::kLocal) && LocalPath(e, path)) {
     int fd = Real().open(path, O_RDONLY | keep);
-    if (fd >= 0) return fd;
+    if (fd >= 0) {
+      if (g_cfg.counters) table::CountOpen(&g_cfg.counters->local_opens, &g_cfg.counters->local_bytes, e.size);
+      return fd;
+    }
     int err = errno;
     if (err == EMFILE || err == ENFILE || err == ENOMEM || err == EINTR) return -err;
     FS_ILOG(1, "local copy %s: %s; asking the agent", path, strerror(err));
   }
   // A path-only descriptor needs no data: do not fetch the file for it.
   if (flags & O_PATH) return OpenDirStandIn(t.at(0), O_PATH | (flags & O_CLOEXEC));
+  // Fetched from a peer before: the agent's cache file, opened directly (a miss costs one
+  // failed open; eviction only unlinks, so a descriptor we get stays valid).
+  if (!(e.flags & table::kLocal) && CachePath(e, path)) {
+    int fd = Real().open(path, O_RDONLY | O_NOFOLLOW | keep);
+    if (fd >= 0) {
+      if (g_cfg.counters) table::CountOpen(&g_cfg.counters->cached_opens, &g_cfg.counters->cached_bytes, e.size);
+      return fd;
+    }
+  }
   int fd = AgentOpen(g_cfg.socket, rel, g_cfg.open_timeout_ms);
   if (fd < 0) return fd;
   if (!(flags & O_CLOEXEC)) Real().fcntl(fd, F_SETFD, 0);

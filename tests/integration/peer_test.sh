@@ -75,9 +75,12 @@ rank1_files() {
 }
 remote_file=$(rank1_files | awk '{print $1}' | tail -1)
 client 0 cat "$M/$remote_file" >/dev/null
+s0a=$(stats 0)
 client 0 cat "$M/$remote_file" >/dev/null
 s0b=$(stats 0)
-check "a repeat read comes from the cache" test "$(field "$s0b" "['opens']['cached']")" -gt "$(field "$s0" "['opens']['cached']")"
+check "a repeat read comes from the cache, not the peer" \
+  test "$(field "$s0b" "['opens']['cached']")" -gt "$(field "$s0a" "['opens']['cached']")" -a "$(field "$s0b" "['opens']['remote']")" -eq "$(field "$s0a" "['opens']['remote']")"
+check "opens of staged files are counted too" test "$(field "$s0b" "['opens']['local']")" -gt 0
 check "the cache stays within its bound (100 KiB)" test "$(field "$s0b" "['cache']['used']")" -le 102400
 check "the cache evicts least recently used files" test "$(field "$s0b" "['cache']['evictions']")" -gt 0
 
