@@ -30,7 +30,7 @@ bool Exists(const std::string& path) {
 }
 
 // Runs as the job user. Returns 0 when nothing of the job is left on this node.
-int CleanNode(const Config& config, const JobIdentity& id) {
+int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
   const std::string run_dir = RunDir(config, id);
   const std::vector<std::string> marks = {std::string(kEnvAgentStep) + "=1", "SLURM_JOB_ID=" + std::to_string(id.job),
                                           "SLURMD_NODENAME=" + id.node};
@@ -41,17 +41,17 @@ int CleanNode(const Config& config, const JobIdentity& id) {
   if (!pids.empty()) {
     std::string list;
     for (pid_t p : pids) list += " " + std::to_string(p);
-    LogInfo("epilog", "ending leftover agent processes of job " + std::to_string(id.job) + ":" + list);
+    LogInfo(phase, "ending leftover agent processes of job " + std::to_string(id.job) + ":" + list);
     TerminateProcesses(pids, kAgentGraceMs);
   }
   for (const std::string& path : {run_dir, LocalDir(config, id)}) {
     if (!Exists(path)) continue;
     Status s = RemoveTree(path);
     if (!s.ok()) {
-      LogError("epilog", "cannot remove " + path + ": " + s.message());
+      LogError(phase, "cannot remove " + path + ": " + s.message());
       rc = 1;
     } else {
-      LogVerbose("epilog", "removed " + path);
+      LogInfo(phase, "removed " + path + " (left by an agent that did not clean up)");
     }
   }
   // The launch files of the batch step (or of a supervisor that died); a live supervisor removes its own.
@@ -66,7 +66,7 @@ int CleanNode(const Config& config, const JobIdentity& id) {
   }
   for (pid_t p : pids)
     if (ProcessAlive(p)) {
-      LogError("epilog", "agent process " + std::to_string(p) + " of job " + std::to_string(id.job) + " survived SIGKILL");
+      LogError(phase, "agent process " + std::to_string(p) + " of job " + std::to_string(id.job) + " survived SIGKILL");
       rc = 1;
     }
   return rc;
@@ -92,7 +92,7 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
   creds.groups = {creds.gid};
   const Config config = s.config;
   const JobIdentity who = id.value();
-  auto rc = RunAsUser(creds, kCleanupTimeoutMs, [&] { return CleanNode(config, who); });
+  auto rc = RunAsUser(creds, kCleanupTimeoutMs, [&] { return CleanNode(config, who, phase); });
   if (!rc.ok() || rc.value() != 0) {
     LogError(phase, "job " + std::to_string(who.job) + " could not be cleaned up completely on " + who.node +
                         (rc.ok() ? "" : ": " + rc.status().message()));

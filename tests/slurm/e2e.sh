@@ -11,6 +11,7 @@
 #   reject   bad --fanstore values are refused at submission, naming the path; nothing is queued
 #   scancel  scancel during stage-in: afterwards every node is clean
 #   agentfail  a corrupt shard: the job fails before its script runs, with the agent's message
+#   crash    an agent killed with SIGKILL mid-job: the epilog still leaves every node clean
 #   direct   srun --fanstore from a login shell, and salloc --fanstore followed by two sruns
 #   netns4   4-node netns cluster: distinct hostnames and node-local directories, md5 on every node
 #
@@ -85,7 +86,8 @@ pack_dataset() {
 }
 
 # Everything of job J that could remain on any node: live processes of the test user carrying the job's
-# id, run directories and launch files in /dev/shm, node-local directories, sockets of the test user.
+# id, run directories and launch files in /dev/shm, node-local directories, sockets of the test user
+# there.
 leftovers() {
   local j=$1 uid p st
   uid=$(uid_of)
@@ -99,7 +101,8 @@ leftovers() {
   done
   find /dev/shm -maxdepth 1 -name "fanstore.$uid.$j*" -printf 'shm %p\n' 2>/dev/null
   find "$BASE"/nodes/*/local -maxdepth 1 -name "fanstore.$uid.$j" -printf 'local %p\n' 2>/dev/null
-  find /dev/shm /tmp "$BASE/nodes" -user "$TUSER" -type s -printf 'socket %p\n' 2>/dev/null
+  # -xdev and a timeout: other mounts (a hung FUSE mount in /tmp, say) must not stall the check.
+  timeout 20 find /dev/shm "$BASE/nodes" -xdev -user "$TUSER" -type s -printf 'socket %p\n' 2>/dev/null
 }
 
 # check_clean J: waits (bounded) for the job's epilogs and the agents' exit, then requires no leftovers.
@@ -356,6 +359,34 @@ case_agentfail() {
   check_clean "$j"
 }
 
+case_crash() {
+  need_cluster ports
+  local ds jd j st uid pid killed=0 deadline
+  ds=$(md5_dataset)
+  jd=$(job_dir)
+  uid=$(uid_of)
+  printf '#!/bin/bash\ntouch %s/started\nwhile [ ! -e %s/go ]; do sleep 0.1; done\n' "$jd" "$jd" >"$jd/job.sh"
+  chmod 0755 "$jd/job.sh"
+  j=$(asu sbatch --parsable -N2 -o "$jd/out.%j" --fanstore="$ds" "$jd/job.sh" 2>&1) || { bad "sbatch: $j"; return; }
+  deadline=$((SECONDS + 60))
+  while [[ ! -e $jd/started ]] && ((SECONDS < deadline)); do sleep 0.1; done
+  # SIGKILL node2's agent: it cannot clean up, so its directories stay until the epilog removes them.
+  for pid in $(pgrep -u "$TUSER" -f fanstore-agent); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$j" || continue
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=node2" || continue
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "FANSTORE_AGENT_STEP=1" || continue
+    kill -KILL "$pid" && killed=1
+  done
+  ((killed)) && ok "killed node2's agent with SIGKILL" || bad "found no agent of job $j on node2"
+  sleep 0.5
+  [[ -d /dev/shm/fanstore.$uid.$j.node2 ]] && ok "the killed agent left its run directory behind" \
+    || bad "node2's run directory is already gone"
+  touch "$jd/go"
+  st=$(wait_job "$j")
+  say "job $j ended $st"
+  check_clean "$j"
+}
+
 case_direct() {
   need_cluster ports
   local ds jd out st j steps
@@ -437,6 +468,7 @@ case $CASE in
   scancel) case_scancel ;;
   direct) case_direct ;;
   agentfail) case_agentfail ;;
+  crash) case_crash ;;
   netns4) case_netns4 ;;
   *) echo "unknown case $CASE" >&2; exit 2 ;;
 esac
