@@ -66,6 +66,53 @@ Status FromObservation(const WaitRequest& req, const Observation& o, bool* done)
   return Status::OK();
 }
 
+// The agents' own words from the launch log: its error lines if any, else its last lines.
+std::string LaunchLogExcerpt(const std::string& path) {
+  const std::string tail = TailOfFile(path, 200);
+  std::vector<std::string> errors;
+  size_t pos = 0;
+  while (pos < tail.size()) {
+    size_t end = tail.find('\n', pos);
+    if (end == std::string::npos) end = tail.size();
+    const std::string line = tail.substr(pos, end - pos);
+    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos) errors.push_back(line);
+    pos = end + 1;
+  }
+  if (errors.empty()) return TailOfFile(path, 6);
+  std::string out;
+  for (size_t i = errors.size() > 4 ? errors.size() - 4 : 0; i < errors.size(); i++) out += (out.empty() ? "" : "\n") + errors[i];
+  return out;
+}
+
+// Whether the helper srun has ended, without reaping it.
+bool HelperEnded(pid_t helper) {
+  if (helper <= 0) return false;
+  siginfo_t info{};
+  return ::waitid(P_PID, static_cast<id_t>(helper), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == helper;
+}
+
+// When this process started the agent step: waits up to grace_s for its srun to end, and returns " (how it
+// ended); the agents said:\n<excerpt>" for the error message.
+std::string HelperReport(const WaitRequest& req, double grace_s) {
+  if (req.helper <= 0) return "";
+  int status = 0;
+  bool ended = false;
+  for (double t = 0; t <= grace_s && !ended; t += kPollMs / 1000.0) {
+    ended = ::waitpid(req.helper, &status, WNOHANG) == req.helper;
+    if (!ended) {
+      struct timespec ts = {0, kPollMs * 1000000L};
+      ::nanosleep(&ts, nullptr);
+    }
+  }
+  std::string out;
+  if (ended)
+    out = WIFEXITED(status) ? "; the agents' srun exited with status " + std::to_string(WEXITSTATUS(status))
+                            : "; the agents' srun was killed by signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  const std::string excerpt = LaunchLogExcerpt(req.launch_log);
+  if (!excerpt.empty()) out += "; the agents said:\n" + excerpt;
+  return out;
+}
+
 // squeue as the job user. Returns false when it could not tell (then we just keep waiting).
 bool Squeue(const WaitRequest& req, std::vector<std::string> args, std::string* out, int* rc) {
   args.insert(args.begin(), req.squeue);
@@ -92,21 +139,17 @@ Status WaitForAgent(const WaitRequest& req, double* waited_s) {
     if (o.present) {
       seen_dir = true;
     } else if (seen_dir) {
+      // Typically another node's agent failed and the step was ended (--kill-on-bad-exit), or the job was
+      // cancelled. The batch step can quote the agents' output.
       return Status::Aborted("the FanStore agent on " + req.node + " exited before it was ready (its run directory " +
-                             req.run_dir + " is gone; was the job cancelled?)");
+                             req.run_dir + " is gone)" + HelperReport(req, 5));
     }
 
-    if (req.helper > 0) {
-      int status = 0;
-      if (::waitpid(req.helper, &status, WNOHANG) == req.helper) {
-        s = FromObservation(req, Observe(req), &done);  // it may have failed with a message
-        if (done) return s;
-        std::string how = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status))
-                                            : "signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-        std::string tail = TailOfFile(req.launch_log, 6);
-        return Status::Aborted("the srun that starts the FanStore agents ended (" + how + ") before the agent on " +
-                               req.node + " was ready" + (tail.empty() ? "" : "; its last output:\n" + tail));
-      }
+    if (HelperEnded(req.helper)) {
+      s = FromObservation(req, Observe(req), &done);  // it may have failed with a message
+      if (done) return s;
+      return Status::Aborted("the agent step ended before the FanStore agent on " + req.node + " was ready" +
+                             HelperReport(req, 0));
     }
 
     if (!req.squeue.empty() && now >= next_squeue) {

@@ -116,8 +116,26 @@ TEST_F(AgentWaitTest, HelperThatEndsFirstIsReportedWithItsOutput) {
   double waited = 0;
   Status s = WaitForAgent(req_, &waited);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("exit status 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("exited with status 1"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("Unable to create step"), std::string::npos) << s.message();
+}
+
+TEST_F(AgentWaitTest, VanishedRunDirectoryQuotesTheAgentsErrors) {
+  MakeRunDir();
+  WriteStatus(R"({"state":"staging"})");
+  req_.launch_log = root_ + "/launch.log";
+  auto pid = Spawn({"/bin/sh", "-c", "echo '0: staging'; echo '1: fanstore-agent[node2]: error: shard-00000.fsd: checksum mismatch'; "
+                    "echo '0: more'; sleep 0.3; exit 1"}, {}, nullptr, req_.launch_log);
+  ASSERT_TRUE(pid.ok());
+  req_.helper = pid.value();
+  Later(100, [this] { (void)RemoveTree(req_.run_dir); });
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("exited before it was ready"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("1: fanstore-agent[node2]: error: shard-00000.fsd: checksum mismatch"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("0: more"), std::string::npos) << s.message();
 }
 
 TEST_F(AgentWaitTest, TimesOut) {
