@@ -42,8 +42,9 @@ long Join(std::string_view dir, std::string_view name, char* buf) {
 bool Concat(std::string_view head, std::string_view tail, char* out) {
   if (head.size() + tail.size() >= PATH_MAX) return false;
   // tail may live in out's sibling buffer but never overlaps out itself.
-  memmove(out, head.data(), head.size());
-  memmove(out + head.size(), tail.data(), tail.size());
+  // An empty view may have a null data(): memmove must not see it, even for 0 bytes.
+  if (!head.empty()) memmove(out, head.data(), head.size());
+  if (!tail.empty()) memmove(out + head.size(), tail.data(), tail.size());
   out[head.size() + tail.size()] = '\0';
   return true;
 }

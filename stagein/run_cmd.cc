@@ -246,8 +246,9 @@ int CmdRun(int argc, char** argv) {
   if (child == 0) {
     ::setpgid(0, 0);
     for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);
+    // After what is already preloaded: a sanitizer runtime must stay first.
     const char* old = std::getenv("LD_PRELOAD");
-    std::string lp = old && *old ? preload + ":" + old : preload;
+    std::string lp = old && *old ? std::string(old) + ":" + preload : preload;
     ::setenv("LD_PRELOAD", lp.c_str(), 1);
     ::setenv(env::kMount, mount.c_str(), 1);
     ::setenv(env::kTable, (run_dir + "/table").c_str(), 1);

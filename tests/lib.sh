@@ -62,3 +62,7 @@ ensure_users() {
   local u
   for u in "$@"; do id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"; done
 }
+
+# asan_runtime LIB: the ASan runtime LIB links against ("" for a normal build). A sanitizer build
+# of the preload library only loads into other programs with that runtime preloaded first.
+asan_runtime() { ldd "$1" 2>/dev/null | grep -o '/[^ ]*libasan[^ ]*' | head -1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command: install everything, build from scratch, and pass every test:
-# unit, integration, fuzzing, real-Slurm end-to-end and the quick benchmark. Then the unit
-# tests again under ASan+UBSan (clang). Run as root on Debian 12. CI calls exactly this.
+# unit, integration, real-Slurm end-to-end and the quick benchmark; then the unit tests and
+# the interceptor/agent integration tests under ASan+UBSan, and a fuzzing run of the format
+# parsers (clang libFuzzer). Run as root on Debian 12. CI calls exactly this.
 #   --no-asan   skip the sanitizer pass (faster local iteration)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,12 +24,17 @@ echo "== tests (all suites)"
 ctest --test-dir build --output-on-failure --timeout 900 || rc=1
 
 if [[ $asan -eq 1 ]]; then
-  echo "== unit tests and fuzzing under ASan+UBSan (clang) in build-asan/"
+  echo "== unit tests and the preload, serving and peer tests under ASan+UBSan (gcc) in build-asan/"
   rm -rf build-asan
-  CC=clang CXX=clang++ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFANSTORE_ENABLE_ASAN=ON \
-    -DFANSTORE_ENABLE_UBSAN=ON -DFANSTORE_ENABLE_FUZZ=ON >/dev/null
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFANSTORE_ENABLE_ASAN=ON -DFANSTORE_ENABLE_UBSAN=ON >/dev/null
   cmake --build build-asan -j2 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
-  ctest --test-dir build-asan --output-on-failure -L 'unit|fuzz|asan' || rc=1
+  ctest --test-dir build-asan --output-on-failure -L 'unit|asan' || rc=1
+  echo "== fuzzing the format parsers (clang libFuzzer, ASan+UBSan) in build-fuzz/"
+  rm -rf build-fuzz
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DFANSTORE_ENABLE_ASAN=ON \
+    -DFANSTORE_ENABLE_UBSAN=ON -DFANSTORE_ENABLE_FUZZ=ON >/dev/null
+  cmake --build build-fuzz -j2 --target format_fuzz fanstore 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
+  ctest --test-dir build-fuzz --output-on-failure -L fuzz || rc=1
 fi
 echo "== all done in $(( $(date +%s) - start )) s: $([[ $rc -eq 0 ]] && echo PASSED || echo FAILED)"
 exit $rc

@@ -30,15 +30,17 @@ chmod -R a+rX "$T"
 mkdir local && chown fsalice local
 check "dataset has many shards" test "$(ls ds.fs/shard-*.fsd | wc -l)" -ge 8
 
-runuser -u fsalice -- mpirun -np 2 "$B/bin/fanstore-agent" --dataset "$T/ds.fs" --local-dir "$T/local/ld%r" \
+# --enable-recovery: mpirun must not take agent 0 down when the test kills agent 1.
+runuser -u fsalice -- mpirun --enable-recovery --mca orte_abort_on_non_zero_status 0 -np 2 "$B/bin/fanstore-agent" --dataset "$T/ds.fs" --local-dir "$T/local/ld%r" \
   --run-dir "$RD.%r" --mount $M --replicas 1 --cache-size 100K --quiet >agents.log 2>&1 &
 MPI_PID=$!
 ready() { grep -q '"state":"ready"' "$RD.$1/status.json" 2>/dev/null; }
 for _ in $(seq 100); do ready 0 && ready 1 && break; sleep 0.1; done
 check "both agents are ready" bash -c "grep -q ready $RD.0/status.json && grep -q ready $RD.1/status.json" || { cat agents.log; exit 1; }
+ASAN_RT=$(asan_runtime "$B/lib/libfanstore_preload.so")
 client() {  # client RANK CMD...: a process of the job user on the "node" of agent RANK
   local r=$1; shift
-  runuser -u fsalice -- env LD_PRELOAD="$B/lib/libfanstore_preload.so" FANSTORE_MOUNT=$M \
+  runuser -u fsalice -- env LD_PRELOAD="$ASAN_RT $B/lib/libfanstore_preload.so" ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 FANSTORE_MOUNT=$M \
     FANSTORE_TABLE="$RD.$r/table" FANSTORE_SOCKET="$RD.$r/agent.sock" "$@"
 }
 stats() {  # stats RANK: the agent's JSON counters over its socket

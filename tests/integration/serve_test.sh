@@ -11,6 +11,14 @@ cleanup() { mountpoint -q "$T/ro" 2>/dev/null && umount "$T/ro"; mountpoint -q "
 trap cleanup EXIT
 cd "$T"
 M=/fanstore/servetest
+# In a sanitizer build, `fanstore run` and its children get the ASan runtime preloaded.
+ASAN_RT=$(asan_runtime "$B/lib/libfanstore_preload.so")
+if [[ -n "$ASAN_RT" ]]; then
+  export ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0
+  F_ORIG=$F
+  F="$T/fanstore-asan"
+  printf '#!/bin/sh\nLD_PRELOAD=%s exec %s "$@"\n' "$ASAN_RT" "$F_ORIG" > "$F"; chmod +x "$F"
+fi
 run() { "$F" run ds.fs --mount $M -- "$@"; }
 
 echo "== dataset: nested and empty dirs, non-ASCII names, symlinks, an empty file, 50 MB, JPEG, npy, h5"
@@ -53,7 +61,7 @@ check "tar listing matches the source's" diff <(tar -cf - -C src . | tar -tvf - 
 check "stat of a file matches" diff <(cd src && stat -c '%s %a %Y %F' a/hello.txt) <(run bash -c "cd $M && stat -c '%s %a %Y %F' a/hello.txt")
 check "realpath resolves the directory symlink" test "$(run realpath $M/dirlink/c)" = "$M/a/b/c"
 check "cd into the mount and relative paths" test "$(run bash -c "cd $M/a && cat hello.txt && cd b && cat ../hello.txt" | sort -u)" = "hello"
-check "a program without FanStore env is untouched" test "$(LD_PRELOAD=$B/lib/libfanstore_preload.so /bin/echo hi 2>&1)" = "hi"
+check "a program without FanStore env is untouched" test "$(LD_PRELOAD="$ASAN_RT $B/lib/libfanstore_preload.so" /bin/echo hi 2>&1)" = "hi"
 
 echo "== Python"
 cat > check.py <<'PY'

@@ -1,0 +1,408 @@
+// fsbench: the benchmark's C helper. Generates the synthetic datasets with a fixed seed and
+// runs the timed loops of the read and metadata workloads (R1-R4, M1, M3, S2's decoder
+// baseline). Every loop times itself, so process start-up, the interception library's
+// constructor and the agent's stage-in never count, and prints one JSON line with the work
+// done and a content hash, so that both arms of a comparison provably did the same work.
+//
+//   fsbench gen-images DIR N DIRS MIN_KIB MAX_KIB SEED   incompressible files
+//   fsbench gen-text   DIR N DIRS MIN_KIB MAX_KIB SEED   compressible text
+//   fsbench gen-mixed  DIR N DIRS MIN_MIB MAX_MIB SEED   large, partly compressible files
+//   fsbench read   ROOT LIST [PROCS]       open + read whole file + close, in LIST order
+//   fsbench stat   ROOT LIST PASSES        stat of every file
+//   fsbench enoent ROOT LIST COUNT         open of missing names in LIST's directories
+//   fsbench zdec   ROOT LIST LEVEL PASSES  zstd decompression rate of one frame per file
+//
+// LIST holds one path per line, relative to ROOT. Built with: cc -O2 fsbench.c -lxxhash -lzstd -lm
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char* what) {
+  fprintf(stderr, "fsbench: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+// --- deterministic generator: splitmix64 seeding a xoshiro256** per file -----------------------
+
+typedef struct { uint64_t s[4]; } rng_t;
+
+static uint64_t splitmix(uint64_t* x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+static void rng_init(rng_t* r, uint64_t seed, uint64_t stream) {
+  uint64_t x = seed * 0x100000001b3ULL ^ (stream + 1) * 0xd1b54a32d192ed03ULL;
+  for (int i = 0; i < 4; i++) r->s[i] = splitmix(&x);
+}
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rng_next(rng_t* r) {
+  uint64_t* s = r->s;
+  uint64_t out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+  return out;
+}
+static uint64_t rng_range(rng_t* r, uint64_t lo, uint64_t hi) { return lo + rng_next(r) % (hi - lo + 1); }
+
+static void mkdir_p(const char* d) {
+  if (mkdir(d, 0755) != 0 && errno != EEXIST) die(d);
+}
+
+static void write_file(const char* path, const char* buf, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) die(path);
+  size_t off = 0;
+  while (off < n) {
+    ssize_t w = write(fd, buf + off, n - off);
+    if (w < 0) die(path);
+    off += (size_t)w;
+  }
+  if (close(fd) != 0) die(path);
+}
+
+// A vocabulary of pseudo-words; text picks them with a skewed distribution, like prose.
+#define VOCAB 4096
+static char g_words[VOCAB][12];
+static void make_vocab(uint64_t seed) {
+  rng_t r;
+  rng_init(&r, seed, ~0ULL);
+  for (int i = 0; i < VOCAB; i++) {
+    int len = (int)rng_range(&r, 2, 10);
+    for (int k = 0; k < len; k++) g_words[i][k] = (char)('a' + rng_next(&r) % 26);
+    g_words[i][len] = 0;
+  }
+}
+
+static int gen(int argc, char** argv, const char* kind) {
+  if (argc != 8) {
+    fprintf(stderr, "usage: fsbench %s DIR N DIRS MIN MAX SEED\n", kind);
+    return 2;
+  }
+  const char* root = argv[2];
+  long n = atol(argv[3]), dirs = atol(argv[4]);
+  uint64_t unit = strcmp(kind, "gen-mixed") == 0 ? 1048576 : 1024;
+  uint64_t lo = strtoull(argv[5], NULL, 10) * unit, hi = strtoull(argv[6], NULL, 10) * unit;
+  uint64_t seed = strtoull(argv[7], NULL, 10);
+  if (n <= 0 || dirs <= 0 || lo == 0 || hi < lo) {
+    fprintf(stderr, "fsbench: bad parameters\n");
+    return 2;
+  }
+  mkdir_p(root);
+  const char* dfmt = kind[4] == 'i' ? "%s/class%03ld" : kind[4] == 't' ? "%s/d%02ld" : "%s/m%02ld";
+  const char* ffmt = kind[4] == 'i' ? "%s/img%06ld.dat" : kind[4] == 't' ? "%s/t%06ld.txt" : "%s/m%05ld.bin";
+  char dpath[4096], fpath[4200];
+  for (long d = 0; d < dirs; d++) {
+    snprintf(dpath, sizeof dpath, dfmt, root, d);
+    mkdir_p(dpath);
+  }
+  if (kind[4] == 't') make_vocab(seed);
+  char* buf = malloc(hi + 64);
+  if (!buf) die("malloc");
+  uint64_t total = 0;
+  for (long i = 0; i < n; i++) {
+    rng_t r;
+    rng_init(&r, seed, (uint64_t)i);
+    uint64_t size = rng_range(&r, lo, hi);
+    if (kind[4] == 'i') {  // incompressible, like JPEG payloads
+      for (uint64_t o = 0; o < size; o += 8) {
+        uint64_t v = rng_next(&r);
+        memcpy(buf + o, &v, 8);
+      }
+    } else if (kind[4] == 't') {  // prose-like text from a skewed vocabulary
+      uint64_t o = 0;
+      int col = 0;
+      while (o < size) {
+        // log-uniform word ids: a few words are very common, like in prose (Zipf-like)
+        double u = (double)(rng_next(&r) >> 11) * 0x1.0p-53;
+        const char* w = g_words[(int)exp(u * 8.317766166719343) - 1];  // ln(4096)
+        size_t len = strlen(w);
+        memcpy(buf + o, w, len);
+        o += len;
+        col += (int)len + 1;
+        buf[o++] = col > 72 ? (col = 0, '\n') : ' ';
+      }
+    } else {  // HDF5/TFRecord-like: random blocks and low-entropy numeric blocks
+      for (uint64_t o = 0; o < size; o += 8) {
+        uint64_t v = rng_next(&r);
+        if ((o >> 16) & 1) v &= 0x00000000ffff0f0fULL;
+        memcpy(buf + o, &v, 8);
+      }
+    }
+    snprintf(dpath, sizeof dpath, dfmt, root, i % dirs);
+    snprintf(fpath, sizeof fpath, ffmt, dpath, i);
+    write_file(fpath, buf, size);
+    total += size;
+  }
+  free(buf);
+  printf("{\"files\": %ld, \"bytes\": %" PRIu64 "}\n", n, total);
+  return 0;
+}
+
+// --- the list of paths ---------------------------------------------------------------------
+
+typedef struct {
+  char** paths;
+  long n;
+} list_t;
+
+static list_t load_list(const char* root, const char* list_path) {
+  FILE* f = fopen(list_path, "r");
+  if (!f) die(list_path);
+  list_t l = {NULL, 0};
+  long cap = 0;
+  char line[4096];
+  size_t rl = strlen(root);
+  while (fgets(line, sizeof line, f)) {
+    size_t len = strcspn(line, "\n");
+    if (!len) continue;
+    line[len] = 0;
+    if (l.n == cap) {
+      cap = cap ? cap * 2 : 1024;
+      l.paths = realloc(l.paths, cap * sizeof *l.paths);
+      if (!l.paths) die("realloc");
+    }
+    char* p = malloc(rl + len + 2);
+    if (!p) die("malloc");
+    memcpy(p, root, rl);
+    p[rl] = '/';
+    memcpy(p + rl + 1, line, len + 1);
+    l.paths[l.n++] = p;
+  }
+  fclose(f);
+  return l;
+}
+
+// --- read: open + read whole file + close ----------------------------------------------------
+
+typedef struct {
+  uint64_t files, bytes, hash, errors;
+} read_res;
+
+#define BUF (1 << 20)
+
+static read_res read_range(const list_t* l, long from, long step) {
+  static char* buf;
+  if (!buf && !(buf = aligned_alloc(4096, BUF))) die("malloc");
+  read_res r = {0, 0, 0, 0};
+  XXH3_state_t* st = XXH3_createState();
+  for (long i = from; i < l->n; i += step) {
+    int fd = open(l->paths[i], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (r.errors++ < 5) fprintf(stderr, "fsbench: open %s: %s\n", l->paths[i], strerror(errno));
+      continue;
+    }
+    XXH3_64bits_reset(st);
+    for (;;) {
+      ssize_t got = read(fd, buf, BUF);
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        if (r.errors++ < 5) fprintf(stderr, "fsbench: read %s: %s\n", l->paths[i], strerror(errno));
+        break;
+      }
+      if (got == 0) break;
+      XXH3_64bits_update(st, buf, (size_t)got);
+      r.bytes += (uint64_t)got;
+    }
+    close(fd);
+    r.hash += XXH3_64bits_digest(st);  // a sum: independent of order and of the split
+    r.files++;
+  }
+  XXH3_freeState(st);
+  return r;
+}
+
+static int cmd_read(int argc, char** argv) {
+  if (argc < 4) return 2;
+  list_t l = load_list(argv[2], argv[3]);
+  int procs = argc > 4 ? atoi(argv[4]) : 1;
+  if (procs < 1) procs = 1;
+  read_res tot = {0, 0, 0, 0};
+  double t0, t1;
+  if (procs == 1) {
+    t0 = now();
+    tot = read_range(&l, 0, 1);
+    t1 = now();
+  } else {
+    // Children wait on a start pipe, so the clock covers only the parallel reading.
+    int go[2], res[2];
+    if (pipe(go) || pipe(res)) die("pipe");
+    for (int p = 0; p < procs; p++) {
+      pid_t pid = fork();
+      if (pid < 0) die("fork");
+      if (pid == 0) {
+        close(go[1]);
+        char c;
+        if (read(go[0], &c, 1) != 1) _exit(3);
+        read_res r = read_range(&l, p, procs);
+        if (write(res[1], &r, sizeof r) != sizeof r) _exit(4);
+        _exit(r.errors ? 1 : 0);
+      }
+    }
+    close(go[0]);
+    close(res[1]);
+    char starts[64] = {0};
+    t0 = now();
+    if (write(go[1], starts, procs) != procs) die("write");
+    for (int p = 0; p < procs; p++) {
+      read_res r;
+      if (read(res[0], &r, sizeof r) != sizeof r) die("child result");
+      tot.files += r.files, tot.bytes += r.bytes, tot.hash += r.hash, tot.errors += r.errors;
+    }
+    t1 = now();
+    int status, bad = 0;
+    while (wait(&status) > 0) bad |= !WIFEXITED(status) || WEXITSTATUS(status);
+    if (bad) tot.errors++;
+  }
+  printf("{\"files\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.6f, \"hash\": \"%016" PRIx64
+         "\", \"errors\": %" PRIu64 ", \"procs\": %d}\n",
+         tot.files, tot.bytes, t1 - t0, tot.hash, tot.errors, procs);
+  return tot.errors ? 1 : 0;
+}
+
+// --- stat: every file, PASSES times ---------------------------------------------------------------
+
+static int cmd_stat(int argc, char** argv) {
+  if (argc < 5) return 2;
+  list_t l = load_list(argv[2], argv[3]);
+  int passes = atoi(argv[4]);
+  uint64_t hash = 0, errors = 0, n = 0;
+  double t0 = now();
+  for (int p = 0; p < passes; p++)
+    for (long i = 0; i < l.n; i++) {
+      struct stat st;
+      if (stat(l.paths[i], &st) != 0) {
+        if (errors++ < 5) fprintf(stderr, "fsbench: stat %s: %s\n", l.paths[i], strerror(errno));
+        continue;
+      }
+      // What an application uses: type, permissions, size and mtime (not dev/ino).
+      uint64_t v[3] = {(uint64_t)st.st_mode, (uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec};
+      hash += XXH3_64bits(v, sizeof v);
+      n++;
+    }
+  double t1 = now();
+  printf("{\"stats\": %" PRIu64 ", \"seconds\": %.6f, \"hash\": \"%016" PRIx64 "\", \"errors\": %" PRIu64 "}\n", n,
+         t1 - t0, hash, errors);
+  return errors ? 1 : 0;
+}
+
+// --- enoent: open of missing names, in the dataset's directories ----------------------------------
+
+static int cmd_enoent(int argc, char** argv) {
+  if (argc < 5) return 2;
+  list_t l = load_list(argv[2], argv[3]);
+  long count = atol(argv[4]);
+  char** miss = malloc(count * sizeof *miss);
+  if (!miss || l.n == 0) die("list");
+  for (long i = 0; i < count; i++) {
+    const char* p = l.paths[(i * 7919) % l.n];
+    const char* slash = strrchr(p, '/');
+    size_t dl = (size_t)(slash - p);
+    miss[i] = malloc(dl + 32);
+    memcpy(miss[i], p, dl);
+    snprintf(miss[i] + dl, 32, "/missing-%ld.dat", i);
+  }
+  uint64_t enoent = 0, other = 0;
+  double t0 = now();
+  for (long i = 0; i < count; i++) {
+    int fd = open(miss[i], O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      close(fd);
+      other++;
+    } else if (errno == ENOENT) {
+      enoent++;
+    } else if (other++ < 5) {
+      fprintf(stderr, "fsbench: open %s: %s\n", miss[i], strerror(errno));
+    }
+  }
+  double t1 = now();
+  printf("{\"opens\": %ld, \"enoent\": %" PRIu64 ", \"seconds\": %.6f, \"hash\": \"%016" PRIx64
+         "\", \"errors\": %" PRIu64 "}\n",
+         count, enoent, t1 - t0, enoent, other);
+  return other ? 1 : 0;
+}
+
+// --- zdec: single-core zstd decompression rate with one frame per file ------------------------------
+
+static int cmd_zdec(int argc, char** argv) {
+  if (argc < 6) return 2;
+  list_t l = load_list(argv[2], argv[3]);
+  int level = atoi(argv[4]), passes = atoi(argv[5]);
+  char** frames = malloc(l.n * sizeof *frames);
+  size_t* flen = malloc(l.n * sizeof *flen);
+  size_t* rlen = malloc(l.n * sizeof *rlen);
+  size_t maxraw = 0;
+  uint64_t raw = 0, stored = 0;
+  ZSTD_CCtx* cc = ZSTD_createCCtx();
+  char* in = malloc(64 << 20);
+  for (long i = 0; i < l.n; i++) {
+    int fd = open(l.paths[i], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die(l.paths[i]);
+    ssize_t n = read(fd, in, 64 << 20);
+    close(fd);
+    if (n < 0) die(l.paths[i]);
+    size_t bound = ZSTD_compressBound((size_t)n);
+    frames[i] = malloc(bound);
+    flen[i] = ZSTD_compressCCtx(cc, frames[i], bound, in, (size_t)n, level);
+    if (ZSTD_isError(flen[i])) {
+      fprintf(stderr, "fsbench: zstd: %s\n", ZSTD_getErrorName(flen[i]));
+      return 1;
+    }
+    rlen[i] = (size_t)n;
+    if ((size_t)n > maxraw) maxraw = (size_t)n;
+    raw += (uint64_t)n;
+    stored += flen[i];
+  }
+  ZSTD_DCtx* dc = ZSTD_createDCtx();
+  char* out = malloc(maxraw + 1);
+  uint64_t hash = 0, errors = 0;
+  double t0 = now();
+  for (int p = 0; p < passes; p++)
+    for (long i = 0; i < l.n; i++) {
+      size_t got = ZSTD_decompressDCtx(dc, out, maxraw + 1, frames[i], flen[i]);
+      if (ZSTD_isError(got) || got != rlen[i]) {
+        errors++;
+        continue;
+      }
+      if (p == 0) hash += XXH3_64bits(out, got);
+    }
+  double t1 = now();
+  printf("{\"files\": %ld, \"raw_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64 ", \"passes\": %d, \"seconds\": %.6f, "
+         "\"hash\": \"%016" PRIx64 "\", \"errors\": %" PRIu64 "}\n",
+         l.n, raw, stored, passes, t1 - t0, hash, errors);
+  return errors ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: fsbench gen-images|gen-text|gen-mixed|read|stat|enoent|zdec ...\n");
+    return 2;
+  }
+  const char* c = argv[1];
+  int rc = 2;
+  if (!strncmp(c, "gen-", 4)) rc = gen(argc, argv, c);
+  else if (!strcmp(c, "read")) rc = cmd_read(argc, argv);
+  else if (!strcmp(c, "stat")) rc = cmd_stat(argc, argv);
+  else if (!strcmp(c, "enoent")) rc = cmd_enoent(argc, argv);
+  else if (!strcmp(c, "zdec")) rc = cmd_zdec(argc, argv);
+  if (rc == 2) fprintf(stderr, "fsbench: bad usage of '%s' (see the comment at the top of fsbench.c)\n", c);
+  return rc;
+}
