@@ -95,8 +95,9 @@ Status ServeStep(spank_t sp) {
   if (!ready.ok()) return ready;
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", waited);
-  LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + std::to_string(stepid) + " on " + id->node +
-                      ": agent ready after " + secs + " s");
+  const std::string step = stepid == SLURM_BATCH_SCRIPT ? "batch" : std::to_string(stepid);
+  LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + step + " on " + id->node + ": agent ready after " +
+                      secs + " s");
 
   const std::string preload = PrependPreload(JobGetenv(sp, "LD_PRELOAD").value_or(""), s.config.preload);
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, "LD_PRELOAD", preload));
