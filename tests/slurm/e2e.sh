@@ -102,7 +102,7 @@ leftovers() {
   find /dev/shm -maxdepth 1 -name "fanstore.$uid.$j*" -printf 'shm %p\n' 2>/dev/null
   find "$BASE"/nodes/*/local -maxdepth 1 -name "fanstore.$uid.$j" -printf 'local %p\n' 2>/dev/null
   # -xdev and a timeout: other mounts (a hung FUSE mount in /tmp, say) must not stall the check.
-  timeout 20 find /dev/shm "$BASE/nodes" -xdev -user "$TUSER" -type s -printf 'socket %p\n' 2>/dev/null
+  timeout 20 find /dev/shm "$BASE/nodes" -xdev -user "$TUSER" -type s -path "*fanstore.$uid.$j*" -printf 'socket %p\n' 2>/dev/null
 }
 
 # check_clean J: waits (bounded) for the job's epilogs and the agents' exit, then requires no leftovers.
