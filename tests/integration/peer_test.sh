@@ -140,4 +140,5 @@ try:
 except OSError as e:
     print('error', errno.errorcode[e.errno])" 2>&1)
 check "a frame corrupted on the dataset gives EIO, never bad bytes ($vpath)" grep -q "error EIO" <<<"$out"
+[[ $FAILURES -eq 0 ]] || { echo "--- agents' log"; cat agents.log; }
 finish
