@@ -403,14 +403,17 @@ case_direct() {
   ds=$(md5_dataset)
   jd=$(job_dir)
   # 1. srun --fanstore straight from a login shell: the allocation, the agents and the tasks in one go.
-  out=$(cd "$jd" && asu srun -N2 --ntasks-per-node=1 --fanstore="$ds" \
-          bash -c 'echo "$SLURMD_NODENAME $SLURM_JOB_ID $(md5sum < "$FANSTORE_MOUNT/a/b/numbers.txt")"' 2>&1)
+  #    With the optional --fanstore-mount and --fanstore-replicas.
+  out=$(cd "$jd" && asu srun -N2 --ntasks-per-node=1 --fanstore="$ds" --fanstore-mount=/data/tree \
+          --fanstore-replicas=all \
+          bash -c 'echo "$SLURMD_NODENAME $SLURM_JOB_ID $FANSTORE_MOUNT $(md5sum < /data/tree/a/b/numbers.txt)"' 2>&1)
   st=$?
   echo "$out" | sed 's/^/  | /'
   local want
   want=$(md5sum <"$PFS/tree/a/b/numbers.txt")
   want=${want%% *}
-  [[ $st -eq 0 && $(grep -c " $want  -\$" <<<"$out") == 2 ]] && ok "srun --fanstore from a login shell: both nodes read the dataset" \
+  [[ $st -eq 0 && $(grep -c " /data/tree $want  -\$" <<<"$out") == 2 ]] \
+    && ok "srun --fanstore --fanstore-mount=/data/tree from a login shell: both nodes read the dataset there" \
     || bad "srun --fanstore from a login shell (exit $st)"
   j=$(awk 'NR == 1 { print $2 }' <<<"$out")
   [[ -n $j ]] && check_clean "$j"
