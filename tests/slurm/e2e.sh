@@ -380,8 +380,19 @@ case_crash() {
   j=$(asu sbatch --parsable -N2 -o "$jd/out.%j" --fanstore="$ds" "$jd/job.sh" 2>&1) || { bad "sbatch: $j"; return; }
   deadline=$((SECONDS + 60))
   while [[ ! -e $jd/started ]] && ((SECONDS < deadline)); do sleep 0.1; done
+  # The agents: the job user's (real, effective, saved, fs ids), under PMIx, without the interceptor.
+  local agents=0 env
+  for pid in $(pgrep -u "$TUSER" -x fanstore-agent); do
+    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null)
+    grep -qx "SLURM_JOB_ID=$j" <<<"$env" || continue
+    agents=$((agents + 1))
+    [[ $(awk '/^Uid:/ { print $2 $3 $4 $5 }' "/proc/$pid/status") == "$uid$uid$uid$uid" ]] \
+      && ! grep -q '^LD_PRELOAD=' <<<"$env" && grep -qx FANSTORE_DISABLE=1 <<<"$env" && grep -q '^PMIX_RANK=' <<<"$env" \
+      || bad "agent $pid: not the job user's, or it has LD_PRELOAD, or no PMIx"
+  done
+  ((agents == 2)) && ok "2 agents run as $TUSER only, with PMIx, without LD_PRELOAD" || bad "found $agents agents of job $j"
   # SIGKILL node2's agent: it cannot clean up, so its directories stay until the epilog removes them.
-  for pid in $(pgrep -u "$TUSER" -f fanstore-agent); do
+  for pid in $(pgrep -u "$TUSER" -x fanstore-agent); do
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$j" || continue
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=node2" || continue
     tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "FANSTORE_AGENT_STEP=1" || continue
