@@ -77,11 +77,15 @@ wait_job() {
   echo "NOT_DONE(${st:-unknown})"
 }
 
-# pack_dataset SRC DST.fs [pack options]: as the test user; skipped when DST.fs exists already.
+# pack_dataset SRC DST.fs [pack options]: as the test user; skipped when DST.fs exists already and this
+# build's fanstore reads it (an older format version is packed again).
 pack_dataset() {
   local src=$1 dst=$2
   shift 2
-  [[ -f $dst/manifest.json ]] && return 0
+  if [[ -f $dst/manifest.json ]]; then
+    asu "$OPT/bin/fanstore" info "$dst" >/dev/null 2>&1 && return 0
+    rm -rf "$dst"
+  fi
   asu "$OPT/bin/fanstore" pack "$src" "$dst" --no-sync -q "$@"
 }
 
@@ -303,8 +307,8 @@ case_scancel() {
   for mb in ${FANSTORE_TEST_SCANCEL_MB:-384 1152}; do
     src=$PFS/bulk$mb
     ds=$PFS/bulk$mb.fs
-    if [[ ! -f $ds/manifest.json ]]; then
-      rm -rf "$src"
+    if ! asu "$OPT/bin/fanstore" info "$ds" >/dev/null 2>&1; then
+      rm -rf "$src" "$ds"
       mkdir -p "$src"
       for ((i = 0; i < 12; i++)); do head -c $((mb * 1048576 / 12)) /dev/urandom >"$src/part$i.bin"; done
       chown -R "$TUSER:" "$src"
