@@ -653,15 +653,10 @@ Result<std::string> Agent::ReadFromDataset(const FileRef& ref) {
     }
     shard_fd = it->second;
   }
-  std::string stored(e.stored_len, '\0');
-  FS_RETURN_IF_ERROR(PreadFull(shard_fd, stored.data(), stored.size(), e.offset, shard_path));
   format::FrameDecoder dec(&dict_);
-  std::string scratch;
-  std::string_view raw;
-  Status st = dec.Decode(e, stored, &scratch, &raw);
-  if (!st.ok()) return st.Prefixed(shard_path);
-  if (e.codec == format::Codec::kRaw) return stored;
-  return scratch;
+  std::string data;
+  FS_RETURN_IF_ERROR(format::ReadFrame(shard_fd, shard_path, e, &dec, &data));
+  return data;
 }
 
 }  // namespace fanstore::agent

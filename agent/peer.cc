@@ -293,7 +293,7 @@ void PeerClient::Release(uint32_t rank, int fd) {
   idle_[rank].push_back(fd);
 }
 
-Result<int> PeerClient::Connect(uint32_t rank) {
+Result<int> PeerClient::Dial(uint32_t rank) {
   {
     std::lock_guard<std::mutex> l(mu_);
     auto& v = idle_[rank];
@@ -351,13 +351,16 @@ Result<int> PeerClient::Connect(uint32_t rank) {
   return last;
 }
 
-Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size, std::string* out) {
+Result<int> PeerClient::Connect(uint32_t rank) {
   if (IsDown(rank)) return Status::IOError("peer " + std::to_string(rank) + " is marked down");
+  auto fd = Dial(rank);
+  if (!fd.ok()) MarkDown(rank);
+  return fd;
+}
+
+Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size, std::string* out) {
   auto fd = Connect(rank);
-  if (!fd.ok()) {
-    MarkDown(rank);
-    return fd.status();
-  }
+  if (!fd.ok()) return fd.status();
   UniqueFD conn(*fd);
   PeerRequest rq{kPeerMagic, kPeerGet, shard, entry, 0};
   PeerReply rp;
@@ -384,12 +387,8 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
 
 Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function<uint64_t(uint32_t)>& size_of,
                               const std::function<bool(uint32_t, std::string&)>& fn) {
-  if (IsDown(rank)) return Status::IOError("peer " + std::to_string(rank) + " is marked down");
   auto fd = Connect(rank);
-  if (!fd.ok()) {
-    MarkDown(rank);
-    return fd.status();
-  }
+  if (!fd.ok()) return fd.status();
   UniqueFD conn(*fd);
   const std::string who = "peer " + std::to_string(rank);
   PeerRequest rq{kPeerMagic, kPeerGetShard, shard, 0, 0};

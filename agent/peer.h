@@ -102,7 +102,9 @@ class PeerClient {
   bool IsDown(uint32_t rank);
 
  private:
+  // An idle connection to `rank`, or a new authenticated one; failures mark the peer down.
   Result<int> Connect(uint32_t rank);
+  Result<int> Dial(uint32_t rank);
   void Release(uint32_t rank, int fd);
   void MarkDown(uint32_t rank);
 

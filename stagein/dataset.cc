@@ -88,23 +88,6 @@ uint64_t TotalBytes(const Dataset& ds) {
   return t;
 }
 
-// Per-thread decoders keyed by thread: the pool's threads each get their own zstd context.
-class DecoderSet {
- public:
-  explicit DecoderSet(const Dictionary* d) : dict_(d) {}
-  FrameDecoder* Get() {
-    std::lock_guard<std::mutex> l(mu_);
-    auto& slot = per_thread_[std::this_thread::get_id()];
-    if (!slot) slot = std::make_unique<FrameDecoder>(dict_);
-    return slot.get();
-  }
-
- private:
-  const Dictionary* dict_;
-  std::mutex mu_;
-  std::unordered_map<std::thread::id, std::unique_ptr<FrameDecoder>> per_thread_;
-};
-
 Status ScanAll(const Dataset& ds, size_t threads, const std::function<void(uint64_t, uint64_t)>& progress,
                const FrameFn& fn) {
   ThreadPool pool(threads ? threads : ThreadPool::DefaultThreads());
@@ -127,7 +110,7 @@ Status ScanAll(const Dataset& ds, size_t threads, const std::function<void(uint6
 }  // namespace
 
 Status Verify(const Dataset& ds, const VerifyOptions& opts) {
-  DecoderSet decoders(&ds.dict());
+  DecoderPool decoders(&ds.dict());
   return ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) {
     std::string scratch;
     std::string_view raw;
@@ -174,7 +157,7 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
       return Status::FromErrno("create directory " + dest + "/" + e->path, errno);
   }
   // 2. File content, decoded and verified on all cores while the shards stream in.
-  DecoderSet decoders(&ds.dict());
+  DecoderPool decoders(&ds.dict());
   Status st = ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) -> Status {
     if (e.type != EntryType::kFile) return Status::OK();
     std::string scratch;

@@ -102,13 +102,20 @@ Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t d
   return s;
 }
 
-Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
+FrameDecoder* DecoderPool::Get() {
+  std::lock_guard<std::mutex> l(mu_);
+  auto& slot = per_thread_[std::this_thread::get_id()];
+  if (!slot) slot = std::make_unique<FrameDecoder>(dict_);
+  return slot.get();
+}
+
+Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
   std::string stored(e.stored_len, '\0');
-  FS_RETURN_IF_ERROR(PreadFull(shard.fd.get(), stored.data(), stored.size(), e.offset, shard.path));
+  FS_RETURN_IF_ERROR(PreadFull(fd, stored.data(), stored.size(), e.offset, path));
   std::string scratch;
   std::string_view raw;
   Status s = dec->Decode(e, stored, &scratch, &raw);
-  if (!s.ok()) return s.Prefixed(shard.path);
+  if (!s.ok()) return s.Prefixed(path);
   if (e.codec == Codec::kRaw) *out = std::move(stored);
   else *out = std::move(scratch);
   return Status::OK();

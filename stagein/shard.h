@@ -3,6 +3,9 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +58,18 @@ class FrameDecoder {
   ZSTD_DCtx_s* dctx_;
 };
 
+// One FrameDecoder per calling thread, for callbacks that run on a pool. Thread-safe.
+class DecoderPool {
+ public:
+  explicit DecoderPool(const Dictionary* dict) : dict_(dict) {}
+  FrameDecoder* Get();
+
+ private:
+  const Dictionary* dict_;
+  std::mutex mu_;
+  std::unordered_map<std::thread::id, std::unique_ptr<FrameDecoder>> per_thread_;
+};
+
 struct ShardFile {
   std::string path;
   UniqueFD fd;
@@ -68,8 +83,12 @@ struct ShardFile {
 // Opens a shard and reads its header, footer and index (three preads). When dataset_id is
 // non-zero the shard must belong to that dataset. Errors are prefixed with the path.
 Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id);
-// Reads one entry's frame with a single pread, decodes and verifies it.
-Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec, std::string* out);
+// Reads one entry's frame with a single pread from the shard open as `fd` (named `path` in
+// errors), decodes and verifies it.
+Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec, std::string* out);
+inline Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
+  return ReadFrame(shard.fd.get(), shard.path, e, dec, out);
+}
 
 // Called for each file or symlink entry with its stored frame bytes; may run on pool threads.
 using FrameFn = std::function<Status(const IndexEntry& e, std::string_view stored)>;

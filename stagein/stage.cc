@@ -48,27 +48,6 @@ Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::st
   return out;
 }
 
-namespace {
-
-// One zstd decoder per worker thread.
-class Decoders {
- public:
-  explicit Decoders(const format::Dictionary* d) : dict_(d) {}
-  format::FrameDecoder* Get() {
-    std::lock_guard<std::mutex> l(mu_);
-    auto& slot = per_thread_[std::this_thread::get_id()];
-    if (!slot) slot = std::make_unique<format::FrameDecoder>(dict_);
-    return slot.get();
-  }
-
- private:
-  const format::Dictionary* dict_;
-  std::mutex mu_;
-  std::unordered_map<std::thread::id, std::unique_ptr<format::FrameDecoder>> per_thread_;
-};
-
-}  // namespace
-
 Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
                    const std::vector<std::unique_ptr<format::ShardFile>>& shards,
                    const std::string& local_root, const Options& opts, Stats* stats) {
@@ -87,7 +66,7 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
     Status st = MakeDirs(root.get(), d, 0700);
     if (!st.ok()) return st.Prefixed("local directory " + local_root);
   }
-  Decoders decoders(&dict);
+  format::DecoderPool decoders(&dict);
   std::atomic<uint64_t> files{0}, raw{0}, read{0};
   for (size_t i = 0; i < shards.size(); i++) {
     const format::ShardFile& sh = *shards[i];
