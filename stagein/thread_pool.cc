@@ -54,8 +54,9 @@ void TaskGroup::Add(std::function<void()> task) {
     cv_.wait(l, [this] { return pending_ < max_; });
     pending_++;
   }
-  pool_->Submit([this, task = std::move(task)] {
+  pool_->Submit([this, task = std::move(task)]() mutable {
     task();
+    task = nullptr;  // release what the task holds before Wait() can return
     std::lock_guard<std::mutex> l(mu_);
     pending_--;
     cv_.notify_all();
