@@ -95,7 +95,8 @@ using FrameFn = std::function<Status(const IndexEntry& e, std::string_view store
 
 struct ScanOptions {
   ThreadPool* pool = nullptr;       // null: callbacks run on the calling thread
-  size_t chunk_bytes = 1u << 20;    // sequential read size
+  size_t chunk_bytes = 1u << 20;    // sequential read size: large for a parallel file system,
+                                    // small enough to stay in cache while it is hashed
   uint64_t expect_file_xxh3 = 0;    // checked when check_file_hash is set
   bool check_file_hash = false;
   std::function<void(uint64_t bytes)> on_read;  // progress, called from the scanning thread

@@ -73,7 +73,6 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
     if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
     format::ScanOptions so;
     so.pool = opts.pool;
-    so.chunk_bytes = opts.chunk_bytes;
     so.check_file_hash = true;
     so.expect_file_xxh3 = m.shards[sh.header.shard_id].xxh3;
     so.on_read = [&](uint64_t n) {

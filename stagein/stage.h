@@ -23,7 +23,6 @@ struct Options {
   ThreadPool* pool = nullptr;                      // decode/hash/write workers; null: inline
   std::function<void(uint64_t bytes)> on_read;     // progress from the reading thread
   const std::atomic<bool>* cancel = nullptr;       // checked between chunks
-  size_t chunk_bytes = 8u << 20;
 };
 
 struct Stats {
