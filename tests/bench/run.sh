@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# FanStore benchmark suite: every workload of BENCHMARKS.md against its baseline, side by side.
+#
+#   tests/bench/run.sh [--quick] [--out DIR] [--build DIR] [--cache DIR] [--only R1,M2,...]
+#                      [--skip-j1] [--no-docs]
+#
+#   --quick      small datasets and fewer rounds (under 2 minutes): checks that every workload
+#                runs and gives sane numbers (non-zero, the same data read in both arms); never
+#                fails on a ratio. This is what ctest runs (label bench).
+#   --out DIR    where results.json, benchmarks.md and the plots go
+#                (default BUILD/bench, or BUILD/bench-quick with --quick)
+#   --build DIR  the FanStore build directory (default: $FANSTORE_BUILD, else ./build)
+#   --cache DIR  generated datasets, kept between runs and keyed by their parameters
+#                (default: $FANSTORE_BENCH_CACHE, else /var/tmp/fanstore-bench-cache)
+#   --no-docs    a full run regenerates docs/benchmarks.md and docs/bench/*.png; this skips it
+#
+# Needs the packages of tests/install-deps.sh; run as root (sshd for the remote file system
+# stand-in, mpirun --allow-run-as-root). Results: OUT/results.json (every raw sample, the
+# medians, ratios and the machine), OUT/benchmarks.md and OUT/bench/*.png.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+quick=0 out="" build="${FANSTORE_BUILD:-$repo/build}" cache="${FANSTORE_BENCH_CACHE:-/var/tmp/fanstore-bench-cache}"
+docs=1 pass=()
+while (($#)); do
+  case $1 in
+    --quick) quick=1 ;;
+    --out) out=$2; shift ;;
+    --build) build=$2; shift ;;
+    --cache) cache=$2; shift ;;
+    --only) pass+=(--only "$2"); shift ;;
+    --skip-j1) pass+=(--skip-j1) ;;
+    --no-docs) docs=0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+build=$(cd "$build" && pwd) || { echo "run.sh: no build directory (use --build)" >&2; exit 2; }
+for f in bin/fanstore bin/fanstore-agent lib/libfanstore_preload.so; do
+  [[ -e $build/$f ]] || { echo "run.sh: $build/$f missing: build FanStore first" >&2; exit 2; }
+done
+missing=()
+for c in cc /usr/bin/python3 sshfs /usr/sbin/sshd ssh-keygen fusermount mpirun strace hyperfine zstd tar; do
+  command -v "$c" >/dev/null || missing+=("$c")
+done
+/usr/bin/python3 -c 'import torch, torchvision, PIL, numpy, matplotlib' 2>/dev/null || missing+=(python3-torch/torchvision/pil/matplotlib)
+if ((${#missing[@]})); then
+  echo "run.sh: missing ${missing[*]}: run tests/install-deps.sh" >&2
+  exit 2
+fi
+if [[ -z $out ]]; then out=$build/bench; ((quick)) && out=$build/bench-quick; fi
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+mode=(); ((quick)) && mode=(--quick)
+
+# The C helper: generators and the timed loops.
+cc -O2 -Wall -Wextra -o "$out/fsbench" "$here/fsbench.c" -lxxhash -lzstd -lm
+
+start=$(date +%s)
+rc=0
+/usr/bin/python3 "$here/bench.py" "${mode[@]}" --out "$out" --build "$build" --fsbench "$out/fsbench" \
+  --cache "$cache" "${pass[@]}" || rc=$?
+if [[ -f $out/results.json ]]; then
+  /usr/bin/python3 "$here/report.py" "$out/results.json" --md "$out/benchmarks.md" --plots "$out/bench" || rc=1
+  if ((docs && !quick && rc == 0)) && [[ -z ${pass[*]-} ]]; then
+    mkdir -p "$repo/docs/bench"
+    /usr/bin/python3 "$here/report.py" "$out/results.json" --md "$repo/docs/benchmarks.md" --plots "$repo/docs/bench" \
+      --results-copy "$repo/docs/bench/results.json"
+    echo "run.sh: regenerated docs/benchmarks.md and docs/bench/"
+  fi
+fi
+echo "run.sh: $( ((quick)) && echo quick || echo full) run $( ((rc == 0)) && echo passed || echo FAILED) in $(($(date +%s) - start)) s; results in $out"
+exit $rc
