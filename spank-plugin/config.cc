@@ -29,6 +29,7 @@ Config DefaultConfig() {
   c.run_dir = "/dev/shm";
   c.mount_prefix = "/fanstore";
   c.stagein_timeout = 600;
+  c.replicas = "1";  // split across the nodes; `all` replicates fully
   return c;
 }
 

@@ -20,7 +20,7 @@ struct Config {
   std::string run_dir;     // run_dir= : where the per-job, per-node run directory goes (shared memory)
   std::string mount_prefix;  // mount_prefix= : the mount is PREFIX/NAME unless --fanstore-mount is given
   int stagein_timeout = 0;   // stagein_timeout= : seconds a step waits for its node's agent to be ready
-  std::string replicas;      // replicas= : default for --fanstore-replicas ("" = the agent's default)
+  std::string replicas;      // replicas= : default for --fanstore-replicas (default "1": one copy per shard)
 };
 
 // The defaults, before any argument: the installed (or build-tree) paths baked in at configure time.

@@ -12,7 +12,7 @@ TEST(ConfigTest, DefaultsWithoutArguments) {
   EXPECT_EQ(c->mount_prefix, "/fanstore");
   EXPECT_EQ(c->run_dir, "/dev/shm");
   EXPECT_EQ(c->stagein_timeout, 600);
-  EXPECT_TRUE(c->replicas.empty());
+  EXPECT_EQ(c->replicas, "1");  // split by default, one copy of each shard
   EXPECT_EQ(c->agent.substr(c->agent.size() - 15), "/fanstore-agent");
 }
 

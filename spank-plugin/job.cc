@@ -38,6 +38,21 @@ std::string JoinPreload(const std::vector<std::string>& parts) {
   return out;
 }
 
+// The agent step's task: the agent, run with this node's directories appended. An agent that dies after
+// it was ready (killed, crashed) must not take the other nodes' agents with it, which
+// --kill-on-bad-exit would do: their tasks go on, fetching what the dead node held from the
+// dataset directory. So the wrapper reports such a death as a success; its status.json, which a
+// killed agent leaves behind, says whether it had been ready. A failure before that still ends the
+// step. The TERM trap only defers the shell's exit until the agent has shut down cleanly.
+std::string AgentWrapper() {
+  const std::string run = std::string("\"$") + kEnvAgentRunDir + "\"";
+  // Shell built-ins only after the agent: the user's PATH is not trusted to hold anything.
+  return std::string("trap : HUP INT TERM; \"$0\" \"$@\" --local-dir \"$") + kEnvAgentLocalDir + "\" --run-dir " + run +
+         "; rc=$?; st=; [ $rc -ne 0 ] && read -r st 2>/dev/null < " + run + "/status.json; case $st in "
+         "*'\"state\":\"ready\"'*) echo \"fanstore: this agent ended (status $rc) after it was ready; the other "
+         "agents go on\" >&2; exit 0;; esac; exit $rc";
+}
+
 }  // namespace
 
 Status CheckUserOptions(const UserOptions& opts) {
@@ -119,13 +134,13 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
       "--mpi=pmix",             // the agents bootstrap through the step's PMIx server
       "--export=ALL",           // whatever SLURM_EXPORT_ENV says: the agents need FANSTORE_AGENT_STEP
       "--job-name=" + std::string(kAgentStepName),
-      "--kill-on-bad-exit=1",   // one failed agent ends the step instead of leaving peers in a fence
+      "--kill-on-bad-exit=1",   // an agent that fails before it is ready ends the step: no peer waits in a fence
       "--input=none",
       "--chdir=/",              // not the launcher's directory, which the user may not be able to enter
       "--label",
       "/bin/sh",
       "-c",
-      std::string("exec \"$0\" \"$@\" --local-dir \"$") + kEnvAgentLocalDir + "\" --run-dir \"$" + kEnvAgentRunDir + "\"",
+      AgentWrapper(),
       s.agent,
       "--dataset", s.dataset,
       "--mount", s.mount,

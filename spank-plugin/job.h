@@ -35,7 +35,7 @@ inline constexpr char kAgentStepName[] = "fanstore-agent";
 struct UserOptions {
   std::string dataset;   // empty: FanStore is not used by this job
   std::string mount;     // empty: <mount_prefix>/<NAME>
-  std::string replicas;  // empty: the plugstack default, else the agent's
+  std::string replicas;  // empty: the plugstack default (replicas=, itself 1 by default)
 };
 
 // Who and where: filled from Slurm in the remote, local and job-script contexts.
@@ -54,7 +54,8 @@ struct JobIdentity {
 [[nodiscard]] Result<std::string> DatasetName(const std::string& dataset);
 // The virtual path: --fanstore-mount, or <mount_prefix>/<NAME>.
 [[nodiscard]] Result<std::string> ResolveMount(const UserOptions& opts, const Config& config);
-// The replicas argument for the agent: the user's, else the admin's, else "" (agent default).
+// The replicas argument for the agent: the user's, else the admin's (replicas=, default 1). "" only when
+// both are empty (the agent's own default, all nodes), which DefaultConfig never gives.
 std::string ResolveReplicas(const UserOptions& opts, const Config& config);
 
 // Expands %n, %j, %u and %% in a local_dir template.

@@ -5,7 +5,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 
 namespace fanstore::spank {
 namespace {
@@ -61,7 +67,7 @@ TEST(JobTest, UserOptionChecks) {
 TEST(JobTest, ReplicasFromUserThenAdmin) {
   UserOptions o;
   Config c = TestConfig();
-  EXPECT_EQ(ResolveReplicas(o, c), "");
+  EXPECT_EQ(ResolveReplicas(o, c), "1");  // the plugin's default: split, one copy of each shard
   c.replicas = "2";
   EXPECT_EQ(ResolveReplicas(o, c), "2");
   o.replicas = "all";
@@ -96,10 +102,10 @@ TEST(JobTest, AgentStepCommand) {
                            "--export=ALL", "/opt/bin/fanstore-agent", "/pfs/ds.fs", "/fanstore/ds"})
     EXPECT_THAT(argv, Contains(std::string(want)));
   EXPECT_THAT(argv, Not(Contains(std::string("--replicas"))));
-  // The shell only appends the node's directories and execs the agent.
+  // The shell appends the node's directories and runs the agent (see AgentWrapperKeepsPeersOfADeadAgent).
   const auto sh = std::find(argv.begin(), argv.end(), "-c");
   ASSERT_NE(sh, argv.end());
-  EXPECT_NE(sh[1].find("exec \"$0\" \"$@\""), std::string::npos);
+  EXPECT_NE(sh[1].find("\"$0\" \"$@\" --local-dir"), std::string::npos);
   EXPECT_NE(sh[1].find("$FANSTORE_AGENT_LOCAL_DIR"), std::string::npos);
   EXPECT_EQ(sh[2], "/opt/bin/fanstore-agent");
   s.replicas = "2";
@@ -121,6 +127,67 @@ TEST(JobTest, AgentStepFromOptionsAndConfig) {
   EXPECT_EQ(s->srun, c.srun);
   EXPECT_EQ(s->nodes, 3u);
   EXPECT_FALSE(MakeAgentStep(c, o, 9, 0).ok());
+}
+
+// The agent step's shell, run with a stand-in agent that writes STATE to status.json and exits with
+// RC: returns the shell's exit status.
+int RunWrapper(const std::string& dir, const std::string& state, int rc) {
+  AgentStep s;
+  s.srun = "/usr/bin/srun";
+  s.agent = dir + "/agent";
+  s.dataset = "/pfs/ds.fs";
+  s.mount = "/fanstore/ds";
+  s.job = 7;
+  s.nodes = 2;
+  const auto argv = AgentStepArgv(s);
+  const auto sh = std::find(argv.begin(), argv.end(), "-c");
+  std::ofstream(dir + "/agent") << "#!/bin/sh\nmkdir -p \"$FANSTORE_AGENT_RUN_DIR\"\n"
+                                << (state.empty() ? "" : "echo '{\"pid\":1,\"state\":\"" + state + "\"}' > \"$FANSTORE_AGENT_RUN_DIR/status.json\"\n")
+                                << "exit " << rc << "\n";
+  if (::chmod((dir + "/agent").c_str(), 0700) != 0) return -1;
+  ::setenv("FANSTORE_AGENT_RUN_DIR", (dir + "/run").c_str(), 1);
+  ::setenv("FANSTORE_AGENT_LOCAL_DIR", (dir + "/local").c_str(), 1);
+  std::vector<char*> args;
+  for (auto it = sh - 1; it != argv.end(); ++it) args.push_back(const_cast<char*>(it->c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv("/bin/sh", args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::system(("rm -rf '" + dir + "/run'").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(JobTest, AgentWrapperKeepsPeersOfADeadAgent) {
+  char tmpl[] = "/tmp/fanstore-jobtest.XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  // Killed (or crashed) after it was ready: reported as success, so --kill-on-bad-exit spares the peers.
+  EXPECT_EQ(RunWrapper(dir, "ready", 137), 0);
+  // Before it was ready, or failed: the status stays, and the step ends (no peer waits in a fence).
+  EXPECT_EQ(RunWrapper(dir, "staging", 137), 137);
+  EXPECT_EQ(RunWrapper(dir, "failed", 1), 1);
+  EXPECT_EQ(RunWrapper(dir, "", 3), 3);
+  EXPECT_EQ(RunWrapper(dir, "ready", 0), 0);
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(JobTest, AgentStepSplitsByDefault) {
+  UserOptions o;
+  o.dataset = "/pfs/ds.fs";
+  auto s = MakeAgentStep(TestConfig(), o, 9, 3);
+  ASSERT_TRUE(s.ok());
+  const auto argv = AgentStepArgv(s.value());
+  ASSERT_GE(argv.size(), 2u);
+  EXPECT_EQ(argv[argv.size() - 2], "--replicas");
+  EXPECT_EQ(argv.back(), "1");
+  o.replicas = "all";
+  s = MakeAgentStep(TestConfig(), o, 9, 3);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(AgentStepArgv(s.value()).back(), "all");
 }
 
 TEST(JobTest, AgentStepEnvironmentIsClean) {

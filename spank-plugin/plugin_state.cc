@@ -58,7 +58,7 @@ struct spank_option g_options[] = {
      1, kOptDataset, OptionCallback},
     {const_cast<char*>("fanstore-mount"), const_cast<char*>("PATH"), nullptr, 1, kOptMount, OptionCallback},
     {const_cast<char*>("fanstore-replicas"), const_cast<char*>("N|all"),
-     const_cast<char*>("[fanstore] how many nodes hold each shard (default: all)"), 1, kOptReplicas, OptionCallback},
+     const_cast<char*>("[fanstore] how many nodes hold each shard: N, or all (default: 1, or the site's)"), 1, kOptReplicas, OptionCallback},
 };
 
 }  // namespace

@@ -14,6 +14,11 @@
 #   crash    an agent killed with SIGKILL mid-job: the epilog still leaves every node clean
 #   direct   srun --fanstore from a login shell, and salloc --fanstore followed by two sruns
 #   netns4   4-node netns cluster: distinct hostnames and node-local directories, md5 on every node
+#   split    --fanstore-replicas=1 on 2 nodes: each stages only its shards; md5 of every file on both
+#   peerkill one agent killed with SIGKILL from the job script: the other node still reads every file
+#   corrupt  a frame damaged on the dataset, its holder's agent dead: EIO on the other node, never bytes
+#   auth     the second test user gets nothing from an agent's peer port with their own MUNGE credential
+#   linkdown (netns) one node's link down mid-job: the other reads every file, in bounded time
 #
 # The agent and the interception library default to BUILD_DIR/bin/fanstore-agent and
 # BUILD_DIR/lib/libfanstore_preload.so; FANSTORE_TEST_AGENT / FANSTORE_TEST_PRELOAD override them.
@@ -21,7 +26,7 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-[[ $# -eq 2 ]] || { sed -n '2,20p' "$0"; exit 2; }
+[[ $# -eq 2 ]] || { sed -n '2,25p' "$0"; exit 2; }
 BUILD=$(realpath "$1")
 CASE=$2
 TEST_NAME=slurm_$CASE
@@ -95,8 +100,8 @@ pack_dataset() {
 leftovers() {
   local j=$1 uid p st
   uid=$(uid_of)
-  for p in /proc/[0-9]*; do
-    [[ $(stat -c %u "$p" 2>/dev/null) == "$uid" ]] || continue
+  # The test user's processes, found in one go (a stat per process costs a second per check).
+  for p in $(find /proc -mindepth 1 -maxdepth 1 -regex '/proc/[0-9]+' -uid "$uid" 2>/dev/null); do
     st=$(sed 's/.*) //' "$p/stat" 2>/dev/null | cut -d' ' -f1)
     [[ -z $st || $st == Z || $st == X ]] && continue
     if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$j"; then
@@ -479,6 +484,560 @@ EOF
   check_clean "$j"
 }
 
+# ------------------------------------------------------------------ split datasets (--fanstore-replicas=1)
+# many: 200 files (120 incompressible of 16-20 KB, 80 compressible texts, 7 MB), packed in 28 shards of
+# 256 KiB, so that with one copy of each shard two nodes hold about half of them each.
+many_dataset() {
+  local src=$PFS/many ds=$PFS/many.fs i
+  if [[ $(find "$src" -type f 2>/dev/null | wc -l) != 200 ]]; then
+    rm -rf "$src" "$ds"
+    mkdir -p "$src/x" "$src/y"
+    for i in $(seq 1 120); do head -c $((16000 + i * 37)) /dev/urandom >"$src/x/f$i.bin"; done
+    for i in $(seq 1 80); do seq $((i * 300)) >"$src/y/t$i.txt"; done
+    chown -R "$TUSER:" "$src"
+  fi
+  pack_dataset "$src" "$ds" --shard-size 256K || bad "pack $src"
+  echo "$ds"
+}
+
+expected_md5() { (cd "$1" && find . -type f | LC_ALL=C sort | while read -r f; do md5sum "$f"; done); }
+
+# fstool placement DS SRC NODES R: one JSON line per rank, as the agents place shards (rendezvous hashing
+# with XXH3 over (shard, rank), as agent/placement.cc): {"rank", "shards", "raw" bytes of their files,
+# "pages" (the same in 4 KiB pages, as a tmpfs counts them), "source_bytes" (their shard files), "files":
+# [{"path", "shard", "file", "offset", "stored", "codec", "size"}]}; then {"nshards", "min_shard_raw",
+# "total_source"}.
+fstool() {
+  "$PY" - "$OPT/bin/fanstore" "$@" <<'PY'
+import ctypes, json, os, struct, subprocess, sys
+fanstore, cmd, ds, src, size, r = sys.argv[1:7]
+size, r = int(size), int(r)
+lib = ctypes.CDLL("libxxhash.so.0")
+lib.XXH3_64bits.restype = ctypes.c_uint64
+lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+weight = lambda s, k: lib.XXH3_64bits(struct.pack("<II", s, k), 8)
+holders = lambda s: sorted(range(size), key=lambda k: (-weight(s, k), k))[:max(1, min(r, size))]
+files = []
+for line in subprocess.run([fanstore, "ls", "-w", ds], capture_output=True, text=True, check=True).stdout.splitlines():
+    p = line.rsplit(" ", 4)
+    if len(p) == 5 and p[1].startswith("shard-"):
+        files.append(dict(path=p[0], shard=int(p[1][6:11]), file=p[1], offset=int(p[2]), stored=int(p[3]), codec=p[4],
+                          size=os.lstat(os.path.join(src, p[0])).st_size))
+shards = json.load(open(os.path.join(ds, "manifest.json")))["shards"]
+nshards = len(shards)
+sbytes = lambda s: os.path.getsize(os.path.join(ds, "shard-%05d.fsd" % s))
+place = {s: holders(s) for s in range(nshards)}
+for k in range(size):
+    mine = [s for s in range(nshards) if k in place[s]]
+    fl = [f for f in files if f["shard"] in mine]
+    print(json.dumps(dict(rank=k, shards=mine, raw=sum(f["size"] for f in fl),
+                          pages=sum((f["size"] + 4095) // 4096 * 4096 for f in fl),
+                          source_bytes=sum(sbytes(s) for s in mine), files=fl)))
+print(json.dumps(dict(nshards=nshards, min_shard_raw=min(sum(f["size"] for f in files if f["shard"] == s) for s in range(nshards)),
+                      total_source=sum(sbytes(s) for s in range(nshards)))))
+PY
+}
+
+# jget JSON EXPR: a value out of a JSON document, e.g. jget "$stats" "['opens']['remote']".
+jget() { "$PY" -c "import json, sys; d = json.loads(sys.argv[1]); print(eval('d' + sys.argv[2]))" "$1" "$2"; }
+
+run_dir_of() { echo "/dev/shm/fanstore.$(uid_of).$1.$2"; }  # run_dir_of JOB NODE
+status_of() { cat "$(run_dir_of "$1" "$2")/status.json" 2>/dev/null; }
+# agent_stats JOB NODE: the agent's JSON counters, asked over its socket (op kStats) as the job user.
+agent_stats() {
+  runuser -u "$TUSER" -- "$PY" - "$(run_dir_of "$1" "$2")/agent.sock" <<'PY'
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+s.connect(sys.argv[1])
+s.sendall(struct.pack('<IIiI', 0x46534c31, 3, 0, 0))
+h = b''
+while len(h) < 16:
+    c = s.recv(16 - len(h))
+    if not c: raise SystemExit("agent closed the socket")
+    h += c
+m, o, st, n = struct.unpack('<IIiI', h)
+d = b''
+while len(d) < n:
+    c = s.recv(n - len(d))
+    if not c: break
+    d += c
+print(d.decode())
+PY
+}
+
+# wait_for JOB FILE [SEC]: until the job's script creates FILE; fails at once when the job ended.
+wait_for() {
+  local j=$1 f=$2 deadline=$((SECONDS + ${3:-60})) st
+  while ((SECONDS < deadline)); do
+    [[ -e $f ]] && return 0
+    st=$(asroot squeue -h -t all -j "$j" -o %T 2>/dev/null)
+    [[ $st == PENDING || $st == CONFIGURING || $st == RUNNING ]] || { [[ -e $f ]]; return; }
+    sleep 0.1
+  done
+  return 1
+}
+
+# wait_ready JOB NODE: until that node's agent says ready (20 s at most).
+wait_ready() {
+  local i
+  for ((i = 0; i < 200; i++)); do
+    [[ $(status_of "$1" "$2") == *'"state":"ready"'* ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# Runs a command in the mount namespace of NODE's slurmd (netns mode), or here (ports mode).
+in_node_ns() {
+  local node=$1
+  shift
+  if [[ $("$CLUSTER" env --base "$BASE" | sed -n 's/^MODE=//p') == netns ]]; then
+    nsenter -t "$(cat "$BASE/state/slurmd.$node.pid")" -m -- "$@"
+  else
+    "$@"
+  fi
+}
+node_local() { [[ $("$CLUSTER" env --base "$BASE" | sed -n 's/^MODE=//p') == netns ]] && echo "$BASE/local" || echo "$BASE/nodes/$1/local"; }
+
+# small_local NODE BYTES: gives NODE a node-local directory of BYTES (a tmpfs over its own). Sized for the
+# node's share plus a little, it leaves the agent a tiny cache (half of what is free after the stage-in):
+# no shard fits, so nothing is prefetched, and a file held elsewhere is fetched only when it is opened.
+# (The plugin passes no --cache-size or --no-prefetch to the agents, so this is the only way to get
+# there through Slurm.)
+small_local() {
+  local node=$1 bytes=$2 dir
+  dir=$(node_local "$node")
+  in_node_ns "$node" mount -t tmpfs -o "size=$bytes,mode=1777" fanstore-e2e "$dir" || return 1
+  in_node_ns "$node" sh -c 'echo "$1" >"$2/.node-name" && chmod 0644 "$2/.node-name"' sh "$node" "$dir"
+}
+# restore_local NODE: checks that the job left nothing in the small directory, then removes it.
+restore_local() {
+  local node=$1 dir left
+  dir=$(node_local "$node")
+  left=$(in_node_ns "$node" find "$dir" -mindepth 1 ! -name .node-name)
+  [[ -z $left ]] && ok "$node: the small node-local directory is empty again" || bad "$node: left in $dir: $left"
+  in_node_ns "$node" umount "$dir" || bad "umount $dir on $node"
+}
+
+# The agents' output (their launch log) while the job runs; the epilog removes it at the end.
+launch_log() { cat "/dev/shm/fanstore.$(uid_of).$1.launch.log" 2>/dev/null; }
+
+case_split() {
+  need_cluster ports
+  local ds src=$PFS/many jd j st n r total src_bytes n_read stats status shards want ids
+  ds=$(many_dataset)
+  jd=$(job_dir)
+  expected_md5 "$src" >"$jd/expected"
+  fstool placement "$ds" "$src" 2 1 >"$jd/placement" || { bad "fstool placement"; return; }
+  total=$(jget "$(tail -1 "$jd/placement")" "['total_source']")
+  cat >"$jd/job.sh" <<'EOF'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 bash -c '
+  cd "$FANSTORE_MOUNT" || exit 1
+  while read -r sum f; do md5sum "$f"; done < "$JD/expected" > "$JD/md5.$SLURMD_NODENAME"'
+touch "$JD/read"
+while [ ! -e "$JD/go" ]; do sleep 0.1; done
+EOF
+  chmod 0755 "$jd/job.sh"
+  j=$(asu env JD="$jd" sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --export=ALL --fanstore="$ds" \
+        --fanstore-replicas=1 "$jd/job.sh" 2>&1) || { bad "sbatch: $j"; return; }
+  if wait_for "$j" "$jd/read" 60; then
+    for n in node1 node2; do
+      status_of "$j" $n >"$jd/status.$n"
+      agent_stats "$j" $n >"$jd/stats.$n"
+    done
+  fi
+  touch "$jd/go"
+  st=$(wait_job "$j")
+  job_output "$jd/out.$j"
+  [[ $st == COMPLETED ]] && ok "2-node job $j (--fanstore-replicas=1) completed" || bad "job $j ended $st"
+  local all=()
+  for n in node1 node2; do
+    r=$((${n#node} - 1))
+    status=$(cat "$jd/status.$n")
+    stats=$(cat "$jd/stats.$n")
+    [[ -n $status && -n $stats ]] || { bad "$n: no status.json or stats"; continue; }
+    shards=$(jget "$status" "['shards']")
+    want=$(jget "$(sed -n "$((r + 1))p" "$jd/placement")" "['shards']")
+    read -ra ids <<<"$(tr -d '[],' <<<"$shards")"
+    all+=("${ids[@]}")
+    [[ $(jget "$status" "['rank']") == "$r" && $shards == "$want" ]] \
+      && ok "$n (rank $r) staged $(wc -w <<<"${shards//,/ }") of 28 shards, as rendezvous placement says: $shards" \
+      || bad "$n: rank $(jget "$status" "['rank']"), shards $shards; placement says rank $r holds $want"
+    src_bytes=$(jget "$(sed -n "$((r + 1))p" "$jd/placement")" "['source_bytes']")
+    n_read=$(jget "$stats" "['bytes_read_from_source']")
+    ((n_read == src_bytes && n_read * 4 < total * 3)) \
+      && ok "$n read $n_read of the dataset's $total bytes from the parallel file system ($((n_read * 100 / total)) %: its shards only)" \
+      || bad "$n read $n_read bytes from the source (its shards: $src_bytes, dataset: $total)"
+    say "$n stats: opens $(jget "$stats" "['opens']") bytes $(jget "$stats" "['bytes']") prefetch $(jget "$stats" "['prefetch']")"
+    (($(jget "$stats" "['opens']['remote'] + d['opens']['cached']") > 0 && $(jget "$stats" "['opens']['local']") > 0)) \
+      && ok "$n: files held here opened locally ($(jget "$stats" "['opens']['local']")), files of the other node through the peer or the cache (remote $(jget "$stats" "['opens']['remote']"), cached $(jget "$stats" "['opens']['cached']"), prefetched $(jget "$stats" "['prefetch']['files']"))" \
+      || bad "$n: no local or no remote/cached opens: $(jget "$stats" "['opens']")"
+    (($(jget "$stats" "['opens']['fallback'] + d['opens']['errors'] + d['peers']['fetch_errors']") == 0)) \
+      && ok "$n: no fallback to the dataset, no error while both agents are up" || bad "$n: fallbacks or errors: $(jget "$stats" "['opens']") $(jget "$stats" "['peers']")"
+    if [[ -s $jd/md5.$n ]] && diff -q "$jd/expected" "$jd/md5.$n" >/dev/null; then
+      ok "$n: md5 of all $(wc -l <"$jd/expected") files matches the source"
+    else
+      bad "$n: md5 mismatch:"$'\n'"$(diff -u "$jd/expected" "$jd/md5.$n" 2>&1 | head -10)"
+    fi
+  done
+  [[ $(printf '%s\n' "${all[@]}" | sort -n | uniq | wc -l) == 28 && ${#all[@]} == 28 ]] \
+    && ok "the two nodes' shards are disjoint and cover all 28" || bad "shards of the two nodes: ${all[*]}"
+  ((${#all[@]} == 28)) && (($(jget "$(cat "$jd/stats.node1")" "['bytes_read_from_source']") + $(jget "$(cat "$jd/stats.node2")" "['bytes_read_from_source']") == total)) \
+    && ok "together they read the dataset once ($total bytes)" || bad "the two stage-ins did not add up to the dataset"
+  check_clean "$j"
+}
+
+# The node-local directory for node1 in the next cases: its share plus 256 KiB. The agent's cache is then
+# about 120 KiB, smaller than any shard (at least 250 KiB): nothing is prefetched.
+small_node1() { # small_node1 PLACEMENT_FILE
+  local pages
+  pages=$(jget "$(sed -n 1p "$1")" "['pages']")
+  small_local node1 $((pages + 262144))
+}
+
+case_peerkill() {
+  need_cluster ports
+  local ds src=$PFS/many jd j st stats n2files nfirst killed pid1 pid2 fb
+  ds=$(many_dataset)
+  jd=$(job_dir)
+  expected_md5 "$src" >"$jd/expected"
+  fstool placement "$ds" "$src" 2 1 >"$jd/placement" || { bad "fstool placement"; return; }
+  # node2's files; the first ten are read through node1 while node2's agent is up.
+  "$PY" -c "import json, sys; [print('./' + f['path']) for f in json.loads(sys.stdin.readline())['files']]" \
+    < <(sed -n 2p "$jd/placement") >"$jd/node2.files"
+  awk 'NR == FNR { want[$0]; next } $2 in want' <(head -10 "$jd/node2.files") "$jd/expected" >"$jd/first"
+  n2files=$(wc -l <"$jd/node2.files")
+  nfirst=$(wc -l <"$jd/first")
+  small_node1 "$jd/placement" || { bad "small node-local directory on node1"; return; }
+  cat >"$jd/job.sh" <<'EOF'
+#!/bin/bash
+md5_on() { srun -N1 -w "$1" bash -c 'cd "$FANSTORE_MOUNT" && while read -r sum f; do md5sum "$f"; done' < "$2"; }
+md5_on node1 "$JD/first" > "$JD/md5.first"
+# From inside the job: node2's agent, from its status.json, killed with SIGKILL.
+srun -N1 -w node2 bash -c 'p=$(sed -n "s/.*\"pid\":\([0-9]*\).*/\1/p" "${FANSTORE_SOCKET%/*}/status.json")
+  kill -KILL "$p" && echo "killed $p"' > "$JD/killed"
+sleep 0.5
+md5_on node1 "$JD/expected" > "$JD/md5.after"
+touch "$JD/read"
+while [ ! -e "$JD/go" ]; do sleep 0.1; done
+EOF
+  chmod 0755 "$jd/job.sh"
+  j=$(asu env JD="$jd" sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --export=ALL --fanstore="$ds" \
+        --fanstore-replicas=1 "$jd/job.sh" 2>&1) || { bad "sbatch: $j"; restore_local node1; return; }
+  if wait_for "$j" "$jd/read" 90; then
+    stats=$(agent_stats "$j" node1)
+    pid1=$(jget "$(status_of "$j" node1)" "['pid']")
+    pid2=$(sed -n 's/^killed //p' "$jd/killed")
+    launch_log "$j" >"$jd/launch.log"
+    asroot squeue -h -s -j "$j" -o %j >"$jd/steps"
+  fi
+  touch "$jd/go"
+  st=$(wait_job "$j")
+  job_output "$jd/out.$j"
+  [[ $st == COMPLETED ]] && ok "job $j completed" || bad "job $j ended $st"
+  diff -q <(cat "$jd/first") "$jd/md5.first" >/dev/null && ok "node1 read $nfirst of node2's files while node2's agent was up" \
+    || bad "the first reads on node1 failed"
+  [[ -n $pid2 ]] && ! kill -0 "$pid2" 2>/dev/null && ok "the job script killed node2's agent (pid $pid2) with SIGKILL" \
+    || bad "node2's agent was not killed (pid '$pid2')"
+  # The agent step goes on without it: --kill-on-bad-exit must not take node1's agent down too.
+  [[ -n $stats ]] && grep -qx fanstore-agent "$jd/steps" \
+    && ok "node1's agent (pid $pid1) and the agent step lived on after node2's agent died" \
+    || bad "node1's agent or the agent step ended with node2's agent"
+  grep -q "this agent ended (status 137) after it was ready" "$jd/launch.log" \
+    && ok "the agent step noted node2's death: $(grep -m1 'this agent ended' "$jd/launch.log")" \
+    || bad "no note of node2's agent's death in the launch log"
+  if [[ -s $jd/md5.after ]] && diff -q "$jd/expected" "$jd/md5.after" >/dev/null; then
+    ok "node1: md5 of all $(wc -l <"$jd/expected") files matches the source after node2's agent died ($n2files of them held by node2 only)"
+  else
+    bad "node1: md5 mismatch after the kill:"$'\n'"$(diff -u "$jd/expected" "$jd/md5.after" 2>&1 | head -10)"
+  fi
+  [[ -n $stats ]] || { bad "no stats from node1's agent"; restore_local node1; check_clean "$j"; return; }
+  say "node1 stats: opens $(jget "$stats" "['opens']") bytes $(jget "$stats" "['bytes']") cache $(jget "$stats" "['cache']") prefetch $(jget "$stats" "['prefetch']") peers $(jget "$stats" "['peers']")"
+  (($(jget "$stats" "['cache']['capacity']") < $(jget "$(tail -1 "$jd/placement")" "['min_shard_raw']") && $(jget "$stats" "['prefetch']['files']") == 0)) \
+    && ok "node1's cache ($(jget "$stats" "['cache']['capacity']") bytes) holds no shard: nothing was prefetched" \
+    || bad "node1's cache is not tiny or it prefetched: $(jget "$stats" "['cache']") $(jget "$stats" "['prefetch']")"
+  (($(jget "$stats" "['opens']['remote']") >= nfirst)) && ok "before the kill, node2's files came from its agent (remote opens $(jget "$stats" "['opens']['remote']"))" \
+    || bad "remote opens $(jget "$stats" "['opens']['remote']") < $nfirst"
+  fb=$(jget "$stats" "['opens']['fallback']")
+  ((fb >= n2files - nfirst && $(jget "$stats" "['opens']['errors']") == 0)) \
+    && ok "after the kill, node2's files came from the dataset directory: $fb fallback opens ($(jget "$stats" "['bytes']['fallback']") bytes) for $((n2files - nfirst)) files never read before; $(jget "$stats" "['opens']['cached']") from the cache; no error" \
+    || bad "fallback opens $fb < $((n2files - nfirst)) or errors: $(jget "$stats" "['opens']")"
+  # The first fetch after the kill fails on the dead connection; the peer is then marked down, and the
+  # next opens skip it at once (each still counted as a fetch error and logged).
+  grep -m1 "fetch .* from rank 1: " "$jd/launch.log" | sed 's/^/  agent: /'
+  (($(jget "$stats" "['peers']['fetch_errors']") >= 1)) && grep -q "from rank 1: peer 1 is marked down" "$jd/launch.log" \
+    && ok "the dead peer was noticed, then skipped as down ($(jget "$stats" "['peers']['fetch_errors']") fetch errors; $(grep -c "peer 1 is marked down" "$jd/launch.log") opens skipped it)" \
+    || bad "no fetch error counted, or the peer was never marked down"
+  check_clean "$j"
+  restore_local node1
+}
+
+# files_of PLACEMENT_FILE RANK: the paths ("./x/f1.bin") of the files that rank holds.
+files_of() {
+  "$PY" -c "import json, sys; [print('./' + f['path']) for f in json.loads(sys.stdin.readline())['files']]" \
+    < <(sed -n "$(($2 + 1))p" "$1")
+}
+
+case_corrupt() {
+  need_cluster ports
+  local good src=$PFS/many ds=$PFS/many-corrupt.fs jd j st stats victim vshard voff vlen vcodec pid2 others
+  good=$(many_dataset)
+  rm -rf "$ds"
+  cp -r "$good" "$ds"
+  chown -R "$TUSER:" "$ds"
+  jd=$(job_dir)
+  expected_md5 "$src" >"$jd/expected"
+  fstool placement "$ds" "$src" 2 1 >"$jd/placement" || { bad "fstool placement"; return; }
+  # The victim: an incompressible file held by node2 only; the other files of node2 must still read.
+  read -r victim vshard voff vlen vcodec < <("$PY" -c "
+import json, sys
+f = [f for f in json.loads(sys.stdin.readline())['files'] if f['path'].startswith('x/')][0]
+print(f['path'], f['file'], f['offset'], f['stored'], f['codec'])" < <(sed -n 2p "$jd/placement"))
+  files_of "$jd/placement" 1 | grep -vx "./$victim" >"$jd/others.files"
+  awk 'NR == FNR { want[$0]; next } $2 in want' "$jd/others.files" "$jd/expected" >"$jd/others"
+  others=$(wc -l <"$jd/others")
+  cat >"$jd/read.py" <<'PY'
+import errno, hashlib, sys
+# Reads one file as an application would; says what it got: the error, or the md5 of the bytes.
+for attempt in (1, 2):
+    try:
+        with open(sys.argv[1], 'rb') as f:
+            data = f.read()
+        print("attempt %d: read %d bytes md5 %s" % (attempt, len(data), hashlib.md5(data).hexdigest()))
+    except OSError as e:
+        print("attempt %d: error %s" % (attempt, errno.errorcode.get(e.errno, e.errno)))
+PY
+  small_node1 "$jd/placement" || { bad "small node-local directory on node1"; return; }
+  cat >"$jd/job.sh" <<EOF
+#!/bin/bash
+touch "$jd/started"
+while [ ! -e "$jd/go" ]; do sleep 0.1; done
+srun -N1 -w node1 bash -c 'cd "\$FANSTORE_MOUNT" && $PY $jd/read.py $victim > $jd/victim.out
+  while read -r sum f; do md5sum "\$f"; done < $jd/others > $jd/md5.others'
+touch "$jd/read"
+while [ ! -e "$jd/go2" ]; do sleep 0.1; done
+EOF
+  chmod 0755 "$jd/job.sh"
+  j=$(asu sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" --fanstore-replicas=1 "$jd/job.sh" 2>&1) \
+    || { bad "sbatch: $j"; restore_local node1; return; }
+  if wait_for "$j" "$jd/started" 60 && wait_ready "$j" node2; then
+    ok "stage-in done on both nodes; victim $victim: $vshard at $voff, $vlen bytes ($vcodec), held by node2 only"
+    # node2's agent becomes unavailable, then a frame of its shard is damaged on the parallel file system.
+    pid2=$(jget "$(status_of "$j" node2)" "['pid']")
+    kill -KILL "$pid2"
+    for _ in $(seq 50); do kill -0 "$pid2" 2>/dev/null || break; sleep 0.1; done
+    ! kill -0 "$pid2" 2>/dev/null && ok "node2's agent (pid $pid2) killed" || bad "node2's agent $pid2 survived SIGKILL"
+    printf '\xff\xfe' | dd of="$ds/$vshard" bs=1 seek=$((voff + vlen / 2)) conv=notrunc status=none
+    cmp -s "$good/$vshard" "$ds/$vshard" && bad "the shard was not changed" || ok "2 bytes flipped in the middle of the frame of $victim in $vshard"
+    touch "$jd/go"
+    wait_for "$j" "$jd/read" 60 && stats=$(agent_stats "$j" node1)
+    launch_log "$j" >"$jd/launch.log"
+  fi
+  touch "$jd/go" "$jd/go2"
+  st=$(wait_job "$j")
+  job_output "$jd/out.$j"
+  [[ $st == COMPLETED ]] && ok "job $j completed" || bad "job $j ended $st"
+  sed 's/^/  node1: /' "$jd/victim.out" 2>/dev/null
+  [[ $(grep -c "error EIO" "$jd/victim.out" 2>/dev/null) == 2 ]] && ! grep -q "bytes" "$jd/victim.out" \
+    && ok "node1: reading $victim gives EIO, twice, never bytes" || bad "node1: $victim did not give EIO"
+  grep -m1 "error: open $victim: " "$jd/launch.log" | sed 's/^/  agent: /'
+  grep -q "error: open $victim: .*checksum mismatch" "$jd/launch.log" \
+    && ok "node1's agent logged the checksum mismatch of the frame it read from $vshard" || bad "no checksum error in the agents' log"
+  diff -q "$jd/others" "$jd/md5.others" >/dev/null 2>&1 \
+    && ok "node1: the $others other files of node2 read correctly from the dataset directory" \
+    || bad "node1: node2's other files:"$'\n'"$(diff -u "$jd/others" "$jd/md5.others" 2>&1 | head -10)"
+  if [[ -n $stats ]]; then
+    say "node1 stats: opens $(jget "$stats" "['opens']") prefetch $(jget "$stats" "['prefetch']") peers $(jget "$stats" "['peers']")"
+    (($(jget "$stats" "['opens']['errors']") >= 1 && $(jget "$stats" "['opens']['fallback']") >= others && $(jget "$stats" "['prefetch']['files']") == 0)) \
+      && ok "node1's agent counted the failed open ($(jget "$stats" "['opens']['errors']") errors) and $(jget "$stats" "['opens']['fallback']") fallback opens; nothing prefetched" \
+      || bad "node1's stats: $(jget "$stats" "['opens']") $(jget "$stats" "['prefetch']")"
+  else
+    bad "no stats from node1's agent"
+  fi
+  check_clean "$j"
+  restore_local node1
+  rm -rf "$ds"
+}
+
+case_auth() {
+  need_cluster ports
+  local ds src=$PFS/many jd j st ep port out stats shard run
+  ds=$(many_dataset)
+  jd=$(job_dir)
+  chmod 0755 "$jd"
+  fstool placement "$ds" "$src" 2 1 >"$jd/placement" || { bad "fstool placement"; return; }
+  shard=$(jget "$(sed -n 2p "$jd/placement")" "['shards'][0]")
+  printf '#!/bin/bash\ntouch %s/started\nwhile [ ! -e %s/go ]; do sleep 0.1; done\n' "$jd" "$jd" >"$jd/job.sh"
+  chmod 0755 "$jd/job.sh"
+  # The peer protocol of agent/peer.h: auth with a MUNGE credential, then requests; see peer_test.sh.
+  cat >"$jd/attack.py" <<'PY'
+import socket, struct, subprocess, sys
+port, shard = int(sys.argv[1]), int(sys.argv[2])
+REQ = struct.Struct('<IIIII'); REP = struct.Struct('<IIiIQ'); MAGIC = 0x31505346
+def talk(msgs):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.settimeout(1.5)  # a served connection stays open: stop reading when it goes quiet
+    for m in msgs: s.sendall(m)
+    data = b''
+    try:
+        while True:
+            c = s.recv(65536)
+            if not c: break
+            data += c
+    except OSError:
+        pass
+    return data
+cred = subprocess.run(["munge", "-n"], capture_output=True, check=True).stdout.strip()
+get_shard = REQ.pack(MAGIC, 3, shard, 0, 0)
+r = talk([REQ.pack(MAGIC, 1, 0, 0, len(cred)) + cred, get_shard])
+print("own credential: status", REP.unpack(r[:REP.size])[2] if len(r) >= REP.size else None, "bytes after", max(0, len(r) - REP.size))
+print("no credential: bytes", len(talk([get_shard])))
+r = talk([REQ.pack(MAGIC, 1, 0, 0, 10) + b"garbage!!!", get_shard])
+print("forged credential: status", REP.unpack(r[:REP.size])[2] if len(r) >= REP.size else None, "bytes", len(r))
+PY
+  j=$(asu sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" --fanstore-replicas=1 "$jd/job.sh" 2>&1) \
+    || { bad "sbatch: $j"; return; }
+  if wait_for "$j" "$jd/started" 60 && wait_ready "$j" node2; then
+    run=$(run_dir_of "$j" node2)
+    ep=$(jget "$(status_of "$j" node2)" "['endpoint']")
+    port=${ep##*:}
+    say "node2's agent: endpoint $ep (read by root from $run/status.json); shard $shard is held there"
+    # A control: the job user's own credential gets the shard, so the port does serve.
+    out=$(runuser -u "$TUSER" -- timeout 20 "$PY" "$jd/attack.py" "$port" "$shard" 2>&1)
+    echo "$out" | sed "s/^/  $TUSER: /"
+    grep -qE "^own credential: status 0 bytes after [1-9][0-9]{4,}" <<<"$out" \
+      && ok "$TUSER (the job user) authenticates and streams shard $shard: $(grep '^own' <<<"$out")" \
+      || bad "$TUSER could not fetch from her own agent"
+    out=$(runuser -u fsbob -- timeout 20 "$PY" "$jd/attack.py" "$port" "$shard" 2>&1)
+    echo "$out" | sed 's/^/  fsbob: /'
+    grep -qx "own credential: status 13 bytes after 0" <<<"$out" \
+      && ok "fsbob's own valid MUNGE credential is refused (EACCES) and nothing follows" || bad "fsbob's credential was not refused"
+    grep -qx "no credential: bytes 0" <<<"$out" && ok "fsbob without a credential gets no byte" || bad "fsbob got data without a credential"
+    grep -qx "forged credential: status 13 bytes 24" <<<"$out" && ok "a forged credential is refused" || bad "a forged credential was not refused"
+    launch_log "$j" | grep -m1 "credential of uid $(id -u fsbob)" | sed 's/^/  agent: /'
+    stats=$(agent_stats "$j" node2)
+    (($(jget "$stats" "['peers']['refused_connections']") >= 3)) \
+      && ok "node2's agent counted $(jget "$stats" "['peers']['refused_connections']") refused connections" \
+      || bad "refused connections: $(jget "$stats" "['peers']")"
+    expect_fail "fsbob cannot read node2's status.json" 1 "Permission denied" runuser -u fsbob -- cat "$run/status.json"
+    expect_fail "fsbob cannot use node2's agent socket" 1 "Permission denied" \
+      runuser -u fsbob -- "$PY" -c "import socket, sys
+try: socket.socket(socket.AF_UNIX).connect('$run/agent.sock')
+except OSError as e: sys.exit('connect $run/agent.sock: ' + e.strerror)"
+    [[ $(stat -c '%a %U' "$run") == "700 $TUSER" && $(stat -c '%a %U' "$run/agent.sock") == "600 $TUSER" ]] \
+      && ok "run directory 0700 and socket 0600, of $TUSER" || bad "run directory/socket modes: $(stat -c '%a %U %n' "$run" "$run/agent.sock")"
+  else
+    bad "the agents were not ready"
+  fi
+  touch "$jd/go"
+  st=$(wait_job "$j")
+  [[ $st == COMPLETED ]] && ok "job $j completed" || bad "job $j ended $st"
+  check_clean "$j"
+}
+
+case_linkdown() {
+  need_cluster netns
+  local ds src=$PFS/many jd j st stats veth=fslv2h hub=fsl-hub n2files total maxf slow ok_read=0
+  ds=$(many_dataset)
+  jd=$(job_dir)
+  expected_md5 "$src" >"$jd/expected"
+  fstool placement "$ds" "$src" 2 1 >"$jd/placement" || { bad "fstool placement"; return; }
+  n2files=$(files_of "$jd/placement" 1 | wc -l)
+  awk 'NR == FNR { want[$0]; next } $2 in want' <(files_of "$jd/placement" 1) "$jd/expected" >"$jd/node2"
+  head -10 "$jd/node2" >"$jd/first"
+  cat >"$jd/read.py" <<'PY'
+import hashlib, sys, time
+# md5 of every listed file, and how long each took.
+with open(sys.argv[2], 'w') as out, open(sys.argv[3], 'w') as times:
+    for line in open(sys.argv[1]):
+        path = line.rstrip('\n').split('  ', 1)[1]
+        t = time.monotonic()
+        with open(path, 'rb') as f:
+            data = f.read()
+        times.write("%.3f %s\n" % (time.monotonic() - t, path))
+        out.write("%s  %s\n" % (hashlib.md5(data).hexdigest(), path))
+PY
+  small_node1 "$jd/placement" || { bad "small node-local directory on node1"; return; }
+  cat >"$jd/job.sh" <<EOF
+#!/bin/bash
+# Before: node1 reads ten of node2's files, so that it holds an open connection to node2's agent.
+srun -N1 -w node1 bash -c 'cd "\$FANSTORE_MOUNT" && $PY $jd/read.py $jd/first $jd/md5.first $jd/times.first'
+touch "$jd/started"
+while [ ! -e "$jd/go" ]; do sleep 0.1; done
+t0=\$(date +%s.%N)
+srun -N1 -w node1 bash -c 'cd "\$FANSTORE_MOUNT" && $PY $jd/read.py $jd/expected $jd/md5.node1 $jd/times.node1'
+t1=\$(date +%s.%N)
+# Once node2 is no longer marked down (10 s), its files again: the agent tries to connect anew.
+sleep 10.5
+srun -N1 -w node1 bash -c 'cd "\$FANSTORE_MOUNT" && $PY $jd/read.py $jd/node2 $jd/md5.again $jd/times.again'
+echo "\$t0 \$t1 \$(date +%s.%N)" > "$jd/read"
+while [ ! -e "$jd/go2" ]; do sleep 0.1; done
+EOF
+  chmod 0755 "$jd/job.sh"
+  j=$(asu sbatch --parsable -N2 -w node1,node2 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" --fanstore-replicas=1 \
+        "$jd/job.sh" 2>&1) || { bad "sbatch: $j"; restore_local node1; return; }
+  if wait_for "$j" "$jd/started" 60 && wait_ready "$j" node2; then
+    # node2 drops off the network: the hub side of its veth goes down.
+    if ip -n "$hub" link set "$veth" down; then
+      ok "node2 unreachable: ip -n $hub link set $veth down"
+      ip netns exec fsl-node1 ping -c1 -W1 10.77.0.2 >/dev/null 2>&1 && bad "node1 still reaches node2" || ok "node1 no longer reaches 10.77.0.2"
+    else
+      bad "ip link set $veth down"
+    fi
+    touch "$jd/go"
+    wait_for "$j" "$jd/read" 90 && ok_read=1
+    stats=$(agent_stats "$j" node1)
+    launch_log "$j" >"$jd/launch.log"
+    ip -n "$hub" link set "$veth" up || bad "ip link set $veth up"
+  fi
+  ip -n "$hub" link set "$veth" up 2>/dev/null
+  touch "$jd/go" "$jd/go2"
+  st=$(wait_job "$j")
+  job_output "$jd/out.$j"
+  [[ $st == COMPLETED ]] && ok "job $j completed (node2 back on the network before its end)" || bad "job $j ended $st"
+  if [[ -s $jd/md5.node1 ]] && diff -q "$jd/expected" "$jd/md5.node1" >/dev/null; then
+    ok "node1: md5 of all $(wc -l <"$jd/expected") files matches the source with node2 unreachable ($n2files held by node2 only)"
+  else
+    bad "node1: md5 mismatch:"$'\n'"$(diff -u "$jd/expected" "$jd/md5.node1" 2>&1 | head -10)"
+  fi
+  if ((ok_read)); then
+    # With the connection that node1 had open to node2, the first request waits for the agent's I/O
+    # timeout (10 s); node2 is then marked down and skipped. After that, a new connection attempt costs
+    # the connect timeout (1.5 s).
+    total=$(awk '{ printf "%.2f", $2 - $1 }' "$jd/read")
+    maxf=$(sort -rn "$jd/times.node1" | awk 'NR == 1 { print $1, $2 }')
+    slow=$(awk '$1 > 1.0' "$jd/times.node1" | wc -l)
+    say "all files, node2 just unreachable: $total s (srun step included); slowest: ${maxf%% *} s (${maxf#* }); files over 1 s: $slow"
+    awk -v t="$total" -v m="${maxf%% *}" -v n="$slow" 'BEGIN { exit !(t < 20 && m < 12 && n == 1) }' \
+      && ok "bounded: one open waited ${maxf%% *} s (the I/O timeout on the open connection), the other $(($(wc -l <"$jd/times.node1") - 1)) files no more than 1 s; all in $total s" \
+      || bad "too slow: $total s in all, slowest file $maxf, $slow files over 1 s"
+    total=$(awk '{ printf "%.2f", $3 - $2 }' "$jd/read")
+    maxf=$(sort -rn "$jd/times.again" | awk 'NR == 1 { print $1, $2 }')
+    slow=$(awk '$1 > 1.0' "$jd/times.again" | wc -l)
+    say "node2's files again, 10.5 s later: slowest: ${maxf%% *} s (${maxf#* }); files over 1 s: $slow"
+    awk -v m="${maxf%% *}" -v n="$slow" 'BEGIN { exit !(m < 3 && n == 1) }' \
+      && ok "after node2's 10 s as down: one open waited ${maxf%% *} s (the connect timeout), then node2 was skipped again" \
+      || bad "second round: slowest file $maxf, $slow files over 1 s"
+    diff -q "$jd/node2" "$jd/md5.again" >/dev/null 2>&1 && ok "node1: node2's $n2files files read correctly again" \
+      || bad "node1: second round md5 mismatch"
+  else
+    bad "node1's reads did not finish in 90 s"
+  fi
+  grep -E "fetch .* from rank 1" "$jd/launch.log" | head -3 | sed 's/^/  agent: /'
+  if [[ -n $stats ]]; then
+    say "node1 stats: opens $(jget "$stats" "['opens']") bytes $(jget "$stats" "['bytes']") prefetch $(jget "$stats" "['prefetch']") peers $(jget "$stats" "['peers']")"
+    (($(jget "$stats" "['opens']['fallback']") >= n2files - 1 && $(jget "$stats" "['opens']['errors']") == 0 && $(jget "$stats" "['peers']['fetch_errors']") >= 1)) \
+      && ok "node1 served node2's files from the dataset directory ($(jget "$stats" "['opens']['fallback']") fallback opens, $(jget "$stats" "['peers']['fetch_errors']") failed fetches, no error)" \
+      || bad "node1's stats: $(jget "$stats" "['opens']") $(jget "$stats" "['peers']")"
+  else
+    bad "no stats from node1's agent"
+  fi
+  check_clean "$j"
+  restore_local node1
+}
+
 case_stop() {
   "$CLUSTER" stop --base "$BASE" >/dev/null || bad "cluster stop"
   local left
@@ -498,6 +1057,11 @@ case $CASE in
   agentfail) case_agentfail ;;
   crash) case_crash ;;
   netns4) case_netns4 ;;
+  split) case_split ;;
+  peerkill) case_peerkill ;;
+  corrupt) case_corrupt ;;
+  auth) case_auth ;;
+  linkdown) case_linkdown ;;
   *) echo "unknown case $CASE" >&2; exit 2 ;;
 esac
 finish
