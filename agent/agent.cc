@@ -612,7 +612,7 @@ Result<std::string> Agent::FetchVerified(const FileRef& ref, const char** source
     const size_t n = holders.size();
     for (size_t k = 0; k < n; k++) {
       uint32_t h = holders[(ref.entry + boot_->rank() + k) % n];
-      if (h == boot_->rank()) continue;
+      if (h == boot_->rank() || peers_.IsDown(h)) continue;  // a down peer was counted once
       std::string data;
       Status st = peers_.Fetch(h, ref.shard, ref.entry, e.size, &data);
       if (st.ok() && Xxh3(data) != e.xxh3)

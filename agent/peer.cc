@@ -25,7 +25,7 @@ namespace fanstore::agent {
 namespace {
 
 constexpr int kConnectTimeoutMs = 1500;
-constexpr int kIoTimeoutSec = 10;
+constexpr int kIoTimeoutSec = 3;  // per recv/send without progress, not per transfer
 constexpr auto kDownFor = std::chrono::seconds(10);
 constexpr uint32_t kMaxCred = 4096;
 
@@ -125,9 +125,9 @@ std::string PeerServer::Endpoint() const {
     }
     ::freeifaddrs(ifs);
   }
+  // Loopback only when the node has nothing else (it would reach the caller's own node).
   std::string s;
-  for (auto* v : {&outer, &loop})
-    for (auto& a : *v) s += (s.empty() ? "" : ",") + a;
+  for (auto& a : outer.empty() ? loop : outer) s += (s.empty() ? "" : ",") + a;
   if (s.empty()) s = "127.0.0.1";
   return s + ":" + std::to_string(port_);
 }

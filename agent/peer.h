@@ -61,7 +61,7 @@ class PeerServer {
   // Listens on every IPv4 address, on an ephemeral port. `pool` runs the requests.
   Status Start(LocalFileFn local, ShardFilesFn shard_files, ThreadPool* pool);
   void Stop();
-  // "addr1,addr2,...:port": this host's IPv4 addresses, non-loopback first.
+  // "addr1,addr2,...:port": this host's non-loopback IPv4 addresses (loopback if none).
   std::string Endpoint() const;  // "" before Start
   uint64_t refused() const { return refused_.load(); }
 

@@ -13,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "common/env.h"
 #include "common/hash.h"
+#include "common/proto.h"
+#include "common/unique_fd.h"
 #include "common/log.h"
 #include "stagein/cli.h"
 #include "stagein/dataset.h"
@@ -49,6 +54,7 @@ const char kMainHelp[] =
     "  extract DS.fs DEST   restore the tree under DEST\n"
     "  info DS.fs           print the manifest summary\n"
     "  run DS.fs -- CMD...  serve a dataset on this machine and run CMD against it\n"
+    "  stats                this node's agent counters (inside a FanStore job or run)\n"
     "  version              print the version\n"
     "\n"
     "Run 'fanstore COMMAND --help' for the options of a command.\n"
@@ -436,6 +442,50 @@ int CmdInfo(int argc, char** argv) {
   return kExitOk;
 }
 
+const char kStatsHelp[] =
+    "Usage: fanstore stats [--json]\n"
+    "\n"
+    "Asks this node's agent (the one named by $FANSTORE_SOCKET, set in every task of a FanStore\n"
+    "job and under `fanstore run`) for its counters: files and bytes staged, stage-in and\n"
+    "metadata-exchange times, and opens and bytes by source (local, cached, remote, fallback).\n"
+    "In a job script, `srun --ntasks-per-node=1 fanstore stats` prints them for every node.\n";
+
+int CmdStats(int argc, char** argv) {
+  if (WantsHelp(argc, argv)) return Help(kStatsHelp);
+  bool json = argc == 2 && !std::strcmp(argv[1], "--json");
+  if (argc > 2 || (argc == 2 && !json)) return Usage(kStatsHelp, "stats takes only --json");
+  const char* sock = std::getenv(env::kSocket);
+  if (!sock || !*sock) return Fail(Status::NotFound(std::string(env::kSocket) + " is not set: not inside a FanStore job"));
+  int fd = proto::Connect(sock, 10000);
+  if (fd < 0) return Fail(Status::FromErrno(std::string("agent socket ") + sock, -fd));
+  UniqueFD conn(fd);
+  proto::Frame req{proto::kMagic, proto::kStats, 0, 0}, rep;
+  std::string buf(proto::kMaxPayload, '\0');
+  int passed = -1;
+  int rc = proto::Send(conn.get(), req, nullptr, -1);
+  if (rc == 0) rc = proto::Recv(conn.get(), &rep, buf.data(), buf.size(), &passed);
+  if (passed >= 0) ::close(passed);
+  if (rc != 0) return Fail(Status::FromErrno("agent socket " + std::string(sock), -rc));
+  auto j = nlohmann::json::parse(buf.substr(0, rep.len), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Fail(Status::Corruption("the agent sent bad stats"));
+  if (json) {
+    std::printf("%s\n", j.dump().c_str());
+    return kExitOk;
+  }
+  auto num = [&](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0.0; };
+  const auto& o = j["opens"];
+  const auto& b = j["bytes"];
+  std::printf("%s (rank %d of %d): staged %s (%.0f files, %.0f shards) in %.2f s; metadata exchange %.3f s\n",
+              j.value("node", "?").c_str(), static_cast<int>(num(j["rank"])), static_cast<int>(num(j["size"])),
+              HumanBytes(num(j["bytes_staged"])).c_str(), num(j["files_staged"]), num(j["shards_staged"]),
+              num(j["stage_in_seconds"]), num(j["exchange_seconds"]));
+  std::printf("opens: %.0f local, %.0f cached, %.0f from peers, %.0f from the dataset, %.0f errors\n", num(o["local"]),
+              num(o["cached"]), num(o["remote"]), num(o["fallback"]), num(o["errors"]));
+  std::printf("bytes: %s local, %s cached, %s from peers, %s from the dataset\n", HumanBytes(num(b["local"])).c_str(),
+              HumanBytes(num(b["cached"])).c_str(), HumanBytes(num(b["remote"])).c_str(), HumanBytes(num(b["fallback"])).c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -466,6 +516,7 @@ int Main(int argc, char** argv) {
   if (cmd == "extract") return CmdExtract(argc, argv);
   if (cmd == "info") return CmdInfo(argc, argv);
   if (cmd == "run") return CmdRun(argc, argv);
+  if (cmd == "stats") return CmdStats(argc, argv);
   return Usage(kMainHelp, "unknown command '" + cmd + "'");
 }
 

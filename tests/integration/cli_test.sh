@@ -36,7 +36,7 @@ check "extract: content hash of every file matches" diff <(hashes ref) <(hashes 
 expect_fail "extract into a non-empty directory" 2 "not empty" "$F" extract ds.fs restored
 
 echo "== --help and usage"
-for sub in pack verify ls cat extract info run; do
+for sub in pack verify ls cat extract info run stats; do
   check "$sub --help exits 0 with usage" bash -c "'$F' $sub --help | grep -q '^Usage: fanstore $sub'"
 done
 check "fanstore --help" bash -c "'$F' --help | grep -q Commands"
@@ -50,6 +50,7 @@ expect_fail "pack of a missing source" 1 "src-missing.*No such file" "$F" pack s
 check "failed packs leave nothing" bash -c '! ls -d x.fs y.fs y.fs.tmp-* x.fs.tmp-* 2>/dev/null'
 expect_fail "missing dataset" 1 "nope.fs does not exist" "$F" verify nope.fs
 expect_fail "not a dataset" 1 "not a FanStore dataset" "$F" verify src
+expect_fail "stats outside a job" 1 "FANSTORE_SOCKET is not set" env -u FANSTORE_SOCKET "$F" stats
 expect_fail "cat of a missing path" 1 "no/such: no such file" "$F" cat ds.fs no/such
 
 echo "== damaged datasets"

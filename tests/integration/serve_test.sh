@@ -61,6 +61,8 @@ check "tar listing matches the source's" diff <(tar -cf - -C src . | tar -tvf - 
 check "stat of a file matches" diff <(cd src && stat -c '%s %a %Y %F' a/hello.txt) <(run bash -c "cd $M && stat -c '%s %a %Y %F' a/hello.txt")
 check "realpath resolves the directory symlink" test "$(run realpath $M/dirlink/c)" = "$M/a/b/c"
 check "cd into the mount and relative paths" test "$(run bash -c "cd $M/a && cat hello.txt && cd b && cat ../hello.txt" | sort -u)" = "hello"
+out=$(run bash -c "cat $M/a/hello.txt >/dev/null; $B/bin/fanstore stats")
+check "fanstore stats inside a run counts the opens" grep -qE "opens: [1-9][0-9]* local" <<<"$out"
 check "a program without FanStore env is untouched" test "$(LD_PRELOAD="$ASAN_RT $B/lib/libfanstore_preload.so" /bin/echo hi 2>&1)" = "hi"
 
 echo "== Python"
