@@ -14,4 +14,10 @@ inline constexpr char kOpenTimeoutMs[] = "FANSTORE_OPEN_TIMEOUT_MS";
 // Set to 1 in the agent's own environment so that a preload library it inherits stays inert.
 inline constexpr char kDisable[] = "FANSTORE_DISABLE";
 
+// Set by the SPANK plugin.
+inline constexpr char kAgentStep[] = "FANSTORE_AGENT_STEP";          // "1" in the agent step
+inline constexpr char kJobAgents[] = "FANSTORE_JOB_AGENTS";          // job whose agents the batch step runs
+inline constexpr char kAgentLocalDir[] = "FANSTORE_AGENT_LOCAL_DIR";  // per node, in the agent step
+inline constexpr char kAgentRunDir[] = "FANSTORE_AGENT_RUN_DIR";      // per node, in the agent step
+
 }  // namespace fanstore::env

@@ -17,15 +17,16 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/env.h"
 #include "spank-plugin/config.h"
 
 namespace fanstore::spank {
 
-// Environment variables of the plugin (the interceptor's are in common/env.h).
-inline constexpr char kEnvAgentStep[] = "FANSTORE_AGENT_STEP";  // "1" in the agent step
-inline constexpr char kEnvJobAgents[] = "FANSTORE_JOB_AGENTS";  // job id whose agents the batch step runs
-inline constexpr char kEnvAgentLocalDir[] = "FANSTORE_AGENT_LOCAL_DIR";  // per node, in the agent step
-inline constexpr char kEnvAgentRunDir[] = "FANSTORE_AGENT_RUN_DIR";      // per node, in the agent step
+// The plugin's environment variables live with all the others in common/env.h.
+inline constexpr const char* kEnvAgentStep = env::kAgentStep;
+inline constexpr const char* kEnvJobAgents = env::kJobAgents;
+inline constexpr const char* kEnvAgentLocalDir = env::kAgentLocalDir;
+inline constexpr const char* kEnvAgentRunDir = env::kAgentRunDir;
 // Prefix of the variables through which Slurm passes our options to later steps and to the epilog
 // (SLURM_SPANK__SLURM_SPANK_OPTION_fanstore_<opt> in jobs, SPANK__... in the prolog and epilog).
 inline constexpr char kOptionEnvMarker[] = "_SLURM_SPANK_OPTION_fanstore_";
