@@ -2,6 +2,7 @@
 #include "spank-plugin/dataset_check.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -80,14 +81,46 @@ TEST_F(DatasetCheckTest, WrongVersion) { ExpectError(MakeDataset("v99.fs", true,
 
 TEST_F(DatasetCheckTest, MissingShard) { ExpectError(MakeDataset("partial.fs", false), "shard-00000.fsd is missing"); }
 
+// CheckDataset run as an unprivileged user (the submitting user is never root in practice):
+// as root, in a child that drops to nobody; otherwise in this process.
+Status CheckAsUser(const std::string& path) {
+  if (::geteuid() != 0) return CheckDataset(path);
+  int p[2];
+  if (::pipe(p) != 0) return Status::IOError("pipe");
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(p[0]);
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) ::_exit(2);
+    Status s = CheckDataset(path);
+    std::string msg = s.ok() ? "" : s.message();
+    ssize_t ignored = ::write(p[1], msg.data(), msg.size());
+    (void)ignored;
+    ::_exit(s.ok() ? 0 : 1);
+  }
+  ::close(p[1]);
+  std::string msg;
+  char buf[512];
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) msg.append(buf, n);
+  ::close(p[0]);
+  int ws = 0;
+  ::waitpid(child, &ws, 0);
+  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return Status::OK();
+  if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2) return Status::IOError("could not drop privileges");
+  return Status::Permission(msg);
+}
+
 TEST_F(DatasetCheckTest, UnreadableByTheUser) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root reads everything";
+  ::chmod(root_.c_str(), 0755);  // the user can reach the datasets; only their modes stop them
   const std::string dir = MakeDataset("private.fs", true);
-  ::chmod((dir + "/manifest.json").c_str(), 0);
-  ExpectError(dir, "not readable by you");
-  ::chmod(dir.c_str(), 0);
-  ExpectError(dir, "not readable by you");
-  ::chmod(dir.c_str(), 0755);
+  ASSERT_TRUE(CheckAsUser(dir).ok());
+  for (const std::string& blocked : {dir + "/manifest.json", dir}) {
+    ::chmod(blocked.c_str(), 0);
+    Status s = CheckAsUser(dir);
+    ASSERT_FALSE(s.ok()) << blocked;
+    EXPECT_NE(s.message().find(dir), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("not readable by you"), std::string::npos) << s.message();
+    ::chmod(blocked.c_str(), blocked == dir ? 0755 : 0644);
+  }
 }
 
 }  // namespace
