@@ -67,6 +67,10 @@ static void mkdir_p(const char* d) {
   if (mkdir(d, 0755) != 0 && errno != EEXIST) die(d);
 }
 
+// Every generated file and directory gets this mtime, so that regenerating a dataset gives
+// exactly the tree that was packed earlier (2024-01-02 03:04:05 UTC).
+static const struct timespec kFixedTimes[2] = {{1704164645, 0}, {1704164645, 0}};
+
 static void write_file(const char* path, const char* buf, size_t n) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) die(path);
@@ -76,6 +80,7 @@ static void write_file(const char* path, const char* buf, size_t n) {
     if (w < 0) die(path);
     off += (size_t)w;
   }
+  if (futimens(fd, kFixedTimes) != 0) die(path);
   if (close(fd) != 0) die(path);
 }
 
@@ -153,6 +158,11 @@ static int gen(int argc, char** argv, const char* kind) {
     total += size;
   }
   free(buf);
+  for (long d = 0; d < dirs; d++) {
+    snprintf(dpath, sizeof dpath, dfmt, root, d);
+    if (utimensat(AT_FDCWD, dpath, kFixedTimes, 0) != 0) die(dpath);
+  }
+  if (utimensat(AT_FDCWD, root, kFixedTimes, 0) != 0) die(root);
   printf("{\"files\": %ld, \"bytes\": %" PRIu64 "}\n", n, total);
   return 0;
 }
