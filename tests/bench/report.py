@@ -94,6 +94,7 @@ def plots(res, d):
         for y, r in zip(ys, rr):
             if r.get("target_min"):
                 ax.plot([r["target_min"]] * 2, [y - 0.4, y + 0.4], color="k", lw=2)
+            ax.text(r["ratio"] * 1.05, y, f"{r['ratio']:.2f}", va="center", fontsize=8)
         ax.set_yticks(list(ys))
         ax.set_yticklabels([r["id"] for r in rr])
         ax.invert_yaxis()
@@ -244,13 +245,14 @@ def markdown(res, made, plot_rel):
             continue
         L.append(f"## {wid}: operations reaching the source (system calls of the sftp server, strace)")
         L.append("")
-        L.append("| phase | open | stat | readdir | read | close | total |")
-        L.append("|---|---|---|---|---|---|---|")
+        L.append("| phase | open | stat | readdir | read | close | lseek | total |")
+        L.append("|---|---|---|---|---|---|---|---|")
         for k, label in (("direct_epoch", "direct epoch"), ("fanstore_stage_in", "FanStore stage-in"),
                          ("fanstore_epoch", "FanStore epoch")):
             c = w["ops"].get(k)
             if c:
-                L.append(f"| {label} | {c['open']} | {c['stat']} | {c['readdir']} | {c['read']} | {c['close']} | {c['total']} |")
+                L.append(f"| {label} | {c['open']} | {c['stat']} | {c['readdir']} | {c['read']} | {c['close']} | "
+                         f"{c.get('other', 0)} | {c['total']} |")
         extra = f" ({w.get('files')} files in {w.get('shards')} shards)" if wid == "E2" else ""
         L.append("")
         if wid == "E2":
@@ -316,12 +318,13 @@ def markdown(res, made, plot_rel):
         L.append("Sizes: `images` and `text` are BENCHMARKS.md's. `mixed` has 100 files instead of 1,000 (1,000 files of "
                  "1–16 MiB are 8.5 GiB, more than the RAM-backed local storage and the time budget allow). `images-pfs` is a "
                  "smaller `images` for the workloads that go through the remote-file-system stand-in (S1, E2), which reads "
-                 "at about 130 MB/s; `jpeg` holds the small real JPEGs of E1 (PIL).")
+                 "at 100–350 MB/s depending on the load of the machine; it is also the P1 tree (3,000 files pack in about "
+                 "a second, the full `images` would cost 85 s of the budget for the same rate); `jpeg` holds the small real JPEGs of E1 (PIL).")
         L.append("")
     L.append("## Method")
     L.append("")
     me = res.get("method", {})
-    L.append(f"- Arms alternate inside every round ({me.get('order', 'A B A B')}); {me.get('warmup')} warm-up round, then "
+    L.append(f"- Arms alternate inside every round (A B A B ...); {me.get('warmup')} warm-up round, then "
              f"{me.get('reps')} measured rounds; the figure is the median of the measured rounds. Every sample is in results.json.")
     L.append("- The timed loops time themselves (C helper `fsbench.c`, the Python scripts), so process start-up, the "
              "preload library's constructor and the agent's stage-in are never counted in read workloads. Stage-in "
