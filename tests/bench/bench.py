@@ -1258,6 +1258,54 @@ def machine(ctx):
 
 # --- main ----------------------------------------------------------------------------------------------------
 
+ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "R4-first", "R4-repeat", "R4-prefetch",
+            "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
+
+
+def sanity(ctx):
+    """What --quick checks (never a ratio): every workload ran and gave positive numbers. That
+    every arm read the same data is checked where the samples are taken."""
+    rows = {r["id"]: r for r in ctx.results["rows"]}
+    problems = []
+    if ctx.only is None:
+        problems += [f"{i}: no result" for i in ALL_ROWS if i not in rows]
+    for r in rows.values():
+        if r["id"] == "J1" and r["fanstore"] is None:
+            continue  # not measured (the reason is in the row), not a failure of FanStore
+        if r["id"] in ("E1-ops", "E2"):
+            ok = r["baseline"] and r["baseline"] > 0 and r["fanstore"] is not None and r["fanstore"] >= 0
+        else:
+            ok = r["fanstore"] is not None and r["fanstore"] > 0 and (r["baseline"] is None or r["baseline"] > 0)
+        if not ok:
+            problems.append(f"{r['id']}: baseline {r['baseline']}, FanStore {r['fanstore']}")
+    if problems:
+        raise BenchError("insane results: " + "; ".join(problems))
+    log(f"sanity: {len(rows)} results, all positive, every arm read the same data")
+
+
+def clean_stale(base):
+    """Leftovers of a run that was killed (SIGKILL): its sshfs mount and its tmpfs working tree."""
+    for e in os.listdir(base):
+        m = re.match(r"^fanstore-bench\.(\d+)$", e)
+        if not m or os.path.exists(f"/proc/{m.group(1)}"):
+            continue
+        path = os.path.join(base, e)
+        # Its agents, mpirun, sshd and sshfs name the working tree on their command line.
+        for p in os.listdir("/proc"):
+            if not p.isdigit() or int(p) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    if (path + "/").encode() in f.read():
+                        os.kill(int(p), signal.SIGTERM)
+        time.sleep(1)
+        mnt = os.path.join(path, "pfs")
+        if os.path.ismount(mnt):
+            run(["fusermount", "-u", "-z", mnt], check=False)
+        log(f"removing the leftovers of a killed run: {path}")
+        drop_tree(path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -1269,6 +1317,7 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated workload ids (R1,M2,S1,...)")
     ap.add_argument("--skip-j1", action="store_true")
     args = ap.parse_args()
+    clean_stale(args.work_base)
     ctx = Ctx(args)
     t_start = time.time()
     for d in (ctx.out, ctx.data):
@@ -1280,6 +1329,7 @@ def main():
         raise KeyboardInterrupt(f"signal {sig}")
 
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)  # also when started in the background, where SIGINT is ignored
     status = 1
     try:
         ctx.results["machine"] = machine(ctx)
@@ -1313,6 +1363,7 @@ def main():
         wl_e2(ctx)
         wl_x1(ctx)
         wl_j1(ctx)
+        sanity(ctx)
         status = 0
     except (BenchError, KeyboardInterrupt, subprocess.TimeoutExpired) as e:
         log(f"FAILED: {e}")
