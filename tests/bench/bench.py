@@ -555,13 +555,24 @@ def add_workload(ctx, wid, title, samples, **info):
     return w
 
 
+def paired(smp, base_arm, fs_arm, key, higher_is_better=True):
+    """Per-round ratios: the two arms of one round run back to back and see the same interference
+    from the rest of the machine, so these show how much of a ratio is noise."""
+    rs = []
+    for b, f in zip(smp[base_arm], smp[fs_arm]):
+        if b.get("warmup") or not b.get(key) or not f.get(key):
+            continue
+        rs.append(f[key] / b[key] if higher_is_better else b[key] / f[key])
+    return {"median": median(rs), "min": min(rs), "max": max(rs), "n": len(rs)} if rs else None
+
+
 def add_row(ctx, wid, workload, baseline_label, baseline, fanstore, unit, target_text, target_min=None, ratio=None,
-            note=None, higher_is_better=True, no_ratio=False):
+            note=None, higher_is_better=True, no_ratio=False, pairs=None):
     if ratio is None and baseline and fanstore and not no_ratio:
         ratio = fanstore / baseline if higher_is_better else baseline / fanstore
     met = None if target_min is None or ratio is None else bool(ratio >= target_min)
     row = dict(id=wid, workload=workload, baseline_label=baseline_label, baseline=baseline, fanstore=fanstore,
-               unit=unit, ratio=ratio, target=target_text, target_min=target_min, met=met, note=note)
+               unit=unit, ratio=ratio, target=target_text, target_min=target_min, met=met, note=note, paired=pairs)
     ctx.results["rows"].append(row)
     flag = "" if met is None else (" met" if met else " MISSED")
     log(f"{wid}: baseline {fmt(baseline)} {unit}, FanStore {fmt(fanstore)} {unit}, ratio {fmt(ratio)} "
@@ -615,7 +626,7 @@ def wl_reads(ctx, agents):
                      "and read once in the warm-up round", dataset=name)
         b, f = med(smp["native"], "files_per_s"), med(smp["fanstore"], "files_per_s")
         add_row(ctx, wid, title, "native local", b, f, "files/s",
-                f"≥ {target}× native" if target else "report", target,
+                f"≥ {target}× native" if target else "report", target, pairs=paired(smp, "native", "fanstore", "files_per_s"),
                 note=f"MB/s: native {fmt(med(smp['native'], 'mb_per_s'))}, FanStore {fmt(med(smp['fanstore'], 'mb_per_s'))}")
 
 
@@ -633,7 +644,8 @@ def wl_meta(ctx, agents):
         add_workload(ctx, "M1", "stat of every file (C loop), `text`", smp, metric="stats_per_s",
                      cache="warm: dentries and inodes cached natively after the warm-up round", dataset="text")
         add_row(ctx, "M1", "`stat` of every file, C loop, `text`", "native local", med(smp["native"], "stats_per_s"),
-                med(smp["fanstore"], "stats_per_s"), "stat/s", "≥ 3× native", 3.0)
+                med(smp["fanstore"], "stats_per_s"), "stat/s", "≥ 3× native", 3.0,
+                pairs=paired(smp, "native", "fanstore", "stats_per_s"))
     if ctx.wanted("M3"):
         lst, _ = shuffled_list(ctx, "text", seed=8, tag="-m3")
         n = str(ctx.inner["enoent"])
@@ -647,7 +659,8 @@ def wl_meta(ctx, agents):
         add_workload(ctx, "M3", "open of a missing path (ENOENT)", smp, metric="opens_per_s",
                      cache="warm: native negative dentries cached after the warm-up round", dataset="text")
         add_row(ctx, "M3", "`open` of a missing path (`ENOENT`), C loop", "native local",
-                med(smp["native"], "opens_per_s"), med(smp["fanstore"], "opens_per_s"), "opens/s", "≥ 3× native", 3.0)
+                med(smp["native"], "opens_per_s"), med(smp["fanstore"], "opens_per_s"), "opens/s", "≥ 3× native", 3.0,
+                pairs=paired(smp, "native", "fanstore", "opens_per_s"))
     if ctx.wanted("M2"):
         nat, ag = os.path.join(ctx.native, "text"), agents["text"]
         script = os.path.join(HERE, "m2_walk.py")
@@ -663,9 +676,10 @@ def wl_meta(ctx, agents):
                      cache="warm: directories cached natively after the warm-up round", dataset="text")
         add_row(ctx, "M2-scandir", "`os.scandir` of every directory of `text` (Python, with `is_file()`)", "native local",
                 med(smp["native"], "scandir_entries_per_s"), med(smp["fanstore"], "scandir_entries_per_s"), "entries/s",
-                "≥ 2× native", 2.0)
+                "≥ 2× native", 2.0, pairs=paired(smp, "native", "fanstore", "scandir_entries_per_s"))
         add_row(ctx, "M2-walk", "`os.walk` over `text` (Python)", "native local", med(smp["native"], "walk_entries_per_s"),
-                med(smp["fanstore"], "walk_entries_per_s"), "entries/s", "≥ 2× native", 2.0)
+                med(smp["fanstore"], "walk_entries_per_s"), "entries/s", "≥ 2× native", 2.0,
+                pairs=paired(smp, "native", "fanstore", "walk_entries_per_s"))
 
 
 def agent_stats(run_dir):
@@ -842,14 +856,14 @@ def _r4_report(ctx, res, munge_state):
     b = med(np_["native"], "files_per_s")
     add_row(ctx, "R4-first", "first read of files held by the other agent (`--no-prefetch`: fetched on open)",
             "native local", b, med(np_["fanstore_first"], "files_per_s"), "files/s", "≥ 0.5× native", 0.5,
-            note=f"opens by source: {served(np_['fanstore_first'])}")
+            pairs=paired(np_, "native", "fanstore_first", "files_per_s"), note=f"opens by source: {served(np_['fanstore_first'])}")
     add_row(ctx, "R4-repeat", "repeat read of the same files (local cache)", "native local", b,
             med(np_["fanstore_repeat"], "files_per_s"), "files/s", "≥ 0.95× native", 0.95,
-            note=f"opens by source: {served(np_['fanstore_repeat'])}")
+            pairs=paired(np_, "native", "fanstore_repeat", "files_per_s"), note=f"opens by source: {served(np_['fanstore_repeat'])}")
     b2 = med(pf["native"], "files_per_s")
     add_row(ctx, "R4-prefetch", "first read after the default prefetch has filled the cache", "native local", b2,
             med(pf["fanstore_first"], "files_per_s"), "files/s", "report", None,
-            note=f"opens by source: {served(pf['fanstore_first'])}; prefetch of "
+            pairs=paired(pf, "native", "fanstore_first", "files_per_s"), note=f"opens by source: {served(pf['fanstore_first'])}; prefetch of "
                  f"{res['prefetch']['remote_files']} files " + (
                      f"done {fmt(res['prefetch']['prefetch_wait_seconds'])} s after ready" if res["prefetch"]["prefetch_complete"]
                      else "NOT complete after 60 s") + f"; munged {munge_state}")
@@ -924,7 +938,7 @@ def wl_stage(ctx):
         b, f = med(smp["cat"], "mb_per_s"), med(smp["fanstore"], "mb_per_s")
         add_row(ctx, wid, f"stage-in of `{name}` ({d['shards']} shards) from {where}, until ready",
                 "`cat shards > /dev/null`", b, f, "MB/s", "≥ 0.9× source read" if remote else "report (diagnostic)",
-                0.9 if remote else None,
+                0.9 if remote else None, pairs=paired(smp, "cat", "fanstore", "mb_per_s"),
                 note=f"stage-in alone (agent's own clock): {fmt(med(smp['fanstore'], 'stage_only_mb_per_s'))} MB/s" +
                 ("" if remote else f"; `cp -r` of the unpacked tree on the same tmpfs: {fmt(med(smp['cp_tree'], 'mb_per_s'))} MB/s"))
     if ctx.wanted("S2"):
@@ -957,7 +971,7 @@ def wl_stage(ctx):
         add_row(ctx, "S2", f"stage-in of `text` (zstd, {d['shards']} shards) from sshfs, until ready, raw MB/s",
                 "min(source read, zstd decode × cores)", med(smp["baseline"], "mb_per_s"),
                 med(smp["fanstore"], "mb_per_s"), "MB/s", "≥ 0.9× baseline", 0.9,
-                note=f"source read {fmt(med(smp['baseline'], 'source_mb_per_s_raw'))} MB/s raw; zstd decode × "
+                pairs=paired(smp, "baseline", "fanstore", "mb_per_s"), note=f"source read {fmt(med(smp['baseline'], 'source_mb_per_s_raw'))} MB/s raw; zstd decode × "
                      f"{ctx.cores} cores {fmt(med(smp['baseline'], 'zstd_cores_mb_per_s'))} MB/s; stage-in alone "
                      f"{fmt(med(smp['fanstore'], 'stage_only_mb_per_s'))} MB/s")
 
@@ -995,7 +1009,8 @@ def wl_pack(ctx):
                      cache="source tree warm in the page cache (cache directory, ext4); output to tmpfs; "
                            "`fanstore pack --no-sync` (tar | zstd does not sync either)")
         add_row(ctx, "P1", f"`fanstore pack` of `images-pfs` ({d['files']:,} incompressible files; zstd -3, all cores)", "`tar -c | zstd -T0 -3`",
-                med(smp["tar_zstd"], "mb_per_s"), med(smp["fanstore"], "mb_per_s"), "MB/s", "≥ 0.8×", 0.8)
+                med(smp["tar_zstd"], "mb_per_s"), med(smp["fanstore"], "mb_per_s"), "MB/s", "≥ 0.8×", 0.8,
+                pairs=paired(smp, "tar_zstd", "fanstore", "mb_per_s"))
     if ctx.wanted("V1"):
         d = ctx.datasets["images"]
 
@@ -1012,7 +1027,7 @@ def wl_pack(ctx):
                      cache="shards warm in the page cache (local ext4)", dataset="images")
         add_row(ctx, "V1", "read-back of incompressible shards (`images`): `fanstore verify`, every hash checked",
                 "`cat shards > /dev/null`", med(smp["cat"], "mb_per_s"), med(smp["fanstore"], "mb_per_s"), "MB/s",
-                "≥ 0.9×", 0.9)
+                "≥ 0.9×", 0.9, pairs=paired(smp, "cat", "fanstore", "mb_per_s"))
 
 
 def wl_e1(ctx):
@@ -1065,6 +1080,7 @@ def wl_e1(ctx):
     b, f = med(smp["sshfs_direct"], "seconds"), med(smp["fanstore"], "seconds")
     add_row(ctx, "E1", f"one epoch, ImageFolder + DataLoader(num_workers=2), {d['files']} JPEGs, seconds",
             "sshfs direct", b, f, "s", "≥ 3× faster", 3.0, higher_is_better=False,
+            pairs=paired(smp, "sshfs_direct", "fanstore", "seconds", higher_is_better=False),
             note=f"native local copy {fmt(med(smp['native_local'], 'seconds'))} s; stage-in from sshfs "
                  f"{fmt(med(smp['fanstore'], 'stage_in_ready_seconds'))} s; epoch + stage-in "
                  f"{fmt(med(smp['fanstore'], 'with_stage_in_seconds'))} s")

@@ -53,6 +53,13 @@ def ratio_text(r):
     return f"{r['ratio']:.2f}×"
 
 
+def pair_text(r):
+    p = r.get("paired")
+    if not p:
+        return "–"
+    return f"{p['median']:.2f} ({p['min']:.2f}–{p['max']:.2f})"
+
+
 def met_text(r):
     if r.get("met") is None:
         return "report" if r.get("fanstore") is not None else "not measured"
@@ -202,15 +209,19 @@ def markdown(res, made, plot_rel):
     L.append("## Results")
     L.append("")
     L.append("Every ratio is FanStore against its baseline, measured side by side in this run (higher is better; for "
-             "E1 it is how many times faster). Medians of the measured rounds.")
+             "E1 it is how many times faster): the ratio of the two arms' medians over the measured rounds, which is "
+             "what the target is judged on. *Per-round ratios* pair the two arms of each round, which ran back to back: "
+             "their median and range show how much of a ratio is interference from the other users of this shared "
+             "2-core machine (a wide range, or a paired median far from the ratio, means a noisy run).")
     L.append("")
-    L.append("| id | workload | baseline | baseline value | FanStore | ratio | target | result |")
-    L.append("|---|---|---|---|---|---|---|---|")
+    L.append("| id | workload | baseline | baseline value | FanStore | ratio | per-round ratios | target | result |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
     cell = lambda x: str(x).replace("|", "\\|")
     for r in rows:
         r = {k: cell(v) if isinstance(v, str) else v for k, v in r.items()}
         L.append(f"| {r['id']} | {r['workload']} | {r['baseline_label']} | {fmt(r['baseline'], r['unit']) if r['baseline'] is not None else '–'} | "
-                 f"{fmt(r['fanstore'], r['unit']) if r['fanstore'] is not None else '–'} | {ratio_text(r)} | {r['target']} | {met_text(r)} |")
+                 f"{fmt(r['fanstore'], r['unit']) if r['fanstore'] is not None else '–'} | {ratio_text(r)} | {pair_text(r)} | "
+                 f"{r['target']} | {met_text(r)} |")
     L.append("")
     notes = [r for r in rows if r.get("note")]
     if notes:
