@@ -31,7 +31,7 @@ while (($#)); do
     --only) pass+=(--only "$2"); shift ;;
     --skip-j1) pass+=(--skip-j1) ;;
     --no-docs) docs=0 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
