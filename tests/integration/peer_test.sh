@@ -89,35 +89,11 @@ check "the cache evicts least recently used files" test "$(field "$s0b" "['cache
 echo "== another user gets nothing"
 ep=$(field "$(cat $RD.1/status.json)" "['endpoint']")
 port=${ep##*:}
-cat > attack.py <<'PY'
-import socket, struct, subprocess, sys
-port = int(sys.argv[1])
-REQ = struct.Struct('<IIIII'); REP = struct.Struct('<IIiIQ'); MAGIC = 0x31505346
-def talk(msgs):
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    for m in msgs: s.sendall(m)
-    data = b''
-    try:
-        while True:
-            c = s.recv(65536)
-            if not c: break
-            data += c
-    except OSError:
-        pass
-    return data
-cred = subprocess.run(["munge", "-n"], capture_output=True, check=True).stdout.strip()
-r = talk([REQ.pack(MAGIC, 1, 0, 0, len(cred)) + cred, REQ.pack(MAGIC, 2, 0, 0, 0)])
-status = REP.unpack(r[:REP.size])[2] if len(r) >= REP.size else None
-print("own credential:", status, "bytes after:", len(r) - REP.size if r else 0)
-r = talk([REQ.pack(MAGIC, 2, 0, 0, 0)])
-print("no credential:", len(r))
-r = talk([REQ.pack(MAGIC, 1, 0, 0, 10) + b"garbage!!!", REQ.pack(MAGIC, 2, 0, 0, 0)])
-print("forged credential:", REP.unpack(r[:REP.size])[2] if len(r) >= REP.size else None, len(r))
-PY
+cp "$(dirname "$0")/../peer_probe.py" attack.py
 out=$(runuser -u fsbob -- $PY attack.py "$port" 2>&1)
-check "fsbob's valid MUNGE credential is refused (EACCES) and nothing follows" grep -q "own credential: 13 bytes after: 0" <<<"$out"
-check "a request without authentication gets no data" grep -q "no credential: 0" <<<"$out"
-check "a forged credential is refused" grep -qE "forged credential: 13 24$" <<<"$out" || echo "$out"
+check "fsbob's valid MUNGE credential is refused (EACCES) and nothing follows" grep -q "own credential: status 13 bytes after 0" <<<"$out"
+check "a request without authentication gets no data" grep -q "no credential: bytes 0" <<<"$out"
+check "a forged credential is refused" grep -qE "forged credential: status 13 bytes 24$" <<<"$out" || echo "$out"
 check "the agent counted the refusals" test "$(field "$(stats 1)" "['peers']['refused_connections']")" -ge 3
 expect_fail "fsbob cannot reach the agent's socket or table" 1 "Permission denied" runuser -u fsbob -- cat "$RD.0/table"
 

@@ -871,32 +871,8 @@ case_auth() {
   shard=$(jget "$(sed -n 2p "$jd/placement")" "['shards'][0]")
   printf '#!/bin/bash\ntouch %s/started\nwhile [ ! -e %s/go ]; do sleep 0.1; done\n' "$jd" "$jd" >"$jd/job.sh"
   chmod 0755 "$jd/job.sh"
-  # The peer protocol of agent/peer.h: auth with a MUNGE credential, then requests; see peer_test.sh.
-  cat >"$jd/attack.py" <<'PY'
-import socket, struct, subprocess, sys
-port, shard = int(sys.argv[1]), int(sys.argv[2])
-REQ = struct.Struct('<IIIII'); REP = struct.Struct('<IIiIQ'); MAGIC = 0x31505346
-def talk(msgs):
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.settimeout(1.5)  # a served connection stays open: stop reading when it goes quiet
-    for m in msgs: s.sendall(m)
-    data = b''
-    try:
-        while True:
-            c = s.recv(65536)
-            if not c: break
-            data += c
-    except OSError:
-        pass
-    return data
-cred = subprocess.run(["munge", "-n"], capture_output=True, check=True).stdout.strip()
-get_shard = REQ.pack(MAGIC, 3, shard, 0, 0)
-r = talk([REQ.pack(MAGIC, 1, 0, 0, len(cred)) + cred, get_shard])
-print("own credential: status", REP.unpack(r[:REP.size])[2] if len(r) >= REP.size else None, "bytes after", max(0, len(r) - REP.size))
-print("no credential: bytes", len(talk([get_shard])))
-r = talk([REQ.pack(MAGIC, 1, 0, 0, 10) + b"garbage!!!", get_shard])
-print("forged credential: status", REP.unpack(r[:REP.size])[2] if len(r) >= REP.size else None, "bytes", len(r))
-PY
+  # The peer protocol of agent/peer.h, as another user would speak it (tests/peer_probe.py).
+  cp "$HERE/../peer_probe.py" "$jd/attack.py"
   j=$(asu sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" --fanstore-replicas=1 "$jd/job.sh" 2>&1) \
     || { bad "sbatch: $j"; return; }
   if wait_for "$j" "$jd/started" 60 && wait_ready "$j" node2; then
