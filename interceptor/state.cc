@@ -146,7 +146,9 @@ bool Active() noexcept {
 
 const Resolver& Ns() noexcept { return *g_ns; }
 
+#if !FANSTORE_VFORK_WRAPPER
 bool InVforkChild() noexcept { return getpid() != g_pid; }
+#endif
 
 void Log(int level, const char* fmt, ...) noexcept {
   char buf[1024];

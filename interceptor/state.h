@@ -86,10 +86,22 @@ class Unguard {
 // inert processes.
 inline bool Intercepting() noexcept { return !t_in_wrapper && Active(); }
 
-// True between vfork (or posix_spawn's clone) and exec: the memory is the parent's, but the
-// descriptor table is not, so the child must not touch descriptor or cwd state. Costs a
-// getpid(), so callers only ask when they are about to change that state.
+// True between vfork and exec: the memory is the parent's, but the descriptor table is not,
+// so the child must not touch descriptor or cwd state. On x86-64 the library's own vfork
+// (vfork.cc) sets a thread-local flag, so this is one TLS load; elsewhere it compares
+// getpid() with the pid recorded at init and after fork. (posix_spawn's clone child runs
+// only glibc-internal calls, which no wrapper sees.)
+#if defined(__x86_64__)
+#define FANSTORE_VFORK_WRAPPER 1
+}  // namespace fanstore::interceptor
+extern "C" __attribute__((visibility("hidden"))) __thread bool fanstore_t_vfork_child
+    __attribute__((tls_model("initial-exec")));
+namespace fanstore::interceptor {
+inline bool InVforkChild() noexcept { return fanstore_t_vfork_child; }
+#else
+#define FANSTORE_VFORK_WRAPPER 0
 bool InVforkChild() noexcept;
+#endif
 
 // ---- Working directory -------------------------------------------------------------------
 // One atomic word: the kernel's working directory as the interceptor sees it.
