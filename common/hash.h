@@ -9,10 +9,24 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-namespace fanstore {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FANSTORE_HASH_AVX2 1
+#else
+#define FANSTORE_HASH_AVX2 0
+#endif
 
-inline uint64_t Xxh3(const void* data, size_t len) { return XXH3_64bits(data, len); }
-inline uint64_t Xxh3(std::string_view s) { return XXH3_64bits(s.data(), s.size()); }
+namespace fanstore {
+namespace detail {
+// Long inputs: XXH3 with AVX2 when the CPU has it (hash.cc).
+uint64_t Xxh3Long(const void* data, size_t len);
+void Xxh3Update(XXH3_state_t* state, const void* data, size_t len);
+inline constexpr size_t kXxh3LongInput = 1024;
+}  // namespace detail
+
+inline uint64_t Xxh3(const void* data, size_t len) {
+  return len >= detail::kXxh3LongInput ? detail::Xxh3Long(data, len) : XXH3_64bits(data, len);
+}
+inline uint64_t Xxh3(std::string_view s) { return Xxh3(s.data(), s.size()); }
 
 inline std::string HashHex(uint64_t h) {
   char buf[17];
@@ -24,7 +38,7 @@ inline std::string HashHex(uint64_t h) {
 class Xxh3Stream {
  public:
   Xxh3Stream() { XXH3_64bits_reset(&state_); }
-  void Update(const void* data, size_t len) { XXH3_64bits_update(&state_, data, len); }
+  void Update(const void* data, size_t len) { detail::Xxh3Update(&state_, data, len); }
   uint64_t Digest() const { return XXH3_64bits_digest(&state_); }
 
  private:

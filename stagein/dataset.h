@@ -41,7 +41,11 @@ class Dataset {
   Manifest manifest_;
   Dictionary dict_;
   std::vector<std::unique_ptr<ShardFile>> shards_;
-  std::unordered_map<std::string, Ref> by_path_;
+  struct PathHash {
+    using is_transparent = void;  // lookups by string_view allocate nothing
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, Ref, PathHash, std::equal_to<>> by_path_;
 };
 
 struct VerifyOptions {

@@ -228,6 +228,35 @@ TEST_F(DamageTest, FlippedDataByteNamesShardFileAndOffset) {
   EXPECT_NE(s.message().find("offset " + std::to_string(frame_off)), std::string::npos) << s.message();
 }
 
+TEST_F(DamageTest, LowestDamagedShardIsReportedWhateverTheThreads) {
+  auto ds = Dataset::Open(ds_);
+  ASSERT_TRUE(ds.ok());
+  const size_t n = (*ds)->shard_count();
+  ASSERT_GE(n, 4u);
+  // Damage a frame byte of the second and the last shard.
+  for (size_t i : {size_t{1}, n - 1}) {
+    const auto& sh = (*ds)->shard(i);
+    const format::IndexEntry* frame = nullptr;
+    for (const auto& e : sh.entries)
+      if (e.stored_len > 0) frame = &e;
+    ASSERT_NE(frame, nullptr);
+    std::string b = Read(sh.path).substr(frame->offset, 1);
+    b[0] ^= 0x01;
+    Patch(sh.path, frame->offset, b);
+  }
+  const std::string second = (*ds)->shard(1).path;
+  ds->reset();
+  for (size_t threads : {1, 2, 3, 8}) {
+    auto again = Dataset::Open(ds_);
+    ASSERT_TRUE(again.ok());
+    format::VerifyOptions vo;
+    vo.threads = threads;
+    Status s = format::Verify(**again, vo);
+    ASSERT_TRUE(s.IsCorruption()) << s.ToString();
+    EXPECT_NE(s.message().find(second), std::string::npos) << threads << ": " << s.message();
+  }
+}
+
 TEST_F(DamageTest, TruncatedShard) {
   ASSERT_EQ(::truncate(Shard(1).c_str(), 100), 0);
   Status s = OpenAndVerify();

@@ -201,9 +201,18 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
     // Carry the unfinished tail (from the next frame's start) into a fresh buffer.
     uint64_t keep_from = next < order.size() ? std::max(order[next]->offset, buf_start) : pos;
     if (keep_from > pos) keep_from = pos;
+    // End the read at a frame boundary: the last frame that fits in a chunk, or the next frame
+    // whole when it alone is larger. The next read then starts at a frame, with nothing to carry.
     uint64_t want = opts.chunk_bytes;
-    if (next < order.size() && order[next]->offset + order[next]->stored_len > pos + want)
-      want = order[next]->offset + order[next]->stored_len - pos;
+    if (next < order.size()) {
+      uint64_t end = order[next]->offset + order[next]->stored_len;
+      for (size_t k = next + 1; k < order.size(); k++) {
+        uint64_t e = order[k]->offset + order[k]->stored_len;
+        if (e > pos + opts.chunk_bytes || e < end) break;
+        end = e;
+      }
+      if (end > pos) want = end - pos;
+    }
     want = std::min<uint64_t>(want, shard.size - pos);
     auto nb = chunks->Get(pos - keep_from + want);
     if (buf && pos > keep_from)

@@ -1,6 +1,9 @@
 // ThreadPool and TaskGroup.
 #include "stagein/thread_pool.h"
 
+#include <algorithm>
+#include <atomic>
+
 namespace fanstore {
 
 ThreadPool::ThreadPool(size_t threads) {
@@ -66,6 +69,17 @@ void TaskGroup::Add(std::function<void()> task) {
 void TaskGroup::Wait() {
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait(l, [this] { return pending_ == 0; });
+}
+
+void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+  };
+  std::vector<std::thread> extra;
+  for (size_t t = 1; t < std::min(threads, n); t++) extra.emplace_back(worker);
+  worker();
+  for (auto& t : extra) t.join();
 }
 
 }  // namespace fanstore

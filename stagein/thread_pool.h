@@ -50,4 +50,8 @@ class TaskGroup {
   size_t pending_ = 0;
 };
 
+// Runs fn(0) ... fn(n - 1) on `threads` threads (the caller's among them), each taking the
+// next index as it finishes one; returns when all are done.
+void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn);
+
 }  // namespace fanstore
