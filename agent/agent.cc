@@ -525,14 +525,13 @@ void Agent::PrefetchLoop() {
       bool full = false;
       Status st = peers_.FetchShard(
           h, shard, [&](uint32_t i) { return i < entries.size() && entries[i].type == EntryType::kFile ? entries[i].size : UINT64_MAX; },
-          [&](uint32_t i, std::string& data) {
+          [&](uint32_t i, std::string_view data) {
             if (prefetch_stop_ || Xxh3(data) != entries[i].xxh3) return false;
-            auto fd = cache_.Put(Xxh3(entries[i].path), data, /*evict=*/false);
+            auto fd = cache_.Put(Xxh3(entries[i].path), data, /*evict=*/false, /*want_fd=*/false);
             if (!fd.ok()) {
               full = true;
               return false;
             }
-            ::close(*fd);
             prefetched_files_++;
             prefetched_bytes_ += data.size();
             return true;

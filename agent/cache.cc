@@ -48,37 +48,63 @@ uint64_t FileCache::free_bytes() const {
   return capacity_ > used_ ? capacity_ - used_ : 0;
 }
 
-Result<int> FileCache::Put(uint64_t key, std::string_view data, bool evict) {
+Result<int> FileCache::Put(uint64_t key, std::string_view data, bool evict, bool want_fd) {
   if (data.size() > capacity_) return Status::NoSpace("larger than the cache");
+  const std::string path = PathOf(key);
   {
     std::lock_guard<std::mutex> l(mu_);
     if (slots_.count(key)) {
       lru_.splice(lru_.begin(), lru_, slots_[key].pos);
-      int fd = ::open(PathOf(key).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-      if (fd < 0) return Status::FromErrno("cache open", errno);
+      if (!want_fd) return -1;
+      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) return Status::FromErrno("cache open " + path, errno);
       return fd;
     }
     if (!evict && used_ + data.size() > capacity_) return Status::NoSpace("cache full");
     EvictLocked(data.size());
     used_ += data.size();  // reserved while writing
   }
-  const std::string path = PathOf(key), tmp = path + ".tmp";
   auto undo = [&](Status s) -> Result<int> {
-    ::unlink(tmp.c_str());
     std::lock_guard<std::mutex> l(mu_);
     used_ -= data.size();
     return s;
   };
-  UniqueFD w(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0400));
-  if (!w.valid()) return undo(Status::FromErrno("cache create " + tmp, errno));
-  Status s = WriteFull(w.get(), data.data(), data.size(), tmp);
-  if (!s.ok()) return undo(s);
-  UniqueFD r(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!r.valid() || ::rename(tmp.c_str(), path.c_str()) != 0) return undo(Status::FromErrno("cache rename " + tmp, errno));
-  std::lock_guard<std::mutex> l(mu_);
-  lru_.push_front(key);
-  slots_[key] = Slot{lru_.begin(), data.size()};
-  return r.Release();
+  // An unnamed file (O_TMPFILE), linked under its name once complete: clients, which open
+  // cache files by name, never see a partial file, and two writers of one key cannot collide.
+  // Where the file system has no O_TMPFILE, a uniquely named file renamed into place.
+  std::string tmp;
+  UniqueFD w(::open(dir_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0400));
+  if (!w.valid() && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    tmp = path + "." + std::to_string(tmp_seq_.fetch_add(1)) + ".tmp";
+    w.Reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400));
+  }
+  if (!w.valid()) return undo(Status::FromErrno("cache create in " + dir_, errno));
+  auto fail = [&](Status s) {
+    if (!tmp.empty()) ::unlink(tmp.c_str());
+    return undo(s);
+  };
+  Status s = WriteFull(w.get(), data.data(), data.size(), path);
+  if (!s.ok()) return fail(s);
+  char self[64];
+  std::snprintf(self, sizeof self, "/proc/self/fd/%d", w.get());
+  int rc = tmp.empty() ? ::linkat(AT_FDCWD, self, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW)
+                       : ::rename(tmp.c_str(), path.c_str());
+  const bool raced = rc != 0 && errno == EEXIST;  // another writer linked the same bytes first
+  if (rc != 0 && !raced) return fail(Status::FromErrno("cache link " + path, errno));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (raced || slots_.count(key)) {
+      used_ -= data.size();
+    } else {
+      lru_.push_front(key);
+      slots_[key] = Slot{lru_.begin(), data.size()};
+    }
+  }
+  if (!want_fd) return -1;
+  // A read-only descriptor of the file just written, whatever happens to the name meanwhile.
+  int fd = ::open(self, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("cache reopen " + path, errno);
+  return fd;
 }
 
 uint64_t FileCache::used() const {

@@ -4,6 +4,7 @@
 // that has it open keeps reading it. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <mutex>
@@ -25,8 +26,9 @@ class FileCache {
   // Stores `data` under `key`, evicting the least recently used files to make room, and
   // returns an open read-only descriptor. Fails when the data cannot be cached (larger than
   // the capacity, or the disk is full); the caller then serves it another way.
-  // With evict = false, fails instead of evicting (prefetch must not push out what was read).
-  Result<int> Put(uint64_t key, std::string_view data, bool evict = true);
+  // With evict = false, fails instead of evicting (prefetch must not push out what was read);
+  // with want_fd = false, returns -1 instead of a descriptor.
+  Result<int> Put(uint64_t key, std::string_view data, bool evict = true, bool want_fd = true);
   uint64_t free_bytes() const;
   uint64_t used() const;
   uint64_t capacity() const { return capacity_; }
@@ -46,6 +48,7 @@ class FileCache {
   };
   std::unordered_map<uint64_t, Slot> slots_;
   uint64_t used_ = 0, evictions_ = 0;
+  std::atomic<uint64_t> tmp_seq_{0};
 };
 
 }  // namespace fanstore::agent

@@ -29,10 +29,10 @@ constexpr int kIoTimeoutSec = 3;  // per recv/send without progress, not per tra
 constexpr auto kDownFor = std::chrono::seconds(10);
 constexpr uint32_t kMaxCred = 4096;
 
-bool SendAll(int fd, const void* buf, size_t len) {
+bool SendAll(int fd, const void* buf, size_t len, int flags = 0) {
   const char* p = static_cast<const char*>(buf);
   while (len) {
-    ssize_t w = ::send(fd, p, len, MSG_NOSIGNAL);
+    ssize_t w = ::send(fd, p, len, MSG_NOSIGNAL | flags);
     if (w < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -54,6 +54,38 @@ bool RecvAll(int fd, void* buf, size_t len) {
   }
   return true;
 }
+
+// Receives a stream into one growing buffer and hands out contiguous pieces of it.
+class RecvBuffer {
+ public:
+  explicit RecvBuffer(int fd) : fd_(fd) {}
+  // The next n bytes, valid until the next call; nullptr when the connection ends first.
+  const char* Take(size_t n) {
+    if (end_ - pos_ < n) {
+      // Move what is left to the front, make room for n, and receive at least the rest.
+      std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
+      end_ -= pos_;
+      pos_ = 0;
+      if (buf_.size() < std::max(n, kMin)) buf_.resize(std::max(n, kMin));
+      while (end_ < n) {
+        ssize_t r = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return nullptr;
+        end_ += static_cast<size_t>(r);
+      }
+    }
+    const char* p = buf_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  size_t buffered() const { return end_ - pos_; }
+
+ private:
+  static constexpr size_t kMin = 4u << 20;
+  int fd_;
+  std::vector<char> buf_;
+  size_t pos_ = 0, end_ = 0;
+};
 
 void SetIoTimeouts(int fd) {
   struct timeval tv = {kIoTimeoutSec, 0};
@@ -258,7 +290,8 @@ void PeerServer::ServeOne(int conn) {
 bool PeerServer::SendFile(int conn, uint32_t op, uint32_t entry, int fd, uint64_t size) {
   UniqueFD file(fd);
   PeerReply rp{kPeerMagic, op, 0, entry, size};
-  if (!SendAll(conn, &rp, sizeof rp)) return false;
+  // MSG_MORE: the header goes out with the first bytes of the file, not as a packet of its own.
+  if (!SendAll(conn, &rp, sizeof rp, size ? MSG_MORE : 0)) return false;
   off_t off = 0;
   while (static_cast<uint64_t>(off) < size) {
     ssize_t w = ::sendfile(conn, file.get(), &off, size - off);
@@ -386,7 +419,7 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
 }
 
 Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function<uint64_t(uint32_t)>& size_of,
-                              const std::function<bool(uint32_t, std::string&)>& fn) {
+                              const std::function<bool(uint32_t, std::string_view)>& fn) {
   auto fd = Connect(rank);
   if (!fd.ok()) return fd.status();
   UniqueFD conn(*fd);
@@ -396,27 +429,32 @@ Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function
     MarkDown(rank);
     return Status::IOError(who + ": connection lost");
   }
-  std::string data;
+  // Headers and files are taken from one large buffer, refilled with whatever the socket has:
+  // a few receives per megabyte instead of two or three per file.
+  RecvBuffer in(conn.get());
   while (true) {
     PeerReply rp;
-    if (!RecvAll(conn.get(), &rp, sizeof rp) || rp.magic != kPeerMagic || rp.op != kPeerGetShard) {
+    const char* hdr = in.Take(sizeof rp);
+    if (hdr) std::memcpy(&rp, hdr, sizeof rp);
+    if (!hdr || rp.magic != kPeerMagic || rp.op != kPeerGetShard) {
       MarkDown(rank);
       return Status::IOError(who + ": connection lost during a shard transfer");
     }
     if (rp.pad == kEndOfShard) {
-      Release(rank, conn.Release());
+      // Nothing may follow the end marker; a stray byte means a confused peer.
+      if (in.buffered() == 0) Release(rank, conn.Release());
       return rp.status == 0 ? Status::OK() : Status::FromErrno(who + ": shard " + std::to_string(shard), rp.status);
     }
     if (rp.len != size_of(rp.pad)) {
       MarkDown(rank);
       return Status::Corruption(who + " sent a file of the wrong size");
     }
-    data.resize(rp.len);
-    if (!RecvAll(conn.get(), data.data(), data.size())) {
+    const char* data = in.Take(rp.len);
+    if (!data) {
       MarkDown(rank);
       return Status::IOError(who + ": connection lost mid-transfer");
     }
-    if (!fn(rp.pad, data)) return Status::Aborted("shard transfer stopped");  // connection dropped
+    if (!fn(rp.pad, std::string_view(data, rp.len))) return Status::Aborted("shard transfer stopped");  // connection dropped
   }
 }
 

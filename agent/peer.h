@@ -98,7 +98,7 @@ class PeerClient {
   // index order, and may stop the stream by returning false. `size_of(entry)` bounds what the
   // peer may send.
   Status FetchShard(uint32_t rank, uint32_t shard, const std::function<uint64_t(uint32_t)>& size_of,
-                    const std::function<bool(uint32_t, std::string&)>& fn);
+                    const std::function<bool(uint32_t, std::string_view)>& fn);
   bool IsDown(uint32_t rank);
 
  private:

@@ -124,10 +124,10 @@ def plots(res, d):
                 continue
             arms = w["arms"]
             base = "native" if "native" in arms else ("cat" if "cat" in arms else next(iter(arms)))
-            if wid == "R4-prefetch":
-                base = "native_2"
+            if wid == "R4-first":
+                base = "native_first"
             fs = {"R4-first": "fanstore_first", "R4-repeat": "fanstore_repeat",
-                  "R4-prefetch": "fanstore_first_prefetched"}.get(wid, "fanstore")
+                  "R4-demand": "fanstore_demand"}.get(wid, "fanstore")
             if fs not in arms:
                 continue
             m = lambda a: sorted(s[key] for s in arms[a] if not s.get("warmup") and key in s)
@@ -152,7 +152,7 @@ def plots(res, d):
         plt.close(fig)
         made.append((fname, title))
 
-    bars(["R1", "R2", "R3", "R4-first", "R4-repeat", "R4-prefetch", "R5"], "files_per_s", "files/s", "files_per_s.png",
+    bars(["R1", "R2", "R3", "R4-first", "R4-repeat", "R4-demand", "R5"], "files_per_s", "files/s", "files_per_s.png",
          "Whole-file reads: files/s (median), baseline = native local")
     bars(["R1", "R2", "R3", "R5", "S1", "S1-local", "S2", "P1", "V1"], "mb_per_s", "MB/s", "mb_per_s.png",
          "MB/s (median): reads vs native, stage-in vs cat, pack vs tar|zstd, verify vs cat")
