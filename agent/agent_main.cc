@@ -1,5 +1,6 @@
 // fanstore-agent: one per node per job. Started by the SPANK plugin as a PMIx job step, or by
 // `fanstore run` on one machine. Runs as the job user.
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include "agent/agent.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/unique_fd.h"
 #include "stagein/pack.h"
 
 namespace {
@@ -23,7 +25,7 @@ const char kHelp[] =
     "Usage: fanstore-agent --dataset DS.fs --local-dir DIR --run-dir DIR --mount PATH\n"
     "                      [--bootstrap auto|single|pmix] [--replicas N|all] [--threads N]\n"
     "                      [--cache-size SIZE] [--no-peers] [--no-prefetch] [--node-name NAME]\n"
-    "                      [--job-id ID]\n"
+    "                      [--job-id ID] [--stats-out FILE]\n"
     "                      [--verbose|--quiet]\n"
     "\n"
     "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
@@ -44,9 +46,22 @@ const char kHelp[] =
     "  --no-peers         read files held elsewhere straight from the dataset directory\n"
     "  --no-prefetch      fetch remote files one by one only; by default the first use of a\n"
     "                     remote shard streams the whole shard into the cache when it fits\n"
+    "  --stats-out FILE   at shutdown, append this agent's final counters to FILE as one line\n"
+    "                     of JSON (`fanstore stats FILE` summarises the lines of all nodes)\n"
     "\n"
     "status.json in the run directory reads {\"state\": \"staging|ready|failed\", \"error\": ...}.\n"
     "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage.\n";
+
+// One write with O_APPEND: the lines of several nodes appending to one shared file do not mix.
+fanstore::Status AppendLine(const std::string& path, std::string line) {
+  line += '\n';
+  fanstore::UniqueFD fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd.valid()) return fanstore::Status::FromErrno("open " + path, errno);
+  ssize_t w = ::write(fd.get(), line.data(), line.size());
+  if (w != static_cast<ssize_t>(line.size()))
+    return fanstore::Status::FromErrno("write " + path, w < 0 ? errno : ENOSPC);
+  return fanstore::Status::OK();
+}
 
 int Usage(const std::string& err) {
   std::fprintf(stderr, "fanstore-agent: %s\n\n%s", err.c_str(), kHelp);
@@ -58,6 +73,7 @@ int Usage(const std::string& err) {
 int main(int argc, char** argv) {
   using namespace fanstore;
   agent::Config cfg;
+  std::string stats_out;
   static const option kOpts[] = {{"dataset", required_argument, nullptr, 'd'},
                                  {"local-dir", required_argument, nullptr, 'l'},
                                  {"run-dir", required_argument, nullptr, 'r'},
@@ -72,6 +88,7 @@ int main(int argc, char** argv) {
                                  {"cache-size", required_argument, nullptr, 'c'},
                                  {"no-peers", no_argument, nullptr, 'P'},
                                  {"no-prefetch", no_argument, nullptr, 'N'},
+                                 {"stats-out", required_argument, nullptr, 'S'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
@@ -102,6 +119,7 @@ int main(int argc, char** argv) {
         break;
       case 'P': cfg.peers = false; break;
       case 'N': cfg.prefetch = false; break;
+      case 'S': stats_out = optarg; break;
       case 'h': std::fputs(kHelp, stdout); return 0;
       default: return Usage("bad option");
     }
@@ -153,7 +171,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  LOG_INFO("shutting down; stats: %s", a.StatsJson().c_str());
+  const std::string stats = a.StatsJson();
+  LOG_INFO("shutting down; stats: %s", stats.c_str());
+  if (!stats_out.empty()) {
+    Status ws = AppendLine(stats_out, stats);
+    if (!ws.ok()) LOG_WARN("final counters not saved: %s", ws.ToString().c_str());
+  }
   a.Shutdown();
   return 0;
 }

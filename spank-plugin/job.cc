@@ -66,6 +66,8 @@ Status CheckUserOptions(const UserOptions& opts) {
   if (!opts.replicas.empty() && !IsValidReplicas(opts.replicas))
     return Status::InvalidArgument("--fanstore-replicas=" + opts.replicas +
                                    ": must be 'all' or a number from 1 to 65535");
+  if (!opts.stats.empty() && opts.stats.back() == '/')
+    return Status::InvalidArgument("--fanstore-stats=" + opts.stats + ": must name a file, or be 'none'");
   return DatasetName(opts.dataset).status();
 }
 
@@ -151,10 +153,31 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
     argv.push_back("--replicas");
     argv.push_back(s.replicas);
   }
+  if (!s.stats_out.empty()) {
+    argv.push_back("--stats-out");
+    argv.push_back(s.stats_out);
+  }
   return argv;
 }
 
-Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job, uint32_t nodes) {
+std::string ResolveStatsFile(const UserOptions& opts, uint32_t job, const std::string& submit_dir) {
+  if (opts.stats == "none") return "";
+  const std::string tmpl = opts.stats.empty() ? kDefaultStatsFile : opts.stats;
+  std::string path;
+  for (size_t i = 0; i < tmpl.size(); i++) {
+    if (tmpl[i] == '%' && i + 1 < tmpl.size() && tmpl[i + 1] == 'j') {
+      path += std::to_string(job);
+      i++;
+    } else {
+      path += tmpl[i];
+    }
+  }
+  if (path.front() == '/') return path;
+  return submit_dir.empty() || submit_dir.front() != '/' ? "" : submit_dir + "/" + path;
+}
+
+Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job, uint32_t nodes,
+                                const std::string& submit_dir) {
   auto mount = ResolveMount(opts, config);
   if (!mount.ok()) return mount.status();
   if (nodes == 0) return Status::InvalidArgument("job " + std::to_string(job) + " has no nodes");
@@ -164,6 +187,7 @@ Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, u
   step.dataset = opts.dataset;
   step.mount = mount.value();
   step.replicas = ResolveReplicas(opts, config);
+  step.stats_out = ResolveStatsFile(opts, job, submit_dir);
   step.job = job;
   step.nodes = nodes;
   return step;

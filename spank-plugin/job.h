@@ -32,12 +32,17 @@ inline constexpr const char* kEnvAgentRunDir = env::kAgentRunDir;
 inline constexpr char kOptionEnvMarker[] = "_SLURM_SPANK_OPTION_fanstore_";
 inline constexpr char kAgentStepName[] = "fanstore-agent";
 
-// What the user asked for, from --fanstore, --fanstore-mount and --fanstore-replicas.
+// What the user asked for, from --fanstore, --fanstore-mount, --fanstore-replicas and
+// --fanstore-stats.
 struct UserOptions {
   std::string dataset;   // empty: FanStore is not used by this job
   std::string mount;     // empty: <mount_prefix>/<NAME>
   std::string replicas;  // empty: the plugstack default (replicas=, itself 1 by default)
+  std::string stats;     // empty: kDefaultStatsFile; "none": no file
 };
+
+// Where the agents append their final counters at job end, relative to the submit directory.
+inline constexpr char kDefaultStatsFile[] = "fanstore-%j.stats";
 
 // Who and where: filled from Slurm in the remote, local and job-script contexts.
 struct JobIdentity {
@@ -76,13 +81,18 @@ std::string LaunchLock(const Config& config, const JobIdentity& id);
 // agent step (the same code computes them for the epilog).
 struct AgentStep {
   std::string srun, agent, dataset, mount, replicas;
+  std::string stats_out;  // the agents' --stats-out; empty: none
   uint32_t job = 0;
   uint32_t nodes = 0;
 };
 std::vector<std::string> AgentStepArgv(const AgentStep& step);
 // The agent step of `job` on `nodes` nodes for the user's options under the admin's config.
+// submit_dir (SLURM_SUBMIT_DIR) anchors a relative --fanstore-stats.
 [[nodiscard]] Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job,
-                                              uint32_t nodes);
+                                              uint32_t nodes, const std::string& submit_dir);
+// The stats file for the agents: --fanstore-stats (or the default) with %j expanded, made absolute
+// against submit_dir; "" for none, or when a relative path has no submit directory to go with.
+std::string ResolveStatsFile(const UserOptions& opts, uint32_t job, const std::string& submit_dir);
 
 // The agent step's environment, from the launching environment: without our LD_PRELOAD entry, the
 // FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and with

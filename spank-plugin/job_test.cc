@@ -119,14 +119,14 @@ TEST(JobTest, AgentStepFromOptionsAndConfig) {
   c.replicas = "2";
   UserOptions o;
   o.dataset = "/pfs/ds.fs";
-  auto s = MakeAgentStep(c, o, 9, 3);
+  auto s = MakeAgentStep(c, o, 9, 3, "");
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->mount, "/fanstore/ds");
   EXPECT_EQ(s->replicas, "2");
   EXPECT_EQ(s->agent, c.agent);
   EXPECT_EQ(s->srun, c.srun);
   EXPECT_EQ(s->nodes, 3u);
-  EXPECT_FALSE(MakeAgentStep(c, o, 9, 0).ok());
+  EXPECT_FALSE(MakeAgentStep(c, o, 9, 0, "").ok());
 }
 
 // The agent step's shell, run with a stand-in agent that writes STATE to status.json and exits with
@@ -178,16 +178,37 @@ TEST(JobTest, AgentWrapperKeepsPeersOfADeadAgent) {
 TEST(JobTest, AgentStepSplitsByDefault) {
   UserOptions o;
   o.dataset = "/pfs/ds.fs";
-  auto s = MakeAgentStep(TestConfig(), o, 9, 3);
+  o.stats = "none";
+  auto s = MakeAgentStep(TestConfig(), o, 9, 3, "/home/u");
   ASSERT_TRUE(s.ok());
   const auto argv = AgentStepArgv(s.value());
   ASSERT_GE(argv.size(), 2u);
   EXPECT_EQ(argv[argv.size() - 2], "--replicas");
   EXPECT_EQ(argv.back(), "1");
   o.replicas = "all";
-  s = MakeAgentStep(TestConfig(), o, 9, 3);
+  s = MakeAgentStep(TestConfig(), o, 9, 3, "/home/u");
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(AgentStepArgv(s.value()).back(), "all");
+}
+
+TEST(JobTest, StatsFileDefaultsToTheSubmitDirectory) {
+  UserOptions o;
+  o.dataset = "/pfs/ds.fs";
+  EXPECT_EQ(ResolveStatsFile(o, 42, "/home/u/run"), "/home/u/run/fanstore-42.stats");
+  EXPECT_EQ(ResolveStatsFile(o, 42, ""), "");  // relative without a submit directory: none
+  o.stats = "out/%j-%x.json";
+  EXPECT_EQ(ResolveStatsFile(o, 42, "/home/u"), "/home/u/out/42-%x.json");
+  o.stats = "/scratch/s.%j";
+  EXPECT_EQ(ResolveStatsFile(o, 7, ""), "/scratch/s.7");
+  auto s = MakeAgentStep(TestConfig(), o, 7, 2, "/home/u");
+  ASSERT_TRUE(s.ok());
+  const auto argv = AgentStepArgv(s.value());
+  EXPECT_EQ(argv[argv.size() - 2], "--stats-out");
+  EXPECT_EQ(argv.back(), "/scratch/s.7");
+  o.stats = "none";
+  EXPECT_EQ(ResolveStatsFile(o, 7, "/home/u"), "");
+  o.stats = "dir/";
+  EXPECT_FALSE(CheckUserOptions(o).ok());
 }
 
 TEST(JobTest, AgentStepEnvironmentIsClean) {

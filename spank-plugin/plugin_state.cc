@@ -10,7 +10,7 @@
 namespace fanstore::spank {
 namespace {
 
-enum OptionId { kOptDataset = 0, kOptMount = 1, kOptReplicas = 2 };
+enum OptionId { kOptDataset = 0, kOptMount = 1, kOptReplicas = 2, kOptStats = 3 };
 
 std::string StripTrailingSlashes(std::string s) {
   while (s.size() > 1 && s.back() == '/') s.pop_back();
@@ -39,6 +39,7 @@ int OptionCallback(int val, const char* optarg, int /*remote*/) noexcept {
       case kOptDataset: return SetOption(&o.dataset, "fanstore", StripTrailingSlashes(v));
       case kOptMount: return SetOption(&o.mount, "fanstore-mount", StripTrailingSlashes(v));
       case kOptReplicas: return SetOption(&o.replicas, "fanstore-replicas", v);
+      case kOptStats: return SetOption(&o.stats, "fanstore-stats", v);
       default: return -1;
     }
   } catch (...) {
@@ -59,6 +60,10 @@ struct spank_option g_options[] = {
     {const_cast<char*>("fanstore-mount"), const_cast<char*>("PATH"), nullptr, 1, kOptMount, OptionCallback},
     {const_cast<char*>("fanstore-replicas"), const_cast<char*>("N|all"),
      const_cast<char*>("[fanstore] how many nodes hold each shard: N, or all (default: 1, or the site's)"), 1, kOptReplicas, OptionCallback},
+    {const_cast<char*>("fanstore-stats"), const_cast<char*>("FILE|none"),
+     const_cast<char*>("[fanstore] at job end every node appends its FanStore counters to FILE (%j: job id; "
+                       "relative to the submit directory; default fanstore-%j.stats); `fanstore stats FILE` "
+                       "summarises them"), 1, kOptStats, OptionCallback},
 };
 
 }  // namespace

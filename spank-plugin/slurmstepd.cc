@@ -49,7 +49,7 @@ Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& 
   uint32_t nodes = 0;
   if (auto n = JobGetenv(sp, "SLURM_JOB_NUM_NODES")) nodes = static_cast<uint32_t>(std::strtoul(n->c_str(), nullptr, 10));
   if (nodes == 0) return Status::IOError("SLURM_JOB_NUM_NODES is not set in the batch step");  // S_JOB_NNODES is 0 here
-  auto step = MakeAgentStep(s.config, s.options, id.job, nodes);
+  auto step = MakeAgentStep(s.config, s.options, id.job, nodes, JobGetenv(sp, "SLURM_SUBMIT_DIR").value_or(""));
   if (!step.ok()) return step.status();
   auto pid = Spawn(AgentStepArgv(step.value()), AgentStepEnv(JobEnvironment(sp), s.config.preload), &creds,
                    LaunchLog(s.config, id));

@@ -65,7 +65,7 @@ int SrunLocalUserInit(spank_t sp, int ac, char** av) {
   uint32_t nodes = 0;
   if (auto n = ProcessGetenv("SLURM_JOB_NUM_NODES")) nodes = static_cast<uint32_t>(std::strtoul(n->c_str(), nullptr, 10));
   if (nodes == 0 && spank_get_item(sp, S_JOB_NNODES, &nodes) != ESPANK_SUCCESS) nodes = 0;
-  auto step = MakeAgentStep(s.config, s.options, id.job, nodes);
+  auto step = MakeAgentStep(s.config, s.options, id.job, nodes, ProcessGetenv("SLURM_SUBMIT_DIR").value_or(""));
   if (!step.ok()) {
     LogError(kPhase, step.status().message());
     return -1;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <ctime>
 #include <string>
 #include <vector>
@@ -443,17 +444,100 @@ int CmdInfo(int argc, char** argv) {
 }
 
 const char kStatsHelp[] =
-    "Usage: fanstore stats [--json]\n"
+    "Usage: fanstore stats [--json] [FILE]\n"
     "\n"
-    "Asks this node's agent (the one named by $FANSTORE_SOCKET, set in every task of a FanStore\n"
-    "job and under `fanstore run`) for its counters: files and bytes staged, stage-in and\n"
-    "metadata-exchange times, and opens and bytes by source (local, cached, remote, fallback).\n"
-    "In a job script, `srun --ntasks-per-node=1 fanstore stats` prints them for every node.\n";
+    "Without FILE, asks this node's agent (the one named by $FANSTORE_SOCKET, set in every task\n"
+    "of a FanStore job and under `fanstore run`) for its counters: files and bytes staged,\n"
+    "stage-in and metadata-exchange times, and opens and bytes by source (local, cached,\n"
+    "remote, fallback). In a job script, `srun --ntasks-per-node=1 fanstore stats` prints them\n"
+    "for every node.\n"
+    "\n"
+    "With FILE, summarises the final counters the agents saved at job end (one JSON line per\n"
+    "node; by default fanstore-JOBID.stats in the job's submit directory, see\n"
+    "--fanstore-stats): every node, then the job's totals.\n"
+    "\n"
+    "  --json   print the raw counters (with FILE: a JSON array of the nodes' counters)\n";
+
+double Num(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0.0; }
+// obj[k] as a number; 0 when absent.
+double At(const nlohmann::json& obj, const char* k) { return obj.is_object() && obj.contains(k) ? Num(obj[k]) : 0.0; }
+
+// Opens and bytes by source.
+void PrintSources(const nlohmann::json& o, const nlohmann::json& b) {
+  std::printf("  opens: %.0f local, %.0f cached, %.0f from peers, %.0f from the dataset, %.0f errors\n",
+              At(o, "local"), At(o, "cached"), At(o, "remote"), At(o, "fallback"), At(o, "errors"));
+  std::printf("  bytes: %s local, %s cached, %s from peers, %s from the dataset\n", HumanBytes(At(b, "local")).c_str(),
+              HumanBytes(At(b, "cached")).c_str(), HumanBytes(At(b, "remote")).c_str(),
+              HumanBytes(At(b, "fallback")).c_str());
+}
+
+void PrintNodeStats(const nlohmann::json& j) {
+  std::printf("%s (rank %d of %d): staged %s (%.0f files, %.0f shards) in %.2f s; metadata exchange %.3f s\n",
+              j.value("node", "?").c_str(), static_cast<int>(At(j, "rank")), static_cast<int>(At(j, "size")),
+              HumanBytes(At(j, "bytes_staged")).c_str(), At(j, "files_staged"), At(j, "shards_staged"),
+              At(j, "stage_in_seconds"), At(j, "exchange_seconds"));
+  PrintSources(j.value("opens", nlohmann::json::object()), j.value("bytes", nlohmann::json::object()));
+}
+
+// Sums the numbers of `from` into `into`, key by key (nested objects too).
+void AddCounters(nlohmann::json& into, const nlohmann::json& from) {
+  if (!into.is_object()) into = nlohmann::json::object();
+  for (auto it = from.begin(); it != from.end(); ++it) {
+    if (it.value().is_number() && (!into.contains(it.key()) || into[it.key()].is_number()))
+      into[it.key()] = Num(into.value(it.key(), nlohmann::json(0))) + Num(it.value());
+    else if (it.value().is_object())
+      AddCounters(into[it.key()], it.value());
+  }
+}
+
+int StatsFromFile(const std::string& path, bool json) {
+  std::ifstream in(path);
+  if (!in) return Fail(Status::FromErrno("open " + path, errno));
+  nlohmann::json nodes = nlohmann::json::array();
+  std::string line;
+  for (int n = 1; std::getline(in, line); n++) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      return Fail(Status::Corruption(path + ":" + std::to_string(n) + ": not a line of agent counters"));
+    nodes.push_back(std::move(j));
+  }
+  if (nodes.empty()) return Fail(Status::Corruption(path + ": no agent counters in it"));
+  if (json) {
+    std::printf("%s\n", nodes.dump().c_str());
+    return kExitOk;
+  }
+  nlohmann::json total = nlohmann::json::object();
+  for (const auto& j : nodes) {
+    PrintNodeStats(j);
+    nlohmann::json counters = {{"bytes_staged", j.value("bytes_staged", nlohmann::json(0))},
+                               {"files_staged", j.value("files_staged", nlohmann::json(0))},
+                               {"shards_staged", j.value("shards_staged", nlohmann::json(0))},
+                               {"opens", j.value("opens", nlohmann::json::object())},
+                               {"bytes", j.value("bytes", nlohmann::json::object())}};
+    AddCounters(total, counters);
+  }
+  double slowest = 0;
+  for (const auto& j : nodes) slowest = std::max(slowest, At(j, "stage_in_seconds"));
+  std::printf("job total, %zu node%s: staged %s (%.0f files) in %.2f s (slowest node)\n", nodes.size(),
+              nodes.size() == 1 ? "" : "s", HumanBytes(At(total, "bytes_staged")).c_str(), At(total, "files_staged"), slowest);
+  PrintSources(total["opens"], total["bytes"]);
+  return kExitOk;
+}
 
 int CmdStats(int argc, char** argv) {
   if (WantsHelp(argc, argv)) return Help(kStatsHelp);
-  bool json = argc == 2 && !std::strcmp(argv[1], "--json");
-  if (argc > 2 || (argc == 2 && !json)) return Usage(kStatsHelp, "stats takes only --json");
+  bool json = false;
+  std::string file;
+  for (int i = 1; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--json"))
+      json = true;
+    else if (argv[i][0] == '-' || !file.empty())
+      return Usage(kStatsHelp, std::string("unexpected argument '") + argv[i] + "'");
+    else
+      file = argv[i];
+  }
+  if (!file.empty()) return StatsFromFile(file, json);
   const char* sock = std::getenv(env::kSocket);
   if (!sock || !*sock) return Fail(Status::NotFound(std::string(env::kSocket) + " is not set: not inside a FanStore job"));
   int fd = proto::Connect(sock, 10000);
@@ -468,21 +552,10 @@ int CmdStats(int argc, char** argv) {
   if (rc != 0) return Fail(Status::FromErrno("agent socket " + std::string(sock), -rc));
   auto j = nlohmann::json::parse(buf.substr(0, rep.len), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Fail(Status::Corruption("the agent sent bad stats"));
-  if (json) {
+  if (json)
     std::printf("%s\n", j.dump().c_str());
-    return kExitOk;
-  }
-  auto num = [&](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0.0; };
-  const auto& o = j["opens"];
-  const auto& b = j["bytes"];
-  std::printf("%s (rank %d of %d): staged %s (%.0f files, %.0f shards) in %.2f s; metadata exchange %.3f s\n",
-              j.value("node", "?").c_str(), static_cast<int>(num(j["rank"])), static_cast<int>(num(j["size"])),
-              HumanBytes(num(j["bytes_staged"])).c_str(), num(j["files_staged"]), num(j["shards_staged"]),
-              num(j["stage_in_seconds"]), num(j["exchange_seconds"]));
-  std::printf("opens: %.0f local, %.0f cached, %.0f from peers, %.0f from the dataset, %.0f errors\n", num(o["local"]),
-              num(o["cached"]), num(o["remote"]), num(o["fallback"]), num(o["errors"]));
-  std::printf("bytes: %s local, %s cached, %s from peers, %s from the dataset\n", HumanBytes(num(b["local"])).c_str(),
-              HumanBytes(num(b["cached"])).c_str(), HumanBytes(num(b["remote"])).c_str(), HumanBytes(num(b["fallback"])).c_str());
+  else
+    PrintNodeStats(j);
   return kExitOk;
 }
 

@@ -200,11 +200,21 @@ srun -N2 --ntasks-per-node=1 bash -c '
 EOF
   chmod 0755 "$jd/job.sh"
   t0=$(now)
-  j=$(asu env JD="$jd" sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --export=ALL \
+  # Submitted from $jd, so that the default --fanstore-stats file lands there.
+  j=$(cd "$jd" && asu env JD="$jd" sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --export=ALL \
         --fanstore="$ds" "$jd/job.sh" 2>&1) || { bad "sbatch failed: $j"; return; }
   st=$(wait_job "$j")
   job_output "$jd/out.$j"
   [[ $st == COMPLETED ]] && ok "2-node job $j completed" || bad "job $j ended $st"
+  # Job end: every node's agent appends its final counters to fanstore-JOB.stats.
+  local sf="$jd/fanstore-$j.stats" sum
+  for _ in $(seq 150); do [[ -f $sf && $(wc -l <"$sf") -ge 2 ]] && break; sleep 0.2; done
+  if [[ -f $sf && $(wc -l <"$sf") -eq 2 ]] && sum=$("$BUILD/bin/fanstore" stats "$sf" 2>&1) &&
+     grep -q '^job total, 2 nodes' <<<"$sum" && [[ $(stat -c %U "$sf") == "$TUSER" ]]; then
+    ok "job end: both agents saved their counters (owned by the job user); fanstore stats sums them: $(grep -A1 '^job total' <<<"$sum" | tail -1 | sed 's/^ *//')"
+  else
+    bad "job end: no summary of 2 nodes in $sf: $(cat "$sf" 2>&1 | head -3) / $sum"
+  fi
   local n start
   for n in node1 node2; do
     if [[ -s $jd/md5.$n ]] && diff -u "$jd/expected" "$jd/md5.$n" >/dev/null; then
