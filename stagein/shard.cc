@@ -49,18 +49,27 @@ Status FrameDecoder::Decode(const IndexEntry& e, std::string_view stored, std::s
     unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
     if (content == ZSTD_CONTENTSIZE_ERROR || content != e.size)
       return fail("not a zstd frame of " + Num(e.size) + " bytes");
-    scratch->resize(e.size);
+    char* out;
+    if (scratch) {
+      scratch->resize(e.size);
+      out = scratch->data();
+    } else {
+      if (buf_cap_ < e.size) {
+        buf_cap_ = std::max<size_t>(e.size, 64u << 10);
+        buf_.reset(new char[buf_cap_]);
+      }
+      out = buf_.get();
+    }
     size_t n;
     if (e.codec == Codec::kZstdDict) {
       if (!dict_ || !dict_->ddict()) return fail("frame needs the dataset's dictionary, which is missing");
-      n = ZSTD_decompress_usingDDict(dctx_, scratch->data(), scratch->size(), stored.data(), stored.size(),
-                                     dict_->ddict());
+      n = ZSTD_decompress_usingDDict(dctx_, out, e.size, stored.data(), stored.size(), dict_->ddict());
     } else {
-      n = ZSTD_decompressDCtx(dctx_, scratch->data(), scratch->size(), stored.data(), stored.size());
+      n = ZSTD_decompressDCtx(dctx_, out, e.size, stored.data(), stored.size());
     }
     if (ZSTD_isError(n)) return fail(std::string("zstd: ") + ZSTD_getErrorName(n));
     if (n != e.size) return fail("decompressed to " + Num(n) + " bytes, expected " + Num(e.size));
-    *raw = std::string_view(scratch->data(), n);
+    *raw = std::string_view(out, n);
   }
   if (Xxh3(raw->data(), raw->size()) != e.xxh3) return fail("content checksum mismatch");
   if (e.type == EntryType::kSymlink && !IsContainedLink(e.path, *raw))
@@ -264,6 +273,40 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
   if (opts.check_file_hash && file_hash.Digest() != opts.expect_file_xxh3)
     return Status::Corruption(shard.path + ": whole-shard checksum differs from the manifest");
   return Status::OK();
+}
+
+Status ScanShards(const std::vector<const ShardFile*>& shards, const std::vector<uint64_t>& expect_xxh3,
+                  ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
+                  const std::atomic<bool>* cancel, const FrameFn& fn) {
+  const size_t n = shards.size(), threads = pool ? pool->size() : 1;
+  auto options = [&](size_t i, ThreadPool* p) {
+    ScanOptions so;
+    so.pool = p;
+    if (!p) so.chunk_bytes = 256u << 10;
+    so.check_file_hash = true;
+    so.expect_file_xxh3 = expect_xxh3[i];
+    so.on_read = on_read;
+    return so;
+  };
+  auto cancelled = [&] { return cancel && cancel->load(); };
+  if (n < threads || threads == 1) {
+    for (size_t i = 0; i < n; i++) {
+      if (cancelled()) return Status::Aborted("cancelled");
+      FS_RETURN_IF_ERROR(ScanShard(*shards[i], options(i, pool), fn));
+    }
+    return Status::OK();
+  }
+  std::vector<Status> results(n);
+  std::atomic<size_t> first_bad{n};
+  ParallelFor(n, threads, [&](size_t i) {
+    if (i > first_bad.load()) return;  // a lower shard already failed: that is the answer
+    results[i] = cancelled() ? Status::Aborted("cancelled") : ScanShard(*shards[i], options(i, nullptr), fn);
+    if (results[i].ok()) return;
+    size_t cur = first_bad.load();
+    while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {
+    }
+  });
+  return first_bad.load() < n ? results[first_bad.load()] : Status::OK();
 }
 
 }  // namespace fanstore::format

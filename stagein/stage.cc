@@ -68,35 +68,31 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
   }
   format::DecoderPool decoders(&dict);
   std::atomic<uint64_t> files{0}, raw{0}, read{0};
-  for (size_t i = 0; i < shards.size(); i++) {
-    const format::ShardFile& sh = *shards[i];
-    if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
-    format::ScanOptions so;
-    so.pool = opts.pool;
-    so.check_file_hash = true;
-    so.expect_file_xxh3 = m.shards[sh.header.shard_id].xxh3;
-    so.on_read = [&](uint64_t n) {
-      read += n;
-      if (opts.on_read) opts.on_read(n);
-    };
-    Status st = format::ScanShard(sh, so, [&](const IndexEntry& e, std::string_view stored) -> Status {
-      if (e.type != EntryType::kFile) return Status::OK();
-      if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
-      std::string scratch;
-      std::string_view data;
-      FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, &scratch, &data));
-      // The local tree is private (0700) and holds no symlinks, so openat of the whole relative
-      // path cannot escape local_root; O_NOFOLLOW|O_EXCL guard the leaf anyway.
-      UniqueFD fd(::openat(root.get(), e.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
-      if (!fd.valid()) return Status::FromErrno("create " + local_root + "/" + e.path, errno);
-      Status ws = WriteFull(fd.get(), data.data(), data.size(), local_root + "/" + e.path);
-      if (!ws.ok()) return ws;
-      files++;
-      raw += e.size;
-      return Status::OK();
-    });
-    if (!st.ok()) return st;
+  std::vector<const format::ShardFile*> list;
+  std::vector<uint64_t> hashes;
+  for (const auto& sh : shards) {
+    list.push_back(sh.get());
+    hashes.push_back(m.shards[sh->header.shard_id].xxh3);
   }
+  Status st = format::ScanShards(list, hashes, opts.pool, [&](uint64_t n) {
+    read += n;
+    if (opts.on_read) opts.on_read(n);
+  }, opts.cancel, [&](const IndexEntry& e, std::string_view stored) -> Status {
+    if (e.type != EntryType::kFile) return Status::OK();
+    if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
+    std::string_view data;
+    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &data));
+    // The local tree is private (0700) and holds no symlinks, so openat of the whole relative
+    // path cannot escape local_root; O_NOFOLLOW|O_EXCL guard the leaf anyway.
+    UniqueFD fd(::openat(root.get(), e.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+    if (!fd.valid()) return Status::FromErrno("create " + local_root + "/" + e.path, errno);
+    Status ws = WriteFull(fd.get(), data.data(), data.size(), local_root + "/" + e.path);
+    if (!ws.ok()) return ws;
+    files++;
+    raw += e.size;
+    return Status::OK();
+  });
+  if (!st.ok()) return opts.cancel && opts.cancel->load() ? Status::Aborted("stage-in cancelled") : st;
   if (stats) {
     stats->shards = shards.size();
     stats->files = files;
