@@ -39,4 +39,7 @@ src_sum=$(runuser -u fsalice -- "$BASE/opt/bin/fanstore" extract "$DS" "$jd/extr
   && find . -type f | LC_ALL=C sort | xargs md5sum | md5sum | cut -c1-32)
 echo "source: checksum of all files: $src_sum"
 rm -rf "$jd/extracted"
+echo "== at job end every node's agent saved its counters in $jd/fanstore-$j.stats:"
+for _ in $(seq 1 100); do [[ -f $jd/fanstore-$j.stats && $(wc -l <"$jd/fanstore-$j.stats") -ge 2 ]] && break; sleep 0.2; done
+"$BASE/opt/bin/fanstore" stats "$jd/fanstore-$j.stats" || true
 [[ $st == COMPLETED ]] && [[ $(grep -c "checksum of all files: $src_sum" "$jd/out.$j") == 2 ]]
