@@ -34,13 +34,20 @@ TEST(Placement, EveryShardHeldRTimesAndBalanced) {
     hi = std::max<uint32_t>(hi, mine.size());
   }
   EXPECT_EQ(total, shards * r);
-  EXPECT_LT(hi - lo, 100u);  // about 500 each
-}
-
-TEST(Placement, AddingANodeMovesFewShards) {
-  uint32_t moved = 0;
-  for (uint32_t s = 0; s < 1000; s++) moved += Holders(s, 8, 1)[0] != Holders(s, 9, 1)[0];
-  EXPECT_LT(moved, 200u);  // about 1/9 move
+  EXPECT_EQ(lo, 500u);
+  EXPECT_EQ(hi, 500u);
+  // Every node has a share as soon as there are as many shards as nodes, and shares differ by
+  // at most one shard.
+  for (uint32_t n : {2u, 3u, 7u})
+    for (uint32_t s = n; s < 3 * n; s++) {
+      size_t a = SIZE_MAX, b = 0;
+      for (uint32_t rank = 0; rank < n; rank++) {
+        a = std::min(a, ShardsOf(rank, s, n, 1).size());
+        b = std::max(b, ShardsOf(rank, s, n, 1).size());
+      }
+      EXPECT_GE(a, 1u);
+      EXPECT_LE(b - a, 1u) << s << " shards on " << n << " nodes";
+    }
 }
 
 }  // namespace

@@ -512,21 +512,17 @@ many_dataset() {
 
 expected_md5() { (cd "$1" && find . -type f | LC_ALL=C sort | while read -r f; do md5sum "$f"; done); }
 
-# fstool placement DS SRC NODES R: one JSON line per rank, as the agents place shards (rendezvous hashing
-# with XXH3 over (shard, rank), as agent/placement.cc): {"rank", "shards", "raw" bytes of their files,
+# fstool placement DS SRC NODES R: one JSON line per rank, as the agents place shards (round robin:
+# shard s on ranks s..s+R-1 mod NODES, as agent/placement.cc): {"rank", "shards", "raw" bytes of their files,
 # "pages" (the same in 4 KiB pages, as a tmpfs counts them), "source_bytes" (their shard files), "files":
 # [{"path", "shard", "file", "offset", "stored", "codec", "size"}]}; then {"nshards", "min_shard_raw",
 # "total_source"}.
 fstool() {
   "$PY" - "$OPT/bin/fanstore" "$@" <<'PY'
-import ctypes, json, os, struct, subprocess, sys
+import json, os, subprocess, sys
 fanstore, cmd, ds, src, size, r = sys.argv[1:7]
 size, r = int(size), int(r)
-lib = ctypes.CDLL("libxxhash.so.0")
-lib.XXH3_64bits.restype = ctypes.c_uint64
-lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-weight = lambda s, k: lib.XXH3_64bits(struct.pack("<II", s, k), 8)
-holders = lambda s: sorted(range(size), key=lambda k: (-weight(s, k), k))[:max(1, min(r, size))]
+holders = lambda s: [(s + k) % size for k in range(max(1, min(r, size)))]
 files = []
 for line in subprocess.run([fanstore, "ls", "-w", ds], capture_output=True, text=True, check=True).stdout.splitlines():
     p = line.rsplit(" ", 4)
@@ -673,7 +669,7 @@ EOF
     read -ra ids <<<"$(tr -d '[],' <<<"$shards")"
     all+=("${ids[@]}")
     [[ $(jget "$status" "['rank']") == "$r" && $shards == "$want" ]] \
-      && ok "$n (rank $r) staged $(wc -w <<<"${shards//,/ }") of 28 shards, as rendezvous placement says: $shards" \
+      && ok "$n (rank $r) staged $(wc -w <<<"${shards//,/ }") of 28 shards, as the placement says: $shards" \
       || bad "$n: rank $(jget "$status" "['rank']"), shards $shards; placement says rank $r holds $want"
     src_bytes=$(jget "$(sed -n "$((r + 1))p" "$jd/placement")" "['source_bytes']")
     n_read=$(jget "$stats" "['bytes_read_from_source']")
