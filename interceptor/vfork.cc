@@ -28,6 +28,7 @@ asm(R"(
   .p2align 4
 vfork:
   .cfi_startproc
+  endbr64
   popq %rdi
   .cfi_adjust_cfa_offset -8
   .cfi_register %rip, %rdi
