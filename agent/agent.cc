@@ -583,28 +583,58 @@ Result<int> Agent::RemoteOpen(const FileRef& ref) {
       mine->done = true;
       mine->cv.notify_all();
     };
-    const char* source = "";
-    auto data = FetchVerified(ref, &source);
-    if (!data.ok()) {
-      finish();
-      return data.status();
+    // The file goes straight into a cache file, or, when the cache cannot hold it (or writing
+    // it fails), into a sealed memfd: never whole into the agent's memory.
+    FileCache::Pending pending;
+    if (cache_.Begin(key, size, /*evict=*/true, &pending).ok()) {
+      bool local_error = false;
+      Status st = FetchInto(ref, pending.fd.get(), &local_error);
+      if (st.ok()) {
+        auto cached = cache_.Commit(&pending, /*want_fd=*/true);
+        finish();
+        if (cached.ok()) return cached;
+        LOG_WARN("cache %s: %s; serving it from memory", index_[ref.shard][ref.entry].path.c_str(),
+                 cached.status().ToString().c_str());
+      } else {
+        cache_.Abort(&pending);
+        if (!local_error) {
+          finish();
+          return st;
+        }
+        LOG_WARN("%s; serving it from memory", st.ToString().c_str());
+      }
     }
-    auto cached = cache_.Put(key, *data);
-    finish();
-    if (cached.ok()) return *cached;
-    // Not cacheable (no space): hand out a sealed in-memory copy.
     UniqueFD mfd(::memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-    if (!mfd.valid()) return Status::FromErrno("memfd_create", errno);
-    FS_RETURN_IF_ERROR(WriteFull(mfd.get(), data->data(), data->size(), "memfd"));
+    if (!mfd.valid()) {
+      finish();
+      return Status::FromErrno("memfd_create", errno);
+    }
+    bool local_error = false;
+    Status st = FetchInto(ref, mfd.get(), &local_error);
+    finish();
+    if (!st.ok()) return st;
     ::fcntl(mfd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
     ::lseek(mfd.get(), 0, SEEK_SET);
     return mfd.Release();
   }
 }
 
-// From a holder (replicas in an order that spreads load), then from the dataset directory.
-Result<std::string> Agent::FetchVerified(const FileRef& ref, const char** source) {
+// Writes the file's verified content to `out`, from a holder (replicas in an order that spreads
+// load), then from the dataset directory; `out` is rewound before every attempt. A failure to
+// write `out` ends the attempts and sets *local_error.
+Status Agent::FetchInto(const FileRef& ref, int out, bool* local_error) {
   const IndexEntry& e = index_[ref.shard][ref.entry];
+  Status write_status;
+  auto sink = [&](std::string_view piece) {
+    write_status = WriteFull(out, piece.data(), piece.size(), "the copy of '" + e.path + "'");
+    return write_status;
+  };
+  auto rewind = [&] {
+    if (::ftruncate(out, 0) == 0 && ::lseek(out, 0, SEEK_SET) == 0) return true;
+    write_status = Status::FromErrno("rewind the copy of '" + e.path + "'", errno);
+    *local_error = true;
+    return false;
+  };
   const uint32_t size = boot_->size();
   auto holders = Holders(ref.shard, size, cfg_.replicas == 0 ? size : cfg_.replicas);
   if (cfg_.peers && size > 1) {
@@ -612,33 +642,47 @@ Result<std::string> Agent::FetchVerified(const FileRef& ref, const char** source
     for (size_t k = 0; k < n; k++) {
       uint32_t h = holders[(ref.entry + boot_->rank() + k) % n];
       if (h == boot_->rank() || peers_.IsDown(h)) continue;  // a down peer was counted once
-      std::string data;
-      Status st = peers_.Fetch(h, ref.shard, ref.entry, e.size, &data);
-      if (st.ok() && Xxh3(data) != e.xxh3)
+      if (!rewind()) return write_status;
+      Xxh3Stream hash;
+      write_status = Status::OK();
+      Status st = peers_.Fetch(h, ref.shard, ref.entry, e.size, [&](std::string_view piece) {
+        hash.Update(piece.data(), piece.size());
+        return sink(piece);
+      });
+      if (!write_status.ok()) {
+        *local_error = true;
+        return write_status;
+      }
+      if (st.ok() && hash.Digest() != e.xxh3)
         st = Status::Corruption("peer " + std::to_string(h) + " sent bad bytes for '" + e.path + "'");
       if (st.ok()) {
         opens_remote_++;
-        bytes_remote_ += data.size();
-        *source = "peer";
-        return data;
+        bytes_remote_ += e.size;
+        return st;
       }
       peer_errors_++;
       LOG_WARN("fetch '%s' from rank %u: %s; trying %s", e.path.c_str(), h, st.ToString().c_str(),
                k + 1 < n ? "another replica" : "the dataset directory");
     }
   }
-  auto data = ReadFromDataset(ref);
-  if (data.ok()) {
-    opens_fallback_++;
-    bytes_fallback_ += data->size();
-    *source = "dataset";
+  if (!rewind()) return write_status;
+  write_status = Status::OK();
+  Status st = ReadFromDataset(ref, sink);
+  if (!write_status.ok()) {
+    *local_error = true;
+    return write_status;
   }
-  return data;
+  if (st.ok()) {
+    opens_fallback_++;
+    bytes_fallback_ += e.size;
+  }
+  return st;
 }
 
-// One pread of the file's frame from its shard on the parallel file system, then decode and
-// verify. Bad bytes are never returned: the caller turns the error into EIO.
-Result<std::string> Agent::ReadFromDataset(const FileRef& ref) {
+// The file's frame read from its shard on the parallel file system (sequential preads at the
+// frame's offset), decoded and verified as a stream. Bad bytes are never served: the caller
+// drops what the sink got and turns the error into EIO.
+Status Agent::ReadFromDataset(const FileRef& ref, const std::function<Status(std::string_view)>& sink) {
   const IndexEntry& e = index_[ref.shard][ref.entry];
   const std::string shard_path = cfg_.dataset + "/" + manifest_.shards[ref.shard].file;
   int shard_fd;
@@ -652,10 +696,7 @@ Result<std::string> Agent::ReadFromDataset(const FileRef& ref) {
     }
     shard_fd = it->second;
   }
-  format::FrameDecoder dec(&dict_);
-  std::string data;
-  FS_RETURN_IF_ERROR(format::ReadFrame(shard_fd, shard_path, e, &dec, &data));
-  return data;
+  return format::StreamFrame(shard_fd, shard_path, e, &dict_, sink);
 }
 
 }  // namespace fanstore::agent

@@ -71,8 +71,8 @@ class Agent {
   // A file held elsewhere: from the cache, else from a holder (one fetch for concurrent
   // opens), else straight from the shard in the dataset directory. Returns a descriptor.
   Result<int> RemoteOpen(const FileRef& ref);
-  Result<std::string> FetchVerified(const FileRef& ref, const char** source);
-  Result<std::string> ReadFromDataset(const FileRef& ref);
+  Status FetchInto(const FileRef& ref, int out, bool* local_error);
+  Status ReadFromDataset(const FileRef& ref, const std::function<Status(std::string_view)>& sink);
   int ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size);
   std::vector<uint32_t> ShardFiles(uint32_t shard);
   // Queues `shard` for a background bulk transfer into the cache, once, when it fits.

@@ -48,63 +48,96 @@ uint64_t FileCache::free_bytes() const {
   return capacity_ > used_ ? capacity_ - used_ : 0;
 }
 
+Status FileCache::Begin(uint64_t key, uint64_t size, bool evict, Pending* p) {
+  if (size > capacity_) return Status::NoSpace("larger than the cache");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!evict && used_ + size > capacity_) return Status::NoSpace("cache full");
+    EvictLocked(size);
+    used_ += size;  // reserved while writing
+  }
+  p->key = key;
+  p->size = size;
+  p->tmp.clear();
+  // An unnamed file (O_TMPFILE), linked under its name once complete: clients, which open
+  // cache files by name, never see a partial file, and two writers of one key cannot collide.
+  // Where the file system has no O_TMPFILE, a uniquely named file renamed into place.
+  p->fd.Reset(::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0400));
+  if (!p->fd.valid() && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    p->tmp = PathOf(key) + "." + std::to_string(tmp_seq_.fetch_add(1)) + ".tmp";
+    p->fd.Reset(::open(p->tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400));
+  }
+  if (!p->fd.valid()) {
+    Status s = Status::FromErrno("cache create in " + dir_, errno);
+    p->tmp.clear();
+    Abort(p);
+    return s;
+  }
+  p->active = true;
+  return Status::OK();
+}
+
+void FileCache::Abort(Pending* p) {
+  if (!p->tmp.empty()) ::unlink(p->tmp.c_str());
+  p->fd.Reset();
+  p->tmp.clear();
+  std::lock_guard<std::mutex> l(mu_);
+  used_ -= p->size;
+  p->size = 0;
+  p->active = false;
+}
+
+Result<int> FileCache::Commit(Pending* p, bool want_fd) {
+  const std::string path = PathOf(p->key);
+  char self[64];
+  std::snprintf(self, sizeof self, "/proc/self/fd/%d", p->fd.get());
+  int rc = p->tmp.empty() ? ::linkat(AT_FDCWD, self, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW)
+                          : ::rename(p->tmp.c_str(), path.c_str());
+  const bool raced = rc != 0 && errno == EEXIST;  // another writer linked the same bytes first
+  if (rc != 0 && !raced) {
+    Status s = Status::FromErrno("cache link " + path, errno);
+    Abort(p);
+    return s;
+  }
+  p->tmp.clear();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (raced || slots_.count(p->key)) {
+      used_ -= p->size;
+    } else {
+      lru_.push_front(p->key);
+      slots_[p->key] = Slot{lru_.begin(), p->size};
+    }
+  }
+  p->active = false;
+  // A read-only descriptor of the file just written, whatever happens to the name meanwhile.
+  int fd = want_fd ? ::open(self, O_RDONLY | O_CLOEXEC) : -1;
+  const int err = errno;
+  p->fd.Reset();
+  if (want_fd && fd < 0) return Status::FromErrno("cache reopen " + path, err);
+  return fd;
+}
+
 Result<int> FileCache::Put(uint64_t key, std::string_view data, bool evict, bool want_fd) {
-  if (data.size() > capacity_) return Status::NoSpace("larger than the cache");
-  const std::string path = PathOf(key);
   {
     std::lock_guard<std::mutex> l(mu_);
     if (slots_.count(key)) {
       lru_.splice(lru_.begin(), lru_, slots_[key].pos);
       if (!want_fd) return -1;
+      const std::string path = PathOf(key);
       int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
       if (fd < 0) return Status::FromErrno("cache open " + path, errno);
       return fd;
     }
-    if (!evict && used_ + data.size() > capacity_) return Status::NoSpace("cache full");
-    EvictLocked(data.size());
-    used_ += data.size();  // reserved while writing
   }
-  auto undo = [&](Status s) -> Result<int> {
-    std::lock_guard<std::mutex> l(mu_);
-    used_ -= data.size();
+  Pending p;
+  FS_RETURN_IF_ERROR(Begin(key, data.size(), evict, &p));
+  Status s = WriteFull(p.fd.get(), data.data(), data.size(), PathOf(key));
+  if (!s.ok()) {
+    Abort(&p);
     return s;
-  };
-  // An unnamed file (O_TMPFILE), linked under its name once complete: clients, which open
-  // cache files by name, never see a partial file, and two writers of one key cannot collide.
-  // Where the file system has no O_TMPFILE, a uniquely named file renamed into place.
-  std::string tmp;
-  UniqueFD w(::open(dir_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0400));
-  if (!w.valid() && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-    tmp = path + "." + std::to_string(tmp_seq_.fetch_add(1)) + ".tmp";
-    w.Reset(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400));
   }
-  if (!w.valid()) return undo(Status::FromErrno("cache create in " + dir_, errno));
-  auto fail = [&](Status s) {
-    if (!tmp.empty()) ::unlink(tmp.c_str());
-    return undo(s);
-  };
-  Status s = WriteFull(w.get(), data.data(), data.size(), path);
-  if (!s.ok()) return fail(s);
-  char self[64];
-  std::snprintf(self, sizeof self, "/proc/self/fd/%d", w.get());
-  int rc = tmp.empty() ? ::linkat(AT_FDCWD, self, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW)
-                       : ::rename(tmp.c_str(), path.c_str());
-  const bool raced = rc != 0 && errno == EEXIST;  // another writer linked the same bytes first
-  if (rc != 0 && !raced) return fail(Status::FromErrno("cache link " + path, errno));
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (raced || slots_.count(key)) {
-      used_ -= data.size();
-    } else {
-      lru_.push_front(key);
-      slots_[key] = Slot{lru_.begin(), data.size()};
-    }
-  }
-  if (!want_fd) return -1;
-  // A read-only descriptor of the file just written, whatever happens to the name meanwhile.
-  int fd = ::open(self, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno("cache reopen " + path, errno);
-  return fd;
+  return Commit(&p, want_fd);
 }
 
 uint64_t FileCache::used() const {

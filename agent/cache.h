@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace fanstore::agent {
 
@@ -29,6 +30,23 @@ class FileCache {
   // With evict = false, fails instead of evicting (prefetch must not push out what was read);
   // with want_fd = false, returns -1 instead of a descriptor.
   Result<int> Put(uint64_t key, std::string_view data, bool evict = true, bool want_fd = true);
+
+  // A file being written into the cache, for content that arrives in pieces (a large file is
+  // never held in memory whole).
+  struct Pending {
+    UniqueFD fd;       // write the content here (read-write, so it can be rewound)
+    uint64_t key = 0, size = 0;
+    std::string tmp;   // the named temporary where the file system has no O_TMPFILE
+    bool active = false;
+  };
+  // Reserves room for `size` bytes under `key` (evicting, unless evict is false) and opens an
+  // unnamed file for them. Fails when the file cannot be cached.
+  Status Begin(uint64_t key, uint64_t size, bool evict, Pending* p);
+  // Links the written file under its key and returns a read-only descriptor of it (-1 without
+  // want_fd). On failure the pending file is dropped.
+  Result<int> Commit(Pending* p, bool want_fd);
+  // Drops a pending file and its reservation.
+  void Abort(Pending* p);
   uint64_t free_bytes() const;
   uint64_t used() const;
   uint64_t capacity() const { return capacity_; }

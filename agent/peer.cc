@@ -391,28 +391,37 @@ Result<int> PeerClient::Connect(uint32_t rank) {
   return fd;
 }
 
-Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size, std::string* out) {
+Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
+                         const std::function<Status(std::string_view)>& sink) {
   auto fd = Connect(rank);
   if (!fd.ok()) return fd.status();
   UniqueFD conn(*fd);
+  const std::string who = "peer " + std::to_string(rank);
   PeerRequest rq{kPeerMagic, kPeerGet, shard, entry, 0};
   PeerReply rp;
   if (!SendAll(conn.get(), &rq, sizeof rq) || !RecvAll(conn.get(), &rp, sizeof rp) || rp.magic != kPeerMagic) {
     MarkDown(rank);
-    return Status::IOError("peer " + std::to_string(rank) + ": connection lost");
+    return Status::IOError(who + ": connection lost");
   }
   if (rp.status != 0) {
     Release(rank, conn.Release());
-    return Status::FromErrno("peer " + std::to_string(rank), rp.status);
+    return Status::FromErrno(who, rp.status);
   }
   if (rp.len != size) {
     MarkDown(rank);
-    return Status::Corruption("peer " + std::to_string(rank) + " sent " + std::to_string(rp.len) + " bytes, expected " + std::to_string(size));
+    return Status::Corruption(who + " sent " + std::to_string(rp.len) + " bytes, expected " + std::to_string(size));
   }
-  out->resize(size);
-  if (!RecvAll(conn.get(), out->data(), size)) {
-    MarkDown(rank);
-    return Status::IOError("peer " + std::to_string(rank) + ": connection lost mid-transfer");
+  // In pieces, so that a large file never sits in memory whole.
+  std::vector<char> buf(std::min<uint64_t>(size, 1u << 20));
+  for (uint64_t left = size; left > 0;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
+    if (!RecvAll(conn.get(), buf.data(), n)) {
+      MarkDown(rank);
+      return Status::IOError(who + ": connection lost mid-transfer");
+    }
+    Status st = sink(std::string_view(buf.data(), n));
+    if (!st.ok()) return st;  // the rest of the reply is unread: the connection is dropped
+    left -= n;
   }
   Release(rank, conn.Release());
   return Status::OK();

@@ -91,9 +91,11 @@ class PeerClient {
  public:
   ~PeerClient();
   void SetEndpoints(std::vector<std::string> endpoints) { endpoints_ = std::move(endpoints); }
-  // Fetches the raw content of (shard, entry) from agent `rank` into *out (expected `size`
-  // bytes). Errors mark the peer down for a while, so later requests skip it at once.
-  Status Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size, std::string* out);
+  // Streams the raw content of (shard, entry), `size` bytes, from agent `rank` to `sink` in
+  // pieces of at most 1 MiB; an error from the sink stops the transfer. Transport errors mark
+  // the peer down for a while, so later requests skip it at once.
+  Status Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
+               const std::function<Status(std::string_view)>& sink);
   // Streams every file of `shard` from agent `rank`; `fn` gets (entry, content) for each, in
   // index order, and may stop the stream by returning false. `size_of(entry)` bounds what the
   // peer may send.

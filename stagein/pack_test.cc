@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -147,6 +148,66 @@ TEST_F(PackTest, CompressesOnlyWhenSmallerAndDictWorks) {
   EXPECT_TRUE(format::Verify(**ds, {}).ok());
   ASSERT_TRUE(format::Extract(**ds, base_ + "/out", {}).ok());
   EXPECT_EQ(Read(src_ + "/a/t7"), Read(base_ + "/out/a/t7"));
+}
+
+TEST_F(PackTest, StreamFrameGivesEveryFileInPiecesAndRefusesBadFrames) {
+  Write(src_ + "/big.txt", std::string(3 << 20, 'z') + "end");  // compressible, > 1 MiB
+  Write(src_ + "/big.bin", Random((2 << 20) + 77, 9));           // raw, > 1 MiB
+  for (int i = 0; i < 300; i++)
+    Write(src_ + "/a/t" + std::to_string(i), "{\"id\": " + std::to_string(i) + ", \"label\": \"class-" + std::to_string(i % 10) + "\", \"text\": \"lorem ipsum dolor sit amet\"}");
+  pack::Options o;
+  o.dict = true;
+  ASSERT_TRUE(DoPack(o).ok());
+  auto ds = Dataset::Open(ds_);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  std::set<format::Codec> codecs;
+  for (const auto* e : (*ds)->SortedEntries()) {
+    if (e->type != format::EntryType::kFile) continue;
+    format::Dataset::Ref r;
+    (*ds)->Find(e->path, &r);
+    const auto& sh = (*ds)->shard(r.shard);
+    std::string got;
+    size_t pieces = 0;
+    Status s = format::StreamFrame(sh.fd.get(), sh.path, *e, &(*ds)->dict(), [&](std::string_view p) {
+      EXPECT_LE(p.size(), 1u << 20);
+      got.append(p);
+      pieces++;
+      return Status::OK();
+    });
+    ASSERT_TRUE(s.ok()) << e->path << ": " << s.ToString();
+    EXPECT_EQ(got, Read(src_ + "/" + e->path)) << e->path;
+    if (e->size > (1u << 20)) {
+      EXPECT_GT(pieces, 1u) << e->path;
+    }
+    codecs.insert(e->codec);
+  }
+  // Raw and zstd frames both streamed (and zstd with the dictionary when pack chose it).
+  EXPECT_TRUE(codecs.count(format::Codec::kRaw));
+  EXPECT_TRUE(codecs.count(format::Codec::kZstd) || codecs.count(format::Codec::kZstdDict));
+  EXPECT_EQ(codecs.count(format::Codec::kZstdDict) != 0, stats_.dict_used);
+  // A sink error stops the stream and is returned as is.
+  format::Dataset::Ref r;
+  const format::IndexEntry* big = (*ds)->Find("big.txt", &r);
+  const auto& sh = (*ds)->shard(r.shard);
+  Status s = format::StreamFrame(sh.fd.get(), sh.path, *big, &(*ds)->dict(),
+                                 [](std::string_view) { return Status::NoSpace("disk full"); });
+  EXPECT_EQ(s.ToString().find("disk full") != std::string::npos, true) << s.ToString();
+  // A flipped byte in the frame is a Corruption naming the file, never data passed as good.
+  const std::string shard = sh.path;
+  const uint64_t off = big->offset + big->stored_len / 2;
+  ds->reset();
+  std::string b = Read(shard).substr(off, 1);
+  b[0] ^= 0x20;
+  int fd = ::open(shard.c_str(), O_WRONLY);
+  ASSERT_EQ(::pwrite(fd, b.data(), 1, off), 1);
+  ::close(fd);
+  auto again = Dataset::Open(ds_);
+  ASSERT_TRUE(again.ok());
+  const format::IndexEntry* e = (*again)->Find("big.txt", &r);
+  const auto& sh2 = (*again)->shard(r.shard);
+  s = format::StreamFrame(sh2.fd.get(), sh2.path, *e, &(*again)->dict(), [](std::string_view) { return Status::OK(); });
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_NE(s.message().find("big.txt"), std::string::npos) << s.message();
 }
 
 TEST_F(PackTest, ExistingDestinationIsRefused) {

@@ -131,6 +131,67 @@ Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDeco
   return Status::OK();
 }
 
+Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const Dictionary* dict,
+                   const std::function<Status(std::string_view)>& sink) {
+  auto fail = [&](const std::string& why) {
+    return Status::Corruption(path + ": file '" + e.path + "' (frame at offset " + Num(e.offset) + "): " + why);
+  };
+  constexpr size_t kPiece = 1u << 20;
+  std::vector<char> in(std::min<uint64_t>(e.stored_len, kPiece));
+  Xxh3Stream hash;
+  uint64_t produced = 0;
+  auto emit = [&](const char* p, size_t n) {
+    hash.Update(p, n);
+    produced += n;
+    return sink(std::string_view(p, n));
+  };
+  if (e.codec == Codec::kRaw) {
+    if (e.stored_len != e.size) return fail("raw frame of " + Num(e.stored_len) + " bytes for a file of " + Num(e.size));
+    for (uint64_t off = 0; off < e.stored_len;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(in.size(), e.stored_len - off));
+      FS_RETURN_IF_ERROR(PreadFull(fd, in.data(), n, e.offset + off, path));
+      FS_RETURN_IF_ERROR(emit(in.data(), n));
+      off += n;
+    }
+  } else {
+    if (e.codec == Codec::kZstdDict && (!dict || !dict->ddict()))
+      return fail("frame needs the dataset's dictionary, which is missing");
+    std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+    if (!dctx) return Status::IOError("zstd: out of memory");
+    if (e.codec == Codec::kZstdDict) ZSTD_DCtx_refDDict(dctx.get(), dict->ddict());
+    std::vector<char> out(std::min<uint64_t>(std::max<uint64_t>(e.size, 1), kPiece));
+    size_t last = 1;  // ZSTD_decompressStream's hint: 0 once the frame is complete
+    for (uint64_t off = 0; off < e.stored_len;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(in.size(), e.stored_len - off));
+      FS_RETURN_IF_ERROR(PreadFull(fd, in.data(), n, e.offset + off, path));
+      off += n;
+      ZSTD_inBuffer ib{in.data(), n, 0};
+      while (ib.pos < ib.size) {
+        ZSTD_outBuffer ob{out.data(), out.size(), 0};
+        last = ZSTD_decompressStream(dctx.get(), &ob, &ib);
+        if (ZSTD_isError(last)) return fail(std::string("zstd: ") + ZSTD_getErrorName(last));
+        if (produced + ob.pos > e.size) return fail("decompresses to more than " + Num(e.size) + " bytes");
+        if (ob.pos) FS_RETURN_IF_ERROR(emit(out.data(), ob.pos));
+        if (last == 0 && ib.pos < ib.size) return fail("bytes after the end of the zstd frame");
+      }
+    }
+    // Output the decoder still holds.
+    while (last != 0) {
+      ZSTD_inBuffer ib{nullptr, 0, 0};
+      ZSTD_outBuffer ob{out.data(), out.size(), 0};
+      last = ZSTD_decompressStream(dctx.get(), &ob, &ib);
+      if (ZSTD_isError(last)) return fail(std::string("zstd: ") + ZSTD_getErrorName(last));
+      if (ob.pos == 0) break;
+      if (produced + ob.pos > e.size) return fail("decompresses to more than " + Num(e.size) + " bytes");
+      FS_RETURN_IF_ERROR(emit(out.data(), ob.pos));
+    }
+    if (last != 0) return fail("truncated zstd frame");
+  }
+  if (produced != e.size) return fail("decompressed to " + Num(produced) + " bytes, expected " + Num(e.size));
+  if (hash.Digest() != e.xxh3) return fail("content checksum mismatch");
+  return Status::OK();
+}
+
 namespace {
 
 // Read buffers are recycled: a fresh multi-megabyte allocation per chunk costs page faults and

@@ -91,6 +91,12 @@ Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t d
 // Reads one entry's frame with a single pread from the shard open as `fd` (named `path` in
 // errors), decodes and verifies it.
 Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec, std::string* out);
+// The same for a file of any size, without holding it in memory: reads the frame in 1 MiB
+// pieces, decompresses as a stream, and hands the content to `sink` piece by piece; the
+// length and XXH3 are checked at the end, so on an error (a Corruption naming the file and
+// frame offset, or the sink's own) the caller must discard what the sink received.
+Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const Dictionary* dict,
+                   const std::function<Status(std::string_view)>& sink);
 inline Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
   return ReadFrame(shard.fd.get(), shard.path, e, dec, out);
 }

@@ -25,6 +25,11 @@ cd "$T"
 mkdir -p src/many/x src/many/y
 for i in $(seq 1 120); do head -c $((16000 + i * 37)) /dev/urandom > src/many/x/f$i.bin; done
 for i in $(seq 1 80); do seq $((i * 300)) > src/many/y/t$i.txt; done
+# Two files larger than the cache (100 KiB) and than one transfer piece (1 MiB): pack puts them
+# in the first two shards, one per agent, so each agent fetches one of them from the other (into
+# a memfd, streamed) and, once the peer is dead, from the dataset (a streamed zstd frame).
+head -c $((3 << 20)) /dev/urandom > src/big.bin
+seq 1 400000 > src/big.txt
 "$F" pack src ds.fs -q --shard-size 256K
 chmod -R a+rX "$T"
 mkdir local && chown fsalice local
@@ -68,6 +73,7 @@ echo "== reads through agent 0"
 check "every file matches the source (local and fetched from the peer)" diff <(hashes src) <(client 0 bash -c "$(declare -f hashes); hashes $M")
 s0=$(stats 0)
 check "remote opens were served by the peer ($(field "$s0" "['opens']"))" test "$(field "$s0" "['opens']['remote']")" -gt 0
+check "every file matches the source through agent 1 too" diff <(hashes src) <(client 1 bash -c "$(declare -f hashes); hashes $M")
 check "no fallback while the peer is up" test "$(field "$s0" "['opens']['fallback']")" -eq 0
 # Files of rank 1's shards: what agent 0 must fetch.
 rank1_files() {
