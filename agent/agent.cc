@@ -523,19 +523,35 @@ void Agent::PrefetchLoop() {
       uint32_t h = holders[(boot_->rank() + shard + k) % holders.size()];
       if (h == boot_->rank()) continue;
       bool full = false;
+      FileCache::Pending pending;  // a file that arrives in several pieces
+      Xxh3Stream hash;
+      auto stored = [&](const IndexEntry& e) {
+        prefetched_files_++;
+        prefetched_bytes_ += e.size;
+        return true;
+      };
       Status st = peers_.FetchShard(
           h, shard, [&](uint32_t i) { return i < entries.size() && entries[i].type == EntryType::kFile ? entries[i].size : UINT64_MAX; },
-          [&](uint32_t i, std::string_view data) {
-            if (prefetch_stop_ || Xxh3(data) != entries[i].xxh3) return false;
-            auto fd = cache_.Put(Xxh3(entries[i].path), data, /*evict=*/false, /*want_fd=*/false);
-            if (!fd.ok()) {
-              full = true;
-              return false;
+          [&](uint32_t i, uint64_t off, std::string_view piece) {
+            const IndexEntry& e = entries[i];
+            if (prefetch_stop_) return false;
+            if (off == 0 && piece.size() == e.size) {  // the whole file at once: the common case
+              if (Xxh3(piece) != e.xxh3) return false;
+              if (!cache_.Put(Xxh3(e.path), piece, /*evict=*/false, /*want_fd=*/false).ok()) return !(full = true);
+              return stored(e);
             }
-            prefetched_files_++;
-            prefetched_bytes_ += data.size();
-            return true;
+            if (off == 0) {
+              hash = Xxh3Stream();
+              if (!cache_.Begin(Xxh3(e.path), e.size, /*evict=*/false, &pending).ok()) return !(full = true);
+            }
+            hash.Update(piece.data(), piece.size());
+            if (!WriteFull(pending.fd.get(), piece.data(), piece.size(), "cache").ok()) return !(full = true);
+            if (off + piece.size() < e.size) return true;
+            if (hash.Digest() != e.xxh3) return false;
+            if (!cache_.Commit(&pending, /*want_fd=*/false).ok()) return !(full = true);
+            return stored(e);
           });
+      if (pending.active) cache_.Abort(&pending);
       if (st.ok()) prefetched_shards_++;
       if (st.ok() || full || prefetch_stop_) break;
       LOG_WARN("prefetch of shard %u from rank %u: %s", shard, h, st.ToString().c_str());

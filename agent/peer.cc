@@ -28,6 +28,7 @@ constexpr int kConnectTimeoutMs = 1500;
 constexpr int kIoTimeoutSec = 3;  // per recv/send without progress, not per transfer
 constexpr auto kDownFor = std::chrono::seconds(10);
 constexpr uint32_t kMaxCred = 4096;
+constexpr size_t kShardPiece = 4u << 20;
 
 bool SendAll(int fd, const void* buf, size_t len, int flags = 0) {
   const char* p = static_cast<const char*>(buf);
@@ -428,7 +429,7 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
 }
 
 Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function<uint64_t(uint32_t)>& size_of,
-                              const std::function<bool(uint32_t, std::string_view)>& fn) {
+                              const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn) {
   auto fd = Connect(rank);
   if (!fd.ok()) return fd.status();
   UniqueFD conn(*fd);
@@ -458,12 +459,18 @@ Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function
       MarkDown(rank);
       return Status::Corruption(who + " sent a file of the wrong size");
     }
-    const char* data = in.Take(rp.len);
-    if (!data) {
-      MarkDown(rank);
-      return Status::IOError(who + ": connection lost mid-transfer");
-    }
-    if (!fn(rp.pad, std::string_view(data, rp.len))) return Status::Aborted("shard transfer stopped");  // connection dropped
+    // In pieces of at most 4 MiB, so that a large file never sits in memory whole.
+    uint64_t off = 0;
+    do {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(rp.len - off, kShardPiece));
+      const char* data = in.Take(n);
+      if (!data) {
+        MarkDown(rank);
+        return Status::IOError(who + ": connection lost mid-transfer");
+      }
+      if (!fn(rp.pad, off, std::string_view(data, n))) return Status::Aborted("shard transfer stopped");  // connection dropped
+      off += n;
+    } while (off < rp.len);
   }
 }
 

@@ -96,11 +96,12 @@ class PeerClient {
   // the peer down for a while, so later requests skip it at once.
   Status Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
                const std::function<Status(std::string_view)>& sink);
-  // Streams every file of `shard` from agent `rank`; `fn` gets (entry, content) for each, in
-  // index order, and may stop the stream by returning false. `size_of(entry)` bounds what the
-  // peer may send.
+  // Streams every file of `shard` from agent `rank`; `fn` gets (entry, offset, piece) for
+  // consecutive pieces of each file, in index order (a file of up to 4 MiB in one piece at
+  // offset 0; an empty file as one empty piece), and may stop the stream by returning false.
+  // `size_of(entry)` is what the peer must send for it.
   Status FetchShard(uint32_t rank, uint32_t shard, const std::function<uint64_t(uint32_t)>& size_of,
-                    const std::function<bool(uint32_t, std::string_view)>& fn);
+                    const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn);
   bool IsDown(uint32_t rank);
 
  private:

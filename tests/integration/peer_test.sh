@@ -13,11 +13,12 @@ ensure_munge
 ensure_users fsalice fsbob
 T=$(mktmp); chmod 0755 "$T"
 RD=/dev/shm/fanstore-peertest.$$
+RD0=$RD
 M=/fanstore/peers
 cleanup() {
   [[ -n "${MPI_PID:-}" ]] && kill "$MPI_PID" 2>/dev/null
   pkill -u fsalice -f "fanstore-agent --dataset $T/ds.fs" 2>/dev/null
-  sleep 0.5; rm -rf "$T" "$RD".*
+  sleep 0.5; rm -rf "$T" "$RD0".*
 }
 trap cleanup EXIT
 cd "$T"
@@ -122,5 +123,23 @@ try:
 except OSError as e:
     print('error', errno.errorcode[e.errno])" 2>&1)
 check "a frame corrupted on the dataset gives EIO, never bad bytes ($vpath)" grep -q "error EIO" <<<"$out"
+
+echo "== prefetch of a shard with a file larger than one transfer piece (4 MiB)"
+kill "$MPI_PID" 2>/dev/null; wait "$MPI_PID" 2>/dev/null; MPI_PID=
+mkdir -p src2/a && head -c $((10 << 20)) /dev/urandom > src2/a/big && seq 1 3000 > src2/a/small
+"$F" pack src2 ds2.fs -q --shard-size 4M && chmod -R a+rX ds2.fs
+RD=$RD.pf
+runuser -u fsalice -- mpirun -np 2 "$B/bin/fanstore-agent" --dataset "$T/ds2.fs" --local-dir "$T/local/pf%r" \
+  --run-dir "$RD.%r" --mount $M --replicas 1 --quiet >>agents.log 2>&1 &
+MPI_PID=$!
+for _ in $(seq 100); do ready 0 && ready 1 && break; sleep 0.1; done
+big_rank=$(for r in 0 1; do [[ -f $T/local/pf$r/data/a/big ]] && echo $r; done)
+other=$((1 - ${big_rank:-0}))
+for _ in $(seq 100); do [[ $(field "$(stats $other)" "['prefetch']['bytes']") -ge $((10 << 20)) ]] && break; sleep 0.1; done
+check "agent $other prefetched the 10 MiB file held by agent $big_rank ($(field "$(stats $other)" "['prefetch']"))" \
+  test "$(field "$(stats $other)" "['prefetch']['bytes']")" -ge $((10 << 20))
+got=$(client $other cat $M/a/big | md5sum)
+check "it reads back identical" test "$got" == "$(md5sum < src2/a/big)"
+check "that open was a cached one ($(field "$(stats $other)" "['opens']"))" test "$(field "$(stats $other)" "['opens']['cached']")" -ge 1
 [[ $FAILURES -eq 0 ]] || { echo "--- agents' log"; cat agents.log; }
 finish
