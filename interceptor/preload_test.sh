@@ -393,29 +393,37 @@ srv.bind(sock_path)
 srv.listen(64)
 open(sock_path + '.ready', 'w').close()
 held = []
-while True:
-    c, _ = srv.accept()
+accepts = 0
+def serve(c):
+    # Like the real agent: any number of requests on one connection, until the client closes it.
     try:
-        magic, op, _, n = HDR.unpack(recv_exact(c, HDR.size))
-        rel = recv_exact(c, n).decode()
-        if mode == 'hang':
-            held.append(c)
-            continue
-        try:
-            data = open(os.path.join(root, rel), 'rb').read()
-        except OSError as e:
-            c.sendall(HDR.pack(MAGIC, op, e.errno, 0))
-            continue
-        fd = os.memfd_create('fanstore')
-        os.write(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-        socket.send_fds(c, [HDR.pack(MAGIC, op, 0, 0)], [fd])
-        os.close(fd)
-    except EOFError:
+        while True:
+            magic, op, _, n = HDR.unpack(recv_exact(c, HDR.size))
+            rel = recv_exact(c, n).decode()
+            try:
+                data = open(os.path.join(root, rel), 'rb').read()
+            except OSError as e:
+                c.sendall(HDR.pack(MAGIC, op, e.errno, 0))
+                continue
+            fd = os.memfd_create('fanstore')
+            os.write(fd, data)
+            os.lseek(fd, 0, os.SEEK_SET)
+            socket.send_fds(c, [HDR.pack(MAGIC, op, 0, 0)], [fd])
+            os.close(fd)
+    except (EOFError, OSError):
         pass
     finally:
-        if mode != 'hang':
-            c.close()
+        c.close()
+import threading
+while True:
+    c, _ = srv.accept()
+    accepts += 1
+    with open(sock_path + '.accepts', 'w') as f:
+        f.write(str(accepts))
+    if mode == 'hang':
+        held.append(c)
+        continue
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
 EOF
 start_agent() {  # start_agent SOCKET MODE
   rm -f "$1" "$1.ready"
@@ -451,6 +459,36 @@ print('ok')
 EOF
 check "remote open: fstat equals stat, close-on-exec as asked" test "$(cat "$WORK/remote.out")" = ok ||
   cat "$WORK/remote.out"
+before=$(cat "$WORK/agent.sock.accepts")
+remote "$PY" - "$MNT" <<'EOF' >"$WORK/remote2.out" 2>&1
+import os, sys, threading
+M = sys.argv[1]
+want = lambda i: f'sample {i}\n'
+read = lambda i: open(f'{M}/many/s{i}.txt').read()
+assert all(read(i) == want(i) for i in range(1, 101))  # one process, 100 remote opens
+pid = os.fork()  # the child must not share the parent's kept connections
+if pid == 0:
+    ok = all(read(i) == want(i) for i in range(101, 201))
+    os._exit(0 if ok else 1)
+assert all(read(i) == want(i) for i in range(201, 301))
+assert os.waitpid(pid, 0)[1] == 0, 'child read wrong data'
+errors = []
+def work(lo):
+    if not all(read(i) == want(i) for i in range(lo, lo + 50)):
+        errors.append(lo)
+ts = [threading.Thread(target=work, args=(lo,)) for lo in (1, 51, 101, 151, 201, 251)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+assert not errors, errors
+# The program closes every descriptor it does not know (as daemons do), then opens again.
+os.closerange(3, 1024)
+assert read(9) == want(9)
+print('ok')
+EOF
+after=$(cat "$WORK/agent.sock.accepts")
+check "remote open: connections kept per process, safe across fork, threads and closerange" \
+  test "$(cat "$WORK/remote2.out")" = ok || cat "$WORK/remote2.out"
+check "remote open: a few connections for 700 opens ($((after - before)))" test $((after - before)) -le 12
 remote tar -cf "$WORK/remote.tar" -C "$WORK/mnt" ds 2>"$WORK/rtar.err"
 check "remote open: tar -c without warnings" test $? -eq 0 -a ! -s "$WORK/rtar.err"
 stop_agent
