@@ -413,14 +413,15 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
     return Status::Corruption(who + " sent " + std::to_string(rp.len) + " bytes, expected " + std::to_string(size));
   }
   // In pieces, so that a large file never sits in memory whole.
-  std::vector<char> buf(std::min<uint64_t>(size, 1u << 20));
+  const size_t cap = static_cast<size_t>(std::min<uint64_t>(size, 1u << 20));
+  std::unique_ptr<char[]> buf(new char[cap ? cap : 1]);  // not zero-filled
   for (uint64_t left = size; left > 0;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, buf.size()));
-    if (!RecvAll(conn.get(), buf.data(), n)) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, cap));
+    if (!RecvAll(conn.get(), buf.get(), n)) {
       MarkDown(rank);
       return Status::IOError(who + ": connection lost mid-transfer");
     }
-    Status st = sink(std::string_view(buf.data(), n));
+    Status st = sink(std::string_view(buf.get(), n));
     if (!st.ok()) return st;  // the rest of the reply is unread: the connection is dropped
     left -= n;
   }
