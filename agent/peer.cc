@@ -64,7 +64,7 @@ class RecvBuffer {
   const char* Take(size_t n) {
     if (end_ - pos_ < n) {
       // Move what is left to the front, make room for n, and receive at least the rest.
-      std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
+      if (end_ > pos_) std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
       end_ -= pos_;
       pos_ = 0;
       if (buf_.size() < std::max(n, kMin)) buf_.resize(std::max(n, kMin));
