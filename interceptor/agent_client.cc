@@ -53,7 +53,9 @@ bool Identify(int fd, Kept* k) {
 int TakeKept() {
   pthread_once(&g_keep_once, RegisterFork);
   while (true) {
-    pthread_mutex_lock(&g_keep_mu);
+    // trylock: open() is async-signal-safe, so a handler may get here while this thread holds
+    // the lock; it then simply connects anew.
+    if (pthread_mutex_trylock(&g_keep_mu) != 0) return -1;
     if (g_nkept == 0) {
       pthread_mutex_unlock(&g_keep_mu);
       return -1;
@@ -72,10 +74,12 @@ void Keep(int fd) {
     Real().close(fd);
     return;
   }
-  pthread_mutex_lock(&g_keep_mu);
-  const bool kept = g_nkept < kKeepMax;
-  if (kept) g_kept[g_nkept++] = k;
-  pthread_mutex_unlock(&g_keep_mu);
+  bool kept = false;
+  if (pthread_mutex_trylock(&g_keep_mu) == 0) {
+    kept = g_nkept < kKeepMax;
+    if (kept) g_kept[g_nkept++] = k;
+    pthread_mutex_unlock(&g_keep_mu);
+  }
   if (!kept) Real().close(fd);
 }
 
