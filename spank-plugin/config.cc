@@ -1,6 +1,8 @@
 // Plugstack argument parsing (see config.h).
 #include "spank-plugin/config.h"
 
+#include "stagein/pack.h"
+
 #include <charconv>
 #include <string_view>
 
@@ -8,7 +10,7 @@ namespace fanstore::spank {
 namespace {
 
 constexpr const char* kKnownKeys =
-    "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas";
+    "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas, cache_size";
 
 bool ParseInt(std::string_view s, int lo, int hi, int* out) {
   int v = 0;
@@ -100,6 +102,11 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
       if (!IsValidReplicas(value))
         return Status::InvalidArgument("replicas='" + value + "': must be 'all' or a number from 1 to 65535");
       c.replicas = value;
+    } else if (key == "cache_size") {
+      uint64_t bytes = 0;
+      if (!pack::ParseSize(value, &bytes))
+        return Status::InvalidArgument("cache_size='" + value + "': must be a size such as 20G, 512M or 1T");
+      c.cache_size = value;
     } else {
       return Status::InvalidArgument("unknown key '" + key + "' (known keys: " + kKnownKeys + ")");
     }

@@ -21,6 +21,8 @@ struct Config {
   std::string mount_prefix;  // mount_prefix= : the mount is PREFIX/NAME unless --fanstore-mount is given
   int stagein_timeout = 0;   // stagein_timeout= : seconds a step waits for its node's agent to be ready
   std::string replicas;      // replicas= : default for --fanstore-replicas (default "1": one copy per shard)
+  std::string cache_size;    // cache_size= : the agents' --cache-size (default empty: half the free space
+                             // left in the local directory after stage-in)
 };
 
 // The defaults, before any argument: the installed (or build-tree) paths baked in at configure time.

@@ -30,6 +30,13 @@ TEST(ConfigTest, EveryKey) {
   EXPECT_EQ(c->stagein_timeout, 30);
   EXPECT_EQ(c->replicas, "2");
   EXPECT_TRUE(ParseConfig({"replicas=all"}).ok());
+  auto sized = ParseConfig({"cache_size=20G"});
+  ASSERT_TRUE(sized.ok());
+  EXPECT_EQ(sized->cache_size, "20G");
+  EXPECT_TRUE(c->cache_size.empty());  // the agent's own default unless the site sets one
+  auto bad = ParseConfig({"cache_size=lots"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cache_size='lots'"), std::string::npos) << bad.status().message();
 }
 
 TEST(ConfigTest, UnknownKeyIsAHardErrorListingTheKnownOnes) {

@@ -153,6 +153,10 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
     argv.push_back("--replicas");
     argv.push_back(s.replicas);
   }
+  if (!s.cache_size.empty()) {
+    argv.push_back("--cache-size");
+    argv.push_back(s.cache_size);
+  }
   if (!s.stats_out.empty()) {
     argv.push_back("--stats-out");
     argv.push_back(s.stats_out);
@@ -188,6 +192,7 @@ Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, u
   step.mount = mount.value();
   step.replicas = ResolveReplicas(opts, config);
   step.stats_out = ResolveStatsFile(opts, job, submit_dir);
+  step.cache_size = config.cache_size;
   step.job = job;
   step.nodes = nodes;
   return step;

@@ -81,7 +81,8 @@ std::string LaunchLock(const Config& config, const JobIdentity& id);
 // agent step (the same code computes them for the epilog).
 struct AgentStep {
   std::string srun, agent, dataset, mount, replicas;
-  std::string stats_out;  // the agents' --stats-out; empty: none
+  std::string stats_out;   // the agents' --stats-out; empty: none
+  std::string cache_size;  // the agents' --cache-size; empty: the agent's default
   uint32_t job = 0;
   uint32_t nodes = 0;
 };

@@ -200,11 +200,15 @@ TEST(JobTest, StatsFileDefaultsToTheSubmitDirectory) {
   EXPECT_EQ(ResolveStatsFile(o, 42, "/home/u"), "/home/u/out/42-%x.json");
   o.stats = "/scratch/s.%j";
   EXPECT_EQ(ResolveStatsFile(o, 7, ""), "/scratch/s.7");
-  auto s = MakeAgentStep(TestConfig(), o, 7, 2, "/home/u");
+  Config c = TestConfig();
+  c.cache_size = "20G";
+  auto s = MakeAgentStep(c, o, 7, 2, "/home/u");
   ASSERT_TRUE(s.ok());
   const auto argv = AgentStepArgv(s.value());
   EXPECT_EQ(argv[argv.size() - 2], "--stats-out");
   EXPECT_EQ(argv.back(), "/scratch/s.7");
+  EXPECT_EQ(argv[argv.size() - 4], "--cache-size");  // the site's cache_size= reaches the agents
+  EXPECT_EQ(argv[argv.size() - 3], "20G");
   o.stats = "none";
   EXPECT_EQ(ResolveStatsFile(o, 7, "/home/u"), "");
   o.stats = "dir/";

@@ -156,7 +156,7 @@ start_cluster() {
   install -d -m 1777 "$PFS"
   if [[ $mode == netns ]]; then tmpl=$BASE/local; else tmpl=$BASE/nodes/%n/local; fi
   "$CLUSTER" start --base "$BASE" --mode "$mode" --nodes "$nodes" --plugin "$OPT/lib/spank_fanstore.so" \
-    --plugin-args "agent=$OPT/bin/fanstore-agent preload=$OPT/lib/libfanstore_preload.so local_dir=$tmpl stagein_timeout=$STAGEIN_TIMEOUT" \
+    --plugin-args "agent=$OPT/bin/fanstore-agent preload=$OPT/lib/libfanstore_preload.so local_dir=$tmpl stagein_timeout=$STAGEIN_TIMEOUT cache_size=1G" \
     || { bad "cluster start ($mode, $nodes nodes)"; return 1; }
   ok "cluster up: $mode mode, $nodes nodes, plugin $(cat "$BASE/plugstack.conf.d/fanstore.conf")"
 }
@@ -680,6 +680,8 @@ EOF
     (($(jget "$stats" "['opens']['remote'] + d['opens']['cached']") > 0 && $(jget "$stats" "['opens']['local']") > 0)) \
       && ok "$n: files held here opened locally ($(jget "$stats" "['opens']['local']")), files of the other node through the peer or the cache (remote $(jget "$stats" "['opens']['remote']"), cached $(jget "$stats" "['opens']['cached']"), prefetched $(jget "$stats" "['prefetch']['files']"))" \
       || bad "$n: no local or no remote/cached opens: $(jget "$stats" "['opens']")"
+    [[ $(jget "$stats" "['cache']['capacity']") == $((1 << 30)) ]] \
+      && ok "$n: the site's cache_size=1G reached the agent" || bad "$n: cache capacity $(jget "$stats" "['cache']")"
     (($(jget "$stats" "['opens']['fallback'] + d['opens']['errors'] + d['peers']['fetch_errors']") == 0)) \
       && ok "$n: no fallback to the dataset, no error while both agents are up" || bad "$n: fallbacks or errors: $(jget "$stats" "['opens']") $(jget "$stats" "['peers']")"
     if [[ -s $jd/md5.$n ]] && diff -q "$jd/expected" "$jd/md5.$n" >/dev/null; then
