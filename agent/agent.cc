@@ -9,6 +9,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -324,12 +325,15 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
   for (uint32_t s = 0; s < nshards; s++)
     if (!seen[s]) return Status::Corruption("metadata exchange: no agent published shard " + std::to_string(s));
   peers_.SetEndpoints(std::move(endpoints));
-  // The cache takes what is left after the staged share: by default half the free space.
-  uint64_t cache = cfg_.cache_size;
-  if (cache == 0) {
-    struct statvfs vfs;
-    cache = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 2 : 0;
-  }
+  // The cache takes what is left after the staged share: half the free space, or --cache-size
+  // when that is less (a site-wide cache_size= must not fill a node whose disk is smaller).
+  struct statvfs vfs;
+  const uint64_t half_free =
+      ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 2 : 0;
+  uint64_t cache = cfg_.cache_size == 0 ? half_free : std::min(cfg_.cache_size, half_free);
+  if (cfg_.cache_size > half_free)
+    LOG_WARN("cache limited to %s, half the free space of %s (--cache-size %s)", HumanBytes(cache).c_str(),
+             cfg_.local_dir.c_str(), HumanBytes(cfg_.cache_size).c_str());
   cache_.Init(cfg_.local_dir + "/cache", mine_.size() == nshards ? 0 : cache);
   shard_raw_bytes_.assign(nshards, 0);
   for (uint32_t s = 0; s < nshards; s++)
