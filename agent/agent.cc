@@ -527,23 +527,13 @@ void Agent::PrefetchLoop() {
       uint32_t h = holders[(boot_->rank() + shard + k) % holders.size()];
       if (h == boot_->rank()) continue;
       bool full = false;
-      FileCache::Pending pending;  // a file that arrives in several pieces
+      FileCache::Pending pending;  // the file being received, written as its pieces arrive
       Xxh3Stream hash;
-      auto stored = [&](const IndexEntry& e) {
-        prefetched_files_++;
-        prefetched_bytes_ += e.size;
-        return true;
-      };
       Status st = peers_.FetchShard(
           h, shard, [&](uint32_t i) { return i < entries.size() && entries[i].type == EntryType::kFile ? entries[i].size : UINT64_MAX; },
           [&](uint32_t i, uint64_t off, std::string_view piece) {
             const IndexEntry& e = entries[i];
             if (prefetch_stop_) return false;
-            if (off == 0 && piece.size() == e.size) {  // the whole file at once: the common case
-              if (Xxh3(piece) != e.xxh3) return false;
-              if (!cache_.Put(Xxh3(e.path), piece, /*evict=*/false, /*want_fd=*/false).ok()) return !(full = true);
-              return stored(e);
-            }
             if (off == 0) {
               hash = Xxh3Stream();
               if (!cache_.Begin(Xxh3(e.path), e.size, /*evict=*/false, &pending).ok()) return !(full = true);
@@ -553,7 +543,9 @@ void Agent::PrefetchLoop() {
             if (off + piece.size() < e.size) return true;
             if (hash.Digest() != e.xxh3) return false;
             if (!cache_.Commit(&pending, /*want_fd=*/false).ok()) return !(full = true);
-            return stored(e);
+            prefetched_files_++;
+            prefetched_bytes_ += e.size;
+            return true;
           });
       if (pending.active) cache_.Abort(&pending);
       if (st.ok()) prefetched_shards_++;
@@ -645,12 +637,17 @@ Result<int> Agent::RemoteOpen(const FileRef& ref) {
 Status Agent::FetchInto(const FileRef& ref, int out, bool* local_error) {
   const IndexEntry& e = index_[ref.shard][ref.entry];
   Status write_status;
+  bool written = false;  // by an earlier attempt: `out` must be emptied before the next
   auto sink = [&](std::string_view piece) {
+    written = true;
     write_status = WriteFull(out, piece.data(), piece.size(), "the copy of '" + e.path + "'");
     return write_status;
   };
   auto rewind = [&] {
-    if (::ftruncate(out, 0) == 0 && ::lseek(out, 0, SEEK_SET) == 0) return true;
+    if (!written || (::ftruncate(out, 0) == 0 && ::lseek(out, 0, SEEK_SET) == 0)) {
+      written = false;
+      return true;
+    }
     write_status = Status::FromErrno("rewind the copy of '" + e.path + "'", errno);
     *local_error = true;
     return false;

@@ -118,28 +118,6 @@ Result<int> FileCache::Commit(Pending* p, bool want_fd) {
   return fd;
 }
 
-Result<int> FileCache::Put(uint64_t key, std::string_view data, bool evict, bool want_fd) {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (slots_.count(key)) {
-      lru_.splice(lru_.begin(), lru_, slots_[key].pos);
-      if (!want_fd) return -1;
-      const std::string path = PathOf(key);
-      int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-      if (fd < 0) return Status::FromErrno("cache open " + path, errno);
-      return fd;
-    }
-  }
-  Pending p;
-  FS_RETURN_IF_ERROR(Begin(key, data.size(), evict, &p));
-  Status s = WriteFull(p.fd.get(), data.data(), data.size(), PathOf(key));
-  if (!s.ok()) {
-    Abort(&p);
-    return s;
-  }
-  return Commit(&p, want_fd);
-}
-
 uint64_t FileCache::used() const {
   std::lock_guard<std::mutex> l(mu_);
   return used_;

@@ -24,14 +24,7 @@ class FileCache {
   // An open read-only descriptor for `key` when cached (it becomes the most recently used),
   // else -1.
   int Open(uint64_t key);
-  // Stores `data` under `key`, evicting the least recently used files to make room, and
-  // returns an open read-only descriptor. Fails when the data cannot be cached (larger than
-  // the capacity, or the disk is full); the caller then serves it another way.
-  // With evict = false, fails instead of evicting (prefetch must not push out what was read);
-  // with want_fd = false, returns -1 instead of a descriptor.
-  Result<int> Put(uint64_t key, std::string_view data, bool evict = true, bool want_fd = true);
-
-  // A file being written into the cache, for content that arrives in pieces (a large file is
+  // A file being written into the cache, as its content arrives in pieces (a large file is
   // never held in memory whole).
   struct Pending {
     UniqueFD fd;       // write the content here (read-write, so it can be rewound)
@@ -39,8 +32,10 @@ class FileCache {
     std::string tmp;   // the named temporary where the file system has no O_TMPFILE
     bool active = false;
   };
-  // Reserves room for `size` bytes under `key` (evicting, unless evict is false) and opens an
-  // unnamed file for them. Fails when the file cannot be cached.
+  // Reserves room for `size` bytes under `key`, evicting the least recently used files (with
+  // evict = false it fails instead: prefetch must not push out what was read), and opens an
+  // unnamed file for them. Fails when the file cannot be cached (larger than the capacity, or
+  // the disk is full); the caller then serves it another way.
   Status Begin(uint64_t key, uint64_t size, bool evict, Pending* p);
   // Links the written file under its key and returns a read-only descriptor of it (-1 without
   // want_fd). On failure the pending file is dropped.

@@ -17,6 +17,18 @@
 namespace fanstore::agent {
 namespace {
 
+// Stores `data` under `key` the way the agent does: Begin, write, Commit.
+Result<int> Put(FileCache& c, uint64_t key, std::string_view data, bool evict = true, bool want_fd = true) {
+  FileCache::Pending p;
+  FS_RETURN_IF_ERROR(c.Begin(key, data.size(), evict, &p));
+  Status s = WriteFull(p.fd.get(), data.data(), data.size(), "cache test");
+  if (!s.ok()) {
+    c.Abort(&p);
+    return s;
+  }
+  return c.Commit(&p, want_fd);
+}
+
 class CacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -44,7 +56,7 @@ class CacheTest : public ::testing::Test {
 TEST_F(CacheTest, PutGivesAReadOnlyDescriptorAndOpenFindsIt) {
   FileCache c;
   c.Init(dir_, 1 << 20);
-  auto fd = c.Put(42, "hello");
+  auto fd = Put(c, 42, "hello");
   ASSERT_TRUE(fd.ok()) << fd.status().ToString();
   EXPECT_EQ(ReadFd(*fd), "hello");
   EXPECT_EQ(::fcntl(*fd, F_GETFL) & O_ACCMODE, O_RDONLY);
@@ -57,7 +69,7 @@ TEST_F(CacheTest, PutGivesAReadOnlyDescriptorAndOpenFindsIt) {
   EXPECT_EQ(c.used(), 5u);
   // Only the final name exists: no temporary files left behind.
   EXPECT_EQ(Names().size(), 1u);
-  auto none = c.Put(44, "x", true, /*want_fd=*/false);
+  auto none = Put(c, 44, "x", true, /*want_fd=*/false);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, -1);
 }
@@ -66,13 +78,13 @@ TEST_F(CacheTest, EvictsLeastRecentlyUsedAndPrefetchDoesNotEvict) {
   FileCache c;
   c.Init(dir_, 10);
   for (uint64_t k : {1, 2}) {
-    auto fd = c.Put(k, "abcd");
+    auto fd = Put(c, k, "abcd");
     ASSERT_TRUE(fd.ok());
     ::close(*fd);
   }
   ::close(c.Open(1));  // 1 is now the most recent
-  EXPECT_FALSE(c.Put(3, "abcd", /*evict=*/false).ok());
-  auto fd = c.Put(3, "abcd");
+  EXPECT_FALSE(Put(c, 3, "abcd", /*evict=*/false).ok());
+  auto fd = Put(c, 3, "abcd");
   ASSERT_TRUE(fd.ok());
   ::close(*fd);
   EXPECT_EQ(c.Open(2), -1);
@@ -81,7 +93,7 @@ TEST_F(CacheTest, EvictsLeastRecentlyUsedAndPrefetchDoesNotEvict) {
   ::close(one);
   EXPECT_EQ(c.evictions(), 1u);
   EXPECT_EQ(c.used(), 8u);
-  EXPECT_FALSE(c.Put(9, std::string(11, 'x')).ok());
+  EXPECT_FALSE(Put(c, 9, std::string(11, 'x')).ok());
 }
 
 TEST_F(CacheTest, ConcurrentWritersOfOneKeyStoreItOnce) {
@@ -92,7 +104,7 @@ TEST_F(CacheTest, ConcurrentWritersOfOneKeyStoreItOnce) {
   std::vector<int> fds(8, -2);
   for (int i = 0; i < 8; i++)
     ts.emplace_back([&, i] {
-      auto fd = c.Put(7, data);
+      auto fd = Put(c, 7, data);
       fds[i] = fd.ok() ? *fd : -1;
     });
   for (auto& t : ts) t.join();

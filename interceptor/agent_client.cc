@@ -23,9 +23,10 @@ namespace fanstore::interceptor {
 namespace {
 
 struct Kept {
-  int fd;
-  dev_t dev;
-  ino_t ino;
+  int fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool identified = false;  // dev and ino are known
 };
 constexpr int kKeepMax = 4;
 pthread_mutex_t g_keep_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -45,33 +46,33 @@ void RegisterFork() { pthread_atfork(ForkPrepare, ForkParent, ForkChild); }
 bool Identify(int fd, Kept* k) {
   struct stat st;
   if (Real().fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
-  *k = Kept{fd, st.st_dev, st.st_ino};
+  *k = Kept{fd, st.st_dev, st.st_ino, true};
   return true;
 }
 
-// A kept connection that still is ours, or -1.
-int TakeKept() {
+// A kept connection that still is ours (checked with one fstat), or one with fd -1.
+Kept TakeKept() {
   pthread_once(&g_keep_once, RegisterFork);
   while (true) {
     // trylock: open() is async-signal-safe, so a handler may get here while this thread holds
     // the lock; it then simply connects anew.
-    if (pthread_mutex_trylock(&g_keep_mu) != 0) return -1;
+    if (pthread_mutex_trylock(&g_keep_mu) != 0) return Kept{};
     if (g_nkept == 0) {
       pthread_mutex_unlock(&g_keep_mu);
-      return -1;
+      return Kept{};
     }
     const Kept k = g_kept[--g_nkept];
     pthread_mutex_unlock(&g_keep_mu);
     Kept now;
-    if (Identify(k.fd, &now) && now.dev == k.dev && now.ino == k.ino) return k.fd;
+    if (Identify(k.fd, &now) && now.dev == k.dev && now.ino == k.ino) return k;
   }
 }
 
-// Keeps a connection that just completed a request, or closes it when enough are kept.
-void Keep(int fd) {
-  Kept k;
-  if (!Identify(fd, &k)) {
-    Real().close(fd);
+// Keeps a connection that just completed a request (identifying it if it is new), or closes it
+// when enough are kept.
+void Keep(Kept k) {
+  if (!k.identified && !Identify(k.fd, &k)) {
+    Real().close(k.fd);
     return;
   }
   bool kept = false;
@@ -80,7 +81,7 @@ void Keep(int fd) {
     if (kept) g_kept[g_nkept++] = k;
     pthread_mutex_unlock(&g_keep_mu);
   }
-  if (!kept) Real().close(fd);
+  if (!kept) Real().close(k.fd);
 }
 
 // One kOpen request on `sock`. Returns the descriptor or -errno for the file (*transport
@@ -128,27 +129,27 @@ int AgentOpen(const char* socket_path, std::string_view rel, int timeout_ms) noe
   int err = 0;
   // A kept connection first; if it fails (the agent closed it, say), once more on a new one.
   for (int attempt = 0; attempt < 2; attempt++) {
-    int sock = pooled && attempt == 0 ? TakeKept() : -1;
-    if (sock < 0) {
+    Kept conn = pooled && attempt == 0 ? TakeKept() : Kept{};
+    if (conn.fd < 0) {
       attempt = 1;
       stage = "connect";
-      sock = proto::Connect(socket_path, timeout_ms);
-      if (sock < 0) {
-        err = -sock;
+      conn.fd = proto::Connect(socket_path, timeout_ms);
+      if (conn.fd < 0) {
+        err = -conn.fd;
         break;
       }
     }
     bool transport = false;
-    int r = Request(sock, rel, &transport, &stage, &err);
+    int r = Request(conn.fd, rel, &transport, &stage, &err);
     if (transport) {
-      Real().close(sock);
+      Real().close(conn.fd);
       if (err == EAGAIN) break;  // timed out: the agent is slow, not gone; do not ask twice
       continue;
     }
     if (pooled)
-      Keep(sock);
+      Keep(conn);
     else
-      Real().close(sock);
+      Real().close(conn.fd);
     return r;
   }
   FS_ILOG(1, "open of remote file '%.*s': agent at %s: %s failed: %s", static_cast<int>(rel.size()), rel.data(),

@@ -108,14 +108,10 @@ Status ScanAll(const Dataset& ds, size_t threads, const std::function<void(uint6
   ThreadPool pool(threads ? threads : ThreadPool::DefaultThreads());
   const uint64_t total = TotalBytes(ds);
   std::vector<const ShardFile*> shards;
-  std::vector<uint64_t> hashes;
-  for (size_t i = 0; i < ds.shard_count(); i++) {
-    shards.push_back(&ds.shard(i));
-    hashes.push_back(ds.manifest().shards[i].xxh3);
-  }
+  for (size_t i = 0; i < ds.shard_count(); i++) shards.push_back(&ds.shard(i));
   std::atomic<uint64_t> done{0};
   std::mutex progress_mu;
-  return ScanShards(shards, hashes, &pool, [&](uint64_t bytes) {
+  return ScanShards(ds.manifest(), shards, &pool, [&](uint64_t bytes) {
     uint64_t now = done.fetch_add(bytes) + bytes;
     if (!progress) return;
     std::lock_guard<std::mutex> l(progress_mu);
@@ -175,9 +171,8 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
   DecoderPool decoders(&ds.dict());
   Status st = ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) -> Status {
     if (e.type != EntryType::kFile) return Status::OK();
-    std::string scratch;
     std::string_view raw;
-    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, &scratch, &raw));
+    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
     std::string leaf;
     auto parent = OpenParentDir(root.get(), e.path, &leaf);
     if (!parent.ok()) return parent.status();

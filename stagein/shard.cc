@@ -161,29 +161,30 @@ Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const D
     if (e.codec == Codec::kZstdDict) ZSTD_DCtx_refDDict(dctx.get(), dict->ddict());
     std::vector<char> out(std::min<uint64_t>(std::max<uint64_t>(e.size, 1), kPiece));
     size_t last = 1;  // ZSTD_decompressStream's hint: 0 once the frame is complete
+    // One call of the decoder on `ib`; what it produced goes to the sink.
+    auto step = [&](ZSTD_inBuffer* ib) {
+      ZSTD_outBuffer ob{out.data(), out.size(), 0};
+      last = ZSTD_decompressStream(dctx.get(), &ob, ib);
+      if (ZSTD_isError(last)) return fail(std::string("zstd: ") + ZSTD_getErrorName(last));
+      if (produced + ob.pos > e.size) return fail("decompresses to more than " + Num(e.size) + " bytes");
+      return ob.pos ? emit(out.data(), ob.pos) : Status::OK();
+    };
     for (uint64_t off = 0; off < e.stored_len;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(in.size(), e.stored_len - off));
       FS_RETURN_IF_ERROR(PreadFull(fd, in.data(), n, e.offset + off, path));
       off += n;
       ZSTD_inBuffer ib{in.data(), n, 0};
       while (ib.pos < ib.size) {
-        ZSTD_outBuffer ob{out.data(), out.size(), 0};
-        last = ZSTD_decompressStream(dctx.get(), &ob, &ib);
-        if (ZSTD_isError(last)) return fail(std::string("zstd: ") + ZSTD_getErrorName(last));
-        if (produced + ob.pos > e.size) return fail("decompresses to more than " + Num(e.size) + " bytes");
-        if (ob.pos) FS_RETURN_IF_ERROR(emit(out.data(), ob.pos));
+        FS_RETURN_IF_ERROR(step(&ib));
         if (last == 0 && ib.pos < ib.size) return fail("bytes after the end of the zstd frame");
       }
     }
     // Output the decoder still holds.
     while (last != 0) {
-      ZSTD_inBuffer ib{nullptr, 0, 0};
-      ZSTD_outBuffer ob{out.data(), out.size(), 0};
-      last = ZSTD_decompressStream(dctx.get(), &ob, &ib);
-      if (ZSTD_isError(last)) return fail(std::string("zstd: ") + ZSTD_getErrorName(last));
-      if (ob.pos == 0) break;
-      if (produced + ob.pos > e.size) return fail("decompresses to more than " + Num(e.size) + " bytes");
-      FS_RETURN_IF_ERROR(emit(out.data(), ob.pos));
+      const uint64_t before = produced;
+      ZSTD_inBuffer none{nullptr, 0, 0};
+      FS_RETURN_IF_ERROR(step(&none));
+      if (produced == before) break;  // no progress: the frame is truncated
     }
     if (last != 0) return fail("truncated zstd frame");
   }
@@ -336,8 +337,7 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
   return Status::OK();
 }
 
-Status ScanShards(const std::vector<const ShardFile*>& shards, const std::vector<uint64_t>& expect_xxh3,
-                  ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
+Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
                   const std::atomic<bool>* cancel, const FrameFn& fn) {
   const size_t n = shards.size(), threads = pool ? pool->size() : 1;
   auto options = [&](size_t i, ThreadPool* p) {
@@ -345,7 +345,7 @@ Status ScanShards(const std::vector<const ShardFile*>& shards, const std::vector
     so.pool = p;
     if (!p) so.chunk_bytes = 256u << 10;
     so.check_file_hash = true;
-    so.expect_file_xxh3 = expect_xxh3[i];
+    so.expect_file_xxh3 = m.shards[shards[i]->header.shard_id].xxh3;  // ids checked at open
     so.on_read = on_read;
     return so;
   };

@@ -117,15 +117,14 @@ struct ScanOptions {
 // every frame to `fn` (in parallel when a pool is given). Returns the first error.
 Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn& fn);
 
-// ScanShard over several shards, each checked against its whole-file hash expect_xxh3[i], on
-// the pool's threads. With at least as many shards as threads, each thread scans whole shards
+// ScanShard over several shards of the dataset described by `m`, each checked against the
+// manifest's whole-file hash for its shard id, on the pool's threads. With at least as many shards as threads, each thread scans whole shards
 // on its own with 256 KiB reads (read, hash, decode and write back to back while the chunk is
 // in its core's cache, no hand-offs: 1.4x the rate of 1 MiB chunks through the pool, V1);
 // with fewer, one shard at a time is spread over the pool. on_read (thread-safe) reports
 // progress; `cancel` stops between shards. The error returned is that of the lowest-numbered
 // failing shard, whatever the thread timing.
-Status ScanShards(const std::vector<const ShardFile*>& shards, const std::vector<uint64_t>& expect_xxh3,
-                  ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
+Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
                   const std::atomic<bool>* cancel, const FrameFn& fn);
 
 }  // namespace fanstore::format

@@ -69,12 +69,8 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
   format::DecoderPool decoders(&dict);
   std::atomic<uint64_t> files{0}, raw{0}, read{0};
   std::vector<const format::ShardFile*> list;
-  std::vector<uint64_t> hashes;
-  for (const auto& sh : shards) {
-    list.push_back(sh.get());
-    hashes.push_back(m.shards[sh->header.shard_id].xxh3);
-  }
-  Status st = format::ScanShards(list, hashes, opts.pool, [&](uint64_t n) {
+  for (const auto& sh : shards) list.push_back(sh.get());
+  Status st = format::ScanShards(m, list, opts.pool, [&](uint64_t n) {
     read += n;
     if (opts.on_read) opts.on_read(n);
   }, opts.cancel, [&](const IndexEntry& e, std::string_view stored) -> Status {
