@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysmacros.h>
@@ -32,6 +33,16 @@ using format::IndexEntry;
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Lazy unpack: the state of one file of a local shard.
+enum : uint8_t { kPacked = 0, kBusy = 1, kDone = 2 };
+
+// Background work yields to the job's processes (nice is per thread on Linux); once per thread.
+void LowerThreadPriority() {
+  thread_local bool done = false;
+  if (!done) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+  done = true;
+}
 
 // --- the metadata-exchange blob --------------------------------------------------------------
 // u32 magic | u32 version | u32 ok | str error | str endpoint | u32 records |
@@ -129,6 +140,7 @@ std::string Agent::StatusJson() const {
     j["state"] = state_;
     if (!error_.empty()) j["error"] = error_;
   }
+  j["unpacked"] = unpacked_.load();
   j["node"] = cfg_.node_name;
   j["rank"] = boot_ ? boot_->rank() : 0;
   j["size"] = boot_ ? boot_->size() : 0;
@@ -167,6 +179,8 @@ std::string Agent::StatsJson() const {
                 {"fallback", bytes_fallback_.load()}};
   j["peers"] = {{"fetch_errors", peer_errors_.load()}, {"refused_connections", peer_server_.refused()}};
   j["cache"] = {{"used", cache_.used()}, {"capacity", cache_.capacity()}, {"evictions", cache_.evictions()}};
+  j["unpack"] = {{"mode", lazy_ ? "lazy" : "eager"}, {"done", unpacked_.load()}, {"on_demand", unpacked_on_demand_.load()},
+                 {"seconds", unpack_seconds_.load()}};
   j["prefetch"] = {{"shards", prefetched_shards_.load()}, {"files", prefetched_files_.load()}, {"bytes", prefetched_bytes_.load()}};
   return j.dump();
 }
@@ -216,26 +230,52 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
   auto shards = stage::OpenShards(cfg_.dataset, manifest_, mine_);
   if (!shards.ok()) st = shards.status();
   if (st.ok()) {
-    uint64_t need = stage::RawBytes(*shards);
-    struct statvfs vfs;
-    if (::statvfs(cfg_.local_dir.c_str(), &vfs) == 0) {
-      uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-      if (need > free_bytes)
-        st = Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes) + " free; this node's share of the dataset (" +
-                             std::to_string(mine_.size()) + " of " + std::to_string(nshards) + " shards) needs " + HumanBytes(need));
+    uint64_t need = 0, files = 0, stored = 0;
+    for (const auto& sh : *shards) {
+      stored += sh->size;
+      for (const auto& e : sh->entries)
+        if (e.type == EntryType::kFile) files++, need += e.size;
     }
+    struct statvfs vfs;
+    const uint64_t free_bytes = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
+    if (need > free_bytes)
+      st = Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes) + " free; this node's share of the dataset (" +
+                           std::to_string(mine_.size()) + " of " + std::to_string(nshards) + " shards) needs " + HumanBytes(need));
+    // Lazy unpack pays off where creating many small files, not reading the source, bounds
+    // stage-in; it needs room for the shard copies and the files side by side until the
+    // background unpack is done.
+    constexpr uint64_t kLazyMeanFileSize = 64 << 10;
+    lazy_ = cfg_.unpack == "lazy" || (cfg_.unpack == "auto" && files > 0 && need / files < kLazyMeanFileSize);
+    if (lazy_ && need + stored > free_bytes) {
+      lazy_ = false;
+      if (cfg_.unpack == "lazy")
+        LOG_WARN("--unpack lazy needs %s for the shard copies and the files; unpacking eagerly",
+                 HumanBytes(need + stored).c_str());
+    }
+    if (st.ok())
+      LOG_INFO("staging %zu of %u shards (%s in %llu files) into %s%s", mine_.size(), nshards, HumanBytes(need).c_str(),
+               static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
+               lazy_ ? ": copying the shards, unpacking in the background once ready" : "");
   }
   if (st.ok()) {
-    LOG_INFO("staging %zu of %u shards (%s) into %s", mine_.size(), nshards, HumanBytes(stage::RawBytes(*shards)).c_str(),
-             cfg_.local_dir.c_str());
     stage::Options so;
     so.pool = pool_.get();
     so.cancel = cancel;
     so.on_read = [this](uint64_t n) { read_bytes_ += n; };
     stage::Stats ss;
-    st = stage::StageShards(manifest_, dict_, *shards, data_root_, so, &ss);
-    staged_files_ = ss.files;
-    staged_bytes_ = ss.raw_bytes;
+    if (lazy_) {
+      copy_dir_ = cfg_.local_dir + "/shards";
+      st = ::mkdir(copy_dir_.c_str(), 0700) == 0 ? Status::OK() : Status::FromErrno("local directory: create " + copy_dir_, errno);
+      if (st.ok()) {
+        UniqueFD root(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+        st = root.valid() ? stage::MakeParentDirs(root.get(), data_root_, *shards) : Status::FromErrno("open " + data_root_, errno);
+      }
+      if (st.ok()) st = stage::CopyShards(manifest_, dict_, *shards, copy_dir_, so, &ss);
+    } else {
+      st = stage::StageShards(manifest_, dict_, *shards, data_root_, so, &ss);
+      staged_files_ = ss.files;
+      staged_bytes_ = ss.raw_bytes;
+    }
   }
   stage_seconds_ = Since(t0);
   // Files held here are served to the other agents from now on.
@@ -307,12 +347,18 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
           !rd.Bytes(format::kFooterSize, &footer_bytes) || !rd.Str(&stored))
         return Status::Corruption("metadata exchange: bad shard record from rank " + std::to_string(r));
       // Everything a peer sends is validated as if read from the shard itself.
-      format::Footer f;
-      Status fs = format::DecodeFooter(footer_bytes, file_size, &f);
-      if (!fs.ok()) return fs.Prefixed("metadata exchange: shard " + std::to_string(shard));
-      auto entries = format::DecodeIndex(stored, f);
-      if (!entries.ok()) return entries.status().Prefixed("metadata exchange: shard " + std::to_string(shard));
-      index_[shard] = std::move(entries).value();
+      if (r == rank) {
+        // Our own records: the indexes read (and checked) at open, not decoded a second time.
+        for (const auto& sh : *shards)
+          if (sh->header.shard_id == shard) index_[shard] = sh->entries;
+      } else {
+        format::Footer f;
+        Status fs = format::DecodeFooter(footer_bytes, file_size, &f);
+        if (!fs.ok()) return fs.Prefixed("metadata exchange: shard " + std::to_string(shard));
+        auto entries = format::DecodeIndex(stored, f);
+        if (!entries.ok()) return entries.status().Prefixed("metadata exchange: shard " + std::to_string(shard));
+        index_[shard] = std::move(entries).value();
+      }
       seen[shard] = true;
       if (!rd.U32(&nlinks)) return Status::Corruption("metadata exchange: bad link list");
       for (uint32_t k = 0; k < nlinks; k++) {
@@ -339,6 +385,17 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
   for (uint32_t s = 0; s < nshards; s++)
     for (const auto& e : index_[s]) shard_raw_bytes_[s] += e.size;
   prefetch_seen_.assign(nshards, false);
+  if (lazy_) {
+    copies_.resize(nshards);
+    unpack_state_.resize(nshards);
+    table_index_.resize(nshards);
+    for (auto& sh : *shards) {
+      const uint32_t id = sh->header.shard_id;
+      unpack_state_[id].assign(sh->entries.size(), 0);
+      table_index_[id].assign(sh->entries.size(), table::kNone);
+      copies_[id] = std::move(sh);
+    }
+  }
   return Status::OK();
 }
 
@@ -354,7 +411,7 @@ Status Agent::BuildTable() {
       switch (e.type) {
         case EntryType::kFile:
           n.mode = S_IFREG | e.mode;
-          n.flags = local_shard_[s] ? uint32_t{table::kLocal} : 0u;
+          n.flags = local_shard_[s] && !lazy_ ? uint32_t{table::kLocal} : 0u;
           if (!files_.emplace(e.path, FileRef{s, i, local_shard_[s]}).second)
             return Status::Corruption("path '" + e.path + "' appears in two shards");
           break;
@@ -381,13 +438,23 @@ Status Agent::BuildTable() {
   bo.gid = ::getgid();
   auto image = table::Build(std::move(nodes), bo);
   if (!image.ok()) return image.status().Prefixed("metadata table");
+  if (lazy_) {
+    // The table entry of each file still to unpack, for setting its kLocal flag later.
+    table::TableView view;
+    FS_RETURN_IF_ERROR(view.Attach(*image));
+    for (uint32_t s = 0; s < copies_.size(); s++)
+      if (copies_[s])
+        for (uint32_t i = 0; i < index_[s].size(); i++)
+          if (const table::Entry* e = index_[s][i].type == EntryType::kFile ? view.Lookup(index_[s][i].path) : nullptr)
+            table_index_[s][i] = view.IndexOf(*e);
+  }
   // Every directory of the namespace exists under the data root, so that directory
   // descriptors and working directories inside the mount have a real directory behind them.
-  UniqueFD root(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!root.valid()) return Status::FromErrno("open " + data_root_, errno);
+  data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
   for (const auto& shard : index_)
     for (const auto& e : shard)
-      if (e.type == EntryType::kDir) FS_RETURN_IF_ERROR(MakeDirs(root.get(), e.path, 0700));
+      if (e.type == EntryType::kDir) FS_RETURN_IF_ERROR(MakeDirs(data_root_fd_.get(), e.path, 0700));
   const std::string path = cfg_.run_dir + "/" + kTableName;
   client_counters_ = table::MapCounters(cfg_.run_dir, /*create=*/true);
   if (!client_counters_) LOG_WARN("client counters unavailable: %s", std::strerror(errno));
@@ -420,14 +487,19 @@ Status Agent::Start(const std::atomic<bool>* cancel) {
     uint32_t s = static_cast<uint32_t>((k + boot_->rank() * manifest_.shards.size() / boot_->size()) % manifest_.shards.size());
     if (!local_shard_[s]) MaybePrefetch(s);
   }
-  LOG_INFO("ready: %s staged (%llu files) in %.2f s, metadata exchange %.3f s (%s from %u agents), mount %s",
-           HumanBytes(staged_bytes_).c_str(), static_cast<unsigned long long>(staged_files_.load()), stage_seconds_,
+  const std::string staged = lazy_ ? HumanBytes(static_cast<double>(read_bytes_)) + " of shards copied, files unpacked in the background"
+                                   : HumanBytes(staged_bytes_) + " staged (" + std::to_string(staged_files_.load()) + " files)";
+  LOG_INFO("ready: %s, in %.2f s, metadata exchange %.3f s (%s from %u agents), mount %s", staged.c_str(), stage_seconds_,
            exchange_seconds_, HumanBytes(exchange_bytes_).c_str(), boot_->size(), cfg_.mount.c_str());
+  if (lazy_) unpacker_ = std::thread([this] { UnpackLoop(); });
+  else unpacked_ = true;
   WriteStatus("ready", "");
   return Status::OK();
 }
 
 void Agent::Shutdown() {
+  unpack_stop_ = true;
+  if (unpacker_.joinable()) unpacker_.join();
   {
     std::lock_guard<std::mutex> l(prefetch_mu_);
     prefetch_stop_ = true;
@@ -464,6 +536,14 @@ Reply Agent::Open(const std::string& path) {
   auto it = files_.find(path);
   if (it == files_.end()) return Reply{ENOENT, "", -1};
   if (it->second.local) {
+    if (lazy_ && !unpacked_) {
+      Status st = EnsureUnpacked(it->second.shard, it->second.entry);
+      if (!st.ok()) {
+        open_errors_++;
+        LOG_ERROR("open %s: %s", path.c_str(), st.ToString().c_str());
+        return Reply{st.ToErrno(), "", -1};
+      }
+    }
     int fd = ::open((data_root_ + "/" + path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
       open_errors_++;
@@ -485,6 +565,13 @@ int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
   if (shard >= index_.size() || !local_shard_[shard] || entry >= index_[shard].size()) return ENOENT;
   const IndexEntry& e = index_[shard][entry];
   if (e.type != EntryType::kFile) return EINVAL;
+  if (lazy_ && !unpacked_) {
+    Status st = EnsureUnpacked(shard, entry);
+    if (!st.ok()) {
+      LOG_ERROR("serve %s to a peer: %s", e.path.c_str(), st.ToString().c_str());
+      return EIO;
+    }
+  }
   *fd = ::open((data_root_ + "/" + e.path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (*fd < 0) return errno;
   *size = e.size;
@@ -497,6 +584,117 @@ std::vector<uint32_t> Agent::ShardFiles(uint32_t shard) {
   for (uint32_t i = 0; i < index_[shard].size(); i++)
     if (index_[shard][i].type == EntryType::kFile) out.push_back(i);
   return out;
+}
+
+bool Agent::ClaimUnpack(uint32_t shard, uint32_t entry, bool wait) {
+  std::unique_lock<std::mutex> l(unpack_mu_);
+  uint8_t& state = unpack_state_[shard][entry];
+  if (wait) unpack_cv_.wait(l, [&] { return state != kBusy; });
+  if (state != kPacked) return false;
+  state = kBusy;
+  return true;
+}
+
+void Agent::FinishUnpack(uint32_t shard, uint32_t entry, bool ok) {
+  if (ok) {
+    // The file is complete: from now on clients open it themselves.
+    alive_.MarkLocal(table_index_[shard][entry]);
+    staged_files_++;
+    staged_bytes_ += index_[shard][entry].size;
+  } else {
+    (void)::unlinkat(data_root_fd_.get(), index_[shard][entry].path.c_str(), 0);
+  }
+  {
+    std::lock_guard<std::mutex> l(unpack_mu_);
+    unpack_state_[shard][entry] = ok ? kDone : kPacked;
+  }
+  unpack_cv_.notify_all();
+}
+
+Status Agent::EnsureUnpacked(uint32_t shard, uint32_t entry) {
+  if (!ClaimUnpack(shard, entry, /*wait=*/true)) {
+    std::lock_guard<std::mutex> l(unpack_mu_);
+    return unpack_state_[shard][entry] == kDone ? Status::OK() : Status::IOError("unpack failed");
+  }
+  const IndexEntry& e = index_[shard][entry];
+  const format::ShardFile& copy = *copies_[shard];
+  Status st;
+  {
+    auto fd = stage::CreateStaged(data_root_fd_.get(), data_root_, e.path);
+    st = fd.ok() ? format::StreamFrame(copy.fd.get(), copy.path, e, &dict_,
+                                       [&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), data_root_ + "/" + e.path); })
+                 : fd.status();
+  }
+  FinishUnpack(shard, entry, st.ok());
+  if (st.ok()) unpacked_on_demand_++;
+  return st;
+}
+
+// Unpacks the local shard copies into the data root, at low priority (the job's own processes
+// come first; a file they open before its turn is unpacked for them on the spot), then removes
+// the copies.
+void Agent::UnpackLoop() {
+  auto t0 = Clock::now();
+  LowerThreadPriority();
+  // Tests hold the background pass back to exercise unpacking on first open.
+  if (const char* d = std::getenv("FANSTORE_TEST_UNPACK_DELAY_MS"))
+    for (long ms = std::strtol(d, nullptr, 10); ms > 0 && !unpack_stop_; ms -= 10) ::usleep(10000);
+  bool ok = true;
+  {
+    ThreadPool workers(pool_->size());
+    format::DecoderPool decoders(&dict_);
+    for (uint32_t s = 0; s < copies_.size() && !unpack_stop_; s++) {
+      if (!copies_[s]) continue;
+      const format::ShardFile& copy = *copies_[s];
+      format::ScanOptions so;
+      so.pool = &workers;
+      so.check_file_hash = true;
+      so.expect_file_xxh3 = manifest_.shards[s].xxh3;
+      Status st = format::ScanShard(copy, so, [&](const IndexEntry& e, std::string_view stored) -> Status {
+        if (unpack_stop_) return Status::Aborted("shutting down");
+        if (e.type != EntryType::kFile) return Status::OK();
+        LowerThreadPriority();
+        const uint32_t i = static_cast<uint32_t>(&e - copy.entries.data());
+        if (!ClaimUnpack(s, i, /*wait=*/false)) return Status::OK();
+        std::string_view data;
+        Status fs = decoders.Get()->Decode(e, stored, nullptr, &data);
+        if (fs.ok()) {
+          auto fd = stage::CreateStaged(data_root_fd_.get(), data_root_, e.path);
+          fs = fd.ok() ? WriteFull(fd->get(), data.data(), data.size(), data_root_ + "/" + e.path) : fd.status();
+        }
+        FinishUnpack(s, i, fs.ok());
+        return fs;
+      });
+      if (!st.ok()) {
+        ok = false;
+        if (!unpack_stop_) LOG_ERROR("background unpack of shard %u: %s; its files are unpacked when opened", s, st.ToString().c_str());
+      }
+    }
+  }
+  if (!ok || unpack_stop_) return;
+  // Every file is in place (a file claimed by an opener when the scan passed it is waited for).
+  for (uint32_t s = 0; s < copies_.size(); s++)
+    for (uint32_t i = 0; copies_[s] && i < index_[s].size(); i++)
+      if (unpack_stop_ || (index_[s][i].type == EntryType::kFile && !EnsureUnpacked(s, i).ok())) return;
+  unpack_seconds_ = Since(t0);
+  unpacked_ = true;
+  // Nobody reads the copies any more: every file's state is kDone.
+  for (auto& c : copies_)
+    if (c) {
+      c->fd.Reset();
+      (void)::unlink(c->path.c_str());
+    }
+  (void)::rmdir(copy_dir_.c_str());
+  LOG_INFO("unpacked %llu files in %.2f s after ready (%llu of them on first open)",
+           static_cast<unsigned long long>(staged_files_.load()), unpack_seconds_.load(),
+           static_cast<unsigned long long>(unpacked_on_demand_.load()));
+  std::string state, error;
+  {
+    std::lock_guard<std::mutex> l(state_mu_);
+    state = state_;
+    error = error_;
+  }
+  WriteStatus(state, error);
 }
 
 void Agent::MaybePrefetch(uint32_t shard) {

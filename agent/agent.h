@@ -17,6 +17,7 @@
 #include "agent/server.h"
 #include "common/status.h"
 #include "common/table.h"
+#include "common/unique_fd.h"
 #include "stagein/manifest.h"
 #include "stagein/shard.h"
 #include "stagein/thread_pool.h"
@@ -35,6 +36,7 @@ struct Config {
   uint64_t cache_size = 0;  // bytes for files fetched from peers; 0: half the free space left
   bool peers = true;        // fetch from other agents (else straight from the dataset)
   bool prefetch = true;     // on first use of a remote shard, stream all of it into the cache
+  std::string unpack = "auto";  // auto|eager|lazy, see --unpack
 };
 
 // Files in the run directory.
@@ -75,6 +77,14 @@ class Agent {
   Status ReadFromDataset(const FileRef& ref, const std::function<Status(std::string_view)>& sink);
   int ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size);
   std::vector<uint32_t> ShardFiles(uint32_t shard);
+  // Lazy unpack: makes <data_root>/<path> of a file of a local shard exist, unpacking it from
+  // the local shard copy now unless it is already (another thread unpacking it is waited for).
+  Status EnsureUnpacked(uint32_t shard, uint32_t entry);
+  // The state machine behind it. Claim returns true when the caller must unpack the file (it
+  // is then marked busy); with `wait` it waits for a busy file, else it leaves it.
+  bool ClaimUnpack(uint32_t shard, uint32_t entry, bool wait);
+  void FinishUnpack(uint32_t shard, uint32_t entry, bool ok);
+  void UnpackLoop();
   // Queues `shard` for a background bulk transfer into the cache, once, when it fits.
   void MaybePrefetch(uint32_t shard);
   void PrefetchLoop();
@@ -88,6 +98,20 @@ class Agent {
   std::vector<uint32_t> mine_;                           // shards staged here
   std::vector<std::vector<format::IndexEntry>> index_;   // every shard's entries, from the exchange
   std::vector<bool> local_shard_;
+  // Lazy unpack (lazy_): the local shard copies by shard id, each file's state (kPacked,
+  // kBusy, kDone) and table entry, and the background unpacker.
+  bool lazy_ = false;
+  std::string copy_dir_;                                  // <local_dir>/shards
+  std::vector<std::unique_ptr<format::ShardFile>> copies_;
+  std::mutex unpack_mu_;
+  std::condition_variable unpack_cv_;
+  std::vector<std::vector<uint8_t>> unpack_state_;
+  std::vector<std::vector<uint32_t>> table_index_;
+  std::atomic<bool> unpacked_{false}, unpack_stop_{false};
+  std::atomic<uint64_t> unpacked_on_demand_{0};
+  std::atomic<double> unpack_seconds_{0};
+  std::thread unpacker_;
+  UniqueFD data_root_fd_;
   std::unordered_map<std::string, FileRef> files_;       // regular files by path
   std::unordered_map<std::string, std::string> links_;   // symlink targets by path
   std::mutex shard_fd_mu_;

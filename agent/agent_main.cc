@@ -25,7 +25,7 @@ const char kHelp[] =
     "Usage: fanstore-agent --dataset DS.fs --local-dir DIR --run-dir DIR --mount PATH\n"
     "                      [--bootstrap auto|single|pmix] [--replicas N|all] [--threads N]\n"
     "                      [--cache-size SIZE] [--no-peers] [--no-prefetch] [--node-name NAME]\n"
-    "                      [--job-id ID] [--stats-out FILE]\n"
+    "                      [--job-id ID] [--stats-out FILE] [--unpack auto|eager|lazy]\n"
     "                      [--verbose|--quiet]\n"
     "\n"
     "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
@@ -47,10 +47,17 @@ const char kHelp[] =
     "  --no-peers         read files held elsewhere straight from the dataset directory\n"
     "  --no-prefetch      fetch remote files one by one only; by default the first use of a\n"
     "                     remote shard streams the whole shard into the cache when it fits\n"
+    "  --unpack MODE      eager: unpack every file before reporting ready; lazy: copy the\n"
+    "                     shards as they are, report ready, then unpack in the background\n"
+    "                     (a file not yet unpacked is unpacked when first opened); auto\n"
+    "                     (default): lazy when the node's files average under 64 KiB,\n"
+    "                     where creating files, not reading the source, bounds stage-in,\n"
+    "                     and there is room for the shard copies beside the files\n"
     "  --stats-out FILE   at shutdown, append this agent's final counters to FILE as one line\n"
     "                     of JSON (`fanstore stats FILE` summarises the lines of all nodes)\n"
     "\n"
-    "status.json in the run directory reads {\"state\": \"staging|ready|failed\", \"error\": ...}.\n"
+    "status.json in the run directory reads {\"state\": \"staging|ready|failed\", \"error\": ...,\n"
+    "\"unpacked\": true|false}.\n"
     "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage.\n";
 
 // One write with O_APPEND: the lines of several nodes appending to one shared file do not mix.
@@ -90,6 +97,7 @@ int main(int argc, char** argv) {
                                  {"no-peers", no_argument, nullptr, 'P'},
                                  {"no-prefetch", no_argument, nullptr, 'N'},
                                  {"stats-out", required_argument, nullptr, 'S'},
+                                 {"unpack", required_argument, nullptr, 'U'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
@@ -121,6 +129,11 @@ int main(int argc, char** argv) {
       case 'P': cfg.peers = false; break;
       case 'N': cfg.prefetch = false; break;
       case 'S': stats_out = optarg; break;
+      case 'U':
+        if (std::strcmp(optarg, "auto") && std::strcmp(optarg, "eager") && std::strcmp(optarg, "lazy"))
+          return Usage(std::string("bad --unpack '") + optarg + "' (auto, eager or lazy)");
+        cfg.unpack = optarg;
+        break;
       case 'h': std::fputs(kHelp, stdout); return 0;
       default: return Usage("bad option");
     }

@@ -216,7 +216,10 @@ AgentLock::~AgentLock() {
 Status AgentLock::Acquire(const std::string& table_path) {
   UniqueFD fd(::open(table_path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) return Status::FromErrno("table: open " + table_path, errno);
-  len_ = sizeof(Header);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("table: stat " + table_path, errno);
+  if (static_cast<size_t>(st.st_size) < sizeof(Header)) return Status::Corruption("table: " + table_path + " is truncated");
+  len_ = static_cast<size_t>(st.st_size);
   map_ = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
@@ -232,6 +235,13 @@ Status AgentLock::Acquire(const std::string& table_path) {
   if (rc == 0) rc = pthread_mutex_lock(m);
   if (rc != 0) return Status::FromErrno("table: agent lock", rc);
   return Status::OK();
+}
+
+void AgentLock::MarkLocal(uint32_t index) {
+  const auto* h = static_cast<const Header*>(map_);
+  if (!map_ || index >= h->entry_count || h->entries_off + (uint64_t{index} + 1) * sizeof(Entry) > len_) return;
+  auto* e = reinterpret_cast<Entry*>(static_cast<char*>(map_) + h->entries_off) + index;
+  __atomic_fetch_or(&e->flags, uint32_t{kLocal}, __ATOMIC_RELEASE);
 }
 
 bool TableView::AgentAlive() const {

@@ -8,7 +8,10 @@
 // leading '/'. Lookup is open addressing on XXH3(path) with linear probing. Children of a
 // directory are contiguous in `children`, sorted by name.
 //
-// Thread safety: a TableView is immutable after Open() and safe to share between threads.
+// Thread safety: a TableView is immutable after Open() and safe to share between threads, with
+// one exception: while it serves, the agent may set kLocal on a file's entry (never clear it)
+// when it unpacks that file after the table was published; readers load `flags` atomically
+// (EntryFlagsOf).
 #pragma once
 
 #include <sys/stat.h>
@@ -110,6 +113,9 @@ class AgentLock {
   AgentLock(const AgentLock&) = delete;
   AgentLock& operator=(const AgentLock&) = delete;
   Status Acquire(const std::string& table_path);
+  // Sets kLocal on entry `index` once its file is complete under the local root (lazy
+  // unpack); clients that load the flag afterwards open the file directly.
+  void MarkLocal(uint32_t index);
 
  private:
   void* map_ = nullptr;
@@ -191,6 +197,7 @@ class TableView {
   const char* strings_ = nullptr;
 };
 
+inline uint32_t EntryFlagsOf(const Entry& e) { return __atomic_load_n(&e.flags, __ATOMIC_ACQUIRE); }
 inline bool IsDir(const Entry& e) { return S_ISDIR(e.mode); }
 inline bool IsReg(const Entry& e) { return S_ISREG(e.mode); }
 inline bool IsLink(const Entry& e) { return S_ISLNK(e.mode); }

@@ -31,7 +31,9 @@ int OpenFileData(const Entry& e, int flags) {
   const int keep = flags & (O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_PATH | O_LARGEFILE);
   std::string_view rel = t.Path(e);
   char path[PATH_MAX];
-  if ((e.flags & table::kLocal) && LocalPath(e, path)) {
+  // kLocal may be set by the agent after this process mapped the table (lazy unpack).
+  const uint32_t eflags = table::EntryFlagsOf(e);
+  if ((eflags & table::kLocal) && LocalPath(e, path)) {
     // O_NOATIME: the agent's copies are the job user's own, and nobody needs their atime.
     int fd = Real().open(path, O_RDONLY | O_NOATIME | keep);
     if (fd < 0 && errno == EPERM) fd = Real().open(path, O_RDONLY | keep);
@@ -47,7 +49,7 @@ int OpenFileData(const Entry& e, int flags) {
   if (flags & O_PATH) return OpenDirStandIn(t.at(0), O_PATH | (flags & O_CLOEXEC));
   // Fetched from a peer before: the agent's cache file, opened directly (a miss costs one
   // failed open; eviction only unlinks, so a descriptor we get stays valid).
-  if (!(e.flags & table::kLocal) && CachePath(e, path)) {
+  if (!(eflags & table::kLocal) && CachePath(e, path)) {
     int fd = Real().open(path, O_RDONLY | O_NOFOLLOW | keep);
     if (fd >= 0) {
       if (g_cfg.counters) table::CountOpen(&g_cfg.counters->cached_opens, &g_cfg.counters->cached_bytes, e.size);

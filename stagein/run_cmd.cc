@@ -30,7 +30,8 @@ namespace fanstore::cli {
 namespace {
 
 const char kRunHelp[] =
-    "Usage: fanstore run DS.fs [--mount PATH] [--local-dir DIR] [--timeout SEC] -- COMMAND [ARGS...]\n"
+    "Usage: fanstore run DS.fs [--mount PATH] [--local-dir DIR] [--timeout SEC] [--unpack MODE]\n"
+    "                    -- COMMAND [ARGS...]\n"
     "\n"
     "Serves the dataset DS.fs on this machine without Slurm: starts an agent that stages the\n"
     "dataset into a private directory under DIR, waits until it is ready, runs COMMAND with the\n"
@@ -44,6 +45,8 @@ const char kRunHelp[] =
     "                    dataset directory's name without .fs)\n"
     "  --local-dir DIR   where the staged copy goes (default $TMPDIR, else /tmp)\n"
     "  --timeout SEC     give up when stage-in takes longer (default: no limit)\n"
+    "  --unpack MODE     auto (default), eager or lazy: when the files are unpacked, see\n"
+    "                    fanstore-agent --help\n"
     "  -v, --verbose     show the agent's progress and statistics (default: only errors)\n"
     "\n"
     "Environment: FANSTORE_AGENT and FANSTORE_PRELOAD override where the agent binary and the\n"
@@ -111,11 +114,12 @@ int CmdRun(int argc, char** argv) {
       std::fputs(kRunHelp, stdout);
       return kExitOk;
     }
-  std::string mount, local_parent, timeout_s;
+  std::string mount, local_parent, timeout_s, unpack = "auto";
   bool verbose = false;
   static const option kOpts[] = {{"mount", required_argument, nullptr, 'm'},
                                  {"local-dir", required_argument, nullptr, 'l'},
                                  {"timeout", required_argument, nullptr, 't'},
+                                 {"unpack", required_argument, nullptr, 'u'},
                                  {"verbose", no_argument, nullptr, 'v'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
@@ -124,6 +128,7 @@ int CmdRun(int argc, char** argv) {
       case 'm': mount = optarg; break;
       case 'l': local_parent = optarg; break;
       case 't': timeout_s = optarg; break;
+      case 'u': unpack = optarg; break;
       case 'v': verbose = true; break;
       default: std::fputs(kRunHelp, stderr); return kExitUsage;
     }
@@ -134,6 +139,7 @@ int CmdRun(int argc, char** argv) {
   };
   if (optind != opt_argc - 1) return usage("run needs exactly one DS.fs before --");
   if (dashdash < 0 || dashdash + 1 >= argc) return usage("run needs -- COMMAND");
+  if (unpack != "auto" && unpack != "eager" && unpack != "lazy") return usage("bad --unpack '" + unpack + "' (auto, eager or lazy)");
   double timeout = 0;
   if (!timeout_s.empty()) {
     char* end;
@@ -193,7 +199,8 @@ int CmdRun(int argc, char** argv) {
     ::unsetenv("LD_PRELOAD");
     ::setenv(env::kDisable, "1", 1);
     std::vector<const char*> av = {agent.c_str(), "--dataset", ds.c_str(), "--local-dir", local_dir.c_str(),
-                                   "--run-dir", run_dir.c_str(), "--mount", mount.c_str(), "--bootstrap", "single"};
+                                   "--run-dir", run_dir.c_str(), "--mount", mount.c_str(), "--bootstrap", "single",
+                                   "--unpack", unpack.c_str()};
     av.push_back(verbose ? "--verbose" : "--quiet");
     av.push_back(nullptr);
     ::execv(agent.c_str(), const_cast<char* const*>(av.data()));

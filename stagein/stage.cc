@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/hash.h"
 #include "common/unique_fd.h"
 #include "stagein/io.h"
 #include "stagein/thread_pool.h"
@@ -55,17 +56,7 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
   UniqueFD root(::open(local_root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!root.valid()) return Status::FromErrno("local directory " + local_root, errno);
   // Directories first, on this thread: every parent of every staged file.
-  std::set<std::string> dirs;
-  for (const auto& s : shards)
-    for (const auto& e : s->entries) {
-      if (e.type != EntryType::kFile) continue;
-      size_t slash = e.path.rfind('/');
-      if (slash != std::string::npos) dirs.insert(e.path.substr(0, slash));
-    }
-  for (const auto& d : dirs) {
-    Status st = MakeDirs(root.get(), d, 0700);
-    if (!st.ok()) return st.Prefixed("local directory " + local_root);
-  }
+  FS_RETURN_IF_ERROR(MakeParentDirs(root.get(), local_root, shards));
   format::DecoderPool decoders(&dict);
   std::atomic<uint64_t> files{0}, raw{0}, read{0};
   std::vector<const format::ShardFile*> list;
@@ -78,11 +69,9 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
     if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
     std::string_view data;
     FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &data));
-    // The local tree is private (0700) and holds no symlinks, so openat of the whole relative
-    // path cannot escape local_root; O_NOFOLLOW|O_EXCL guard the leaf anyway.
-    UniqueFD fd(::openat(root.get(), e.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
-    if (!fd.valid()) return Status::FromErrno("create " + local_root + "/" + e.path, errno);
-    Status ws = WriteFull(fd.get(), data.data(), data.size(), local_root + "/" + e.path);
+    auto fd = CreateStaged(root.get(), local_root, e.path);
+    if (!fd.ok()) return fd.status();
+    Status ws = WriteFull(fd->get(), data.data(), data.size(), local_root + "/" + e.path);
     if (!ws.ok()) return ws;
     files++;
     raw += e.size;
@@ -93,6 +82,91 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
     stats->shards = shards.size();
     stats->files = files;
     stats->raw_bytes = raw;
+    stats->read_bytes = read;
+    stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return Status::OK();
+}
+
+Status MakeParentDirs(int root_fd, const std::string& local_root,
+                      const std::vector<std::unique_ptr<format::ShardFile>>& shards) {
+  std::set<std::string_view> dirs;
+  for (const auto& s : shards)
+    for (const auto& e : s->entries) {
+      if (e.type != EntryType::kFile) continue;
+      size_t slash = e.path.rfind('/');
+      if (slash != std::string::npos) dirs.insert(std::string_view(e.path).substr(0, slash));
+    }
+  for (std::string_view d : dirs) {
+    Status st = MakeDirs(root_fd, std::string(d), 0700);
+    if (!st.ok()) return st.Prefixed("local directory " + local_root);
+  }
+  return Status::OK();
+}
+
+Result<UniqueFD> CreateStaged(int root_fd, const std::string& local_root, const std::string& path) {
+  // The local tree is private (0700) and holds no symlinks, so openat of the whole relative
+  // path cannot escape local_root; O_NOFOLLOW|O_EXCL guard the leaf anyway.
+  UniqueFD fd(::openat(root_fd, path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+  if (!fd.valid()) return Status::FromErrno("create " + local_root + "/" + path, errno);
+  return fd;
+}
+
+Status CopyShards(const format::Manifest& m, const format::Dictionary& dict,
+                  std::vector<std::unique_ptr<format::ShardFile>>& shards, const std::string& copy_dir,
+                  const Options& opts, Stats* stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  UniqueFD dir(::open(copy_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid()) return Status::FromErrno("local directory " + copy_dir, errno);
+  constexpr size_t kChunk = 1u << 20;
+  std::vector<Status> results(shards.size());
+  std::atomic<uint64_t> read{0};
+  auto cancelled = [&] { return opts.cancel && opts.cancel->load(); };
+  ParallelFor(shards.size(), opts.pool ? opts.pool->size() : 1, [&](size_t k) {
+    format::ShardFile& sh = *shards[k];
+    const format::ShardRef& ref = m.shards[sh.header.shard_id];  // ids checked at open
+    const std::string dst = copy_dir + "/" + ref.file;
+    Status& st = results[k];
+    if (cancelled()) {
+      st = Status::Aborted("stage-in cancelled");
+      return;
+    }
+    UniqueFD out(::openat(dir.get(), ref.file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+    if (!out.valid()) {
+      st = Status::FromErrno("create " + dst, errno);
+      return;
+    }
+    auto buf = std::make_unique<char[]>(kChunk);
+    Xxh3Stream hash;
+    for (uint64_t off = 0; off < sh.size && st.ok() && !cancelled();) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, sh.size - off));
+      st = PreadFull(sh.fd.get(), buf.get(), n, off, sh.path);
+      if (!st.ok()) break;
+      hash.Update(buf.get(), n);
+      st = WriteFull(out.get(), buf.get(), n, dst);
+      off += n;
+      read += n;
+      if (opts.on_read) opts.on_read(n);
+    }
+    if (st.ok() && cancelled()) st = Status::Aborted("stage-in cancelled");
+    if (!st.ok()) return;
+    if (hash.Digest() != ref.xxh3) {
+      // Name the damage as a full scan of the source would; failing that, the shard.
+      format::DecoderPool decoders(&dict);
+      st = format::ScanShards(m, {&sh}, nullptr, nullptr, nullptr, [&](const IndexEntry& e, std::string_view stored) {
+        std::string_view raw;
+        return e.type == EntryType::kFile ? decoders.Get()->Decode(e, stored, nullptr, &raw) : Status::OK();
+      });
+      if (st.ok()) st = Status::Corruption(sh.path + ": changed while it was copied (whole-shard checksum mismatch)");
+      return;
+    }
+    sh.fd = std::move(out);
+    sh.path = dst;
+  });
+  for (const Status& st : results)
+    if (!st.ok()) return cancelled() ? Status::Aborted("stage-in cancelled") : st;
+  if (stats) {
+    stats->shards = shards.size();
     stats->read_bytes = read;
     stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

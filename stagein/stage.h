@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "stagein/manifest.h"
 #include "stagein/shard.h"
 
@@ -47,5 +48,22 @@ Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::st
 Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
                    const std::vector<std::unique_ptr<format::ShardFile>>& shards,
                    const std::string& local_root, const Options& opts, Stats* stats);
+
+// Creates the parent directory of every regular file of `shards` under `root_fd` (0700).
+Status MakeParentDirs(int root_fd, const std::string& local_root,
+                      const std::vector<std::unique_ptr<format::ShardFile>>& shards);
+
+// Creates <local_root>/<path> (0400, exclusively, never through a symlink) for writing; the
+// path comes from a validated index, and root_fd is the private local root.
+Result<UniqueFD> CreateStaged(int root_fd, const std::string& local_root, const std::string& path);
+
+// Lazy stage-in, first half: copies each shard as it is into `copy_dir` (sequential reads,
+// parallel over shards), checking the manifest's whole-shard hash on the way, then points
+// each ShardFile at its local copy (path and descriptor), so that files are unpacked later
+// from local storage. A copy whose hash does not match is reported like StageShards reports
+// it: the bad file and frame when one is, else the shard. stats->raw_bytes stays 0.
+Status CopyShards(const format::Manifest& m, const format::Dictionary& dict,
+                  std::vector<std::unique_ptr<format::ShardFile>>& shards, const std::string& copy_dir,
+                  const Options& opts, Stats* stats);
 
 }  // namespace fanstore::stage

@@ -161,6 +161,30 @@ else
   echo "  (errno comparison skipped: needs root for a read-only bind mount)"
 fi
 
+echo "== lazy unpack: ready once the shards are copied; files unpacked in the background or on first open"
+# The background pass held back: every file is unpacked by the first open of it (the agent's
+# path), while later opens take the unpacked file directly (the table's flag).
+lazy_md5=$(FANSTORE_TEST_UNPACK_DELAY_MS=600000 "$F" run ds.fs --unpack lazy --mount $M -- bash -c \
+  "cd $M && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum >/dev/null && $B/bin/fanstore stats --json >&2" 2>lazy.json)
+check "lazy, unpacked on first open: md5sum of every file matches" diff <(hashes src) <(echo "$lazy_md5")
+nfiles=$(find src -type f | wc -l)
+check "lazy, unpacked on first open: the agent unpacked each file once, on its first open" \
+  $PY -c "import json,sys; j=json.load(open('lazy.json')); u=j['unpack']; sys.exit(not (u['mode']=='lazy' and u['on_demand']==$nfiles and not u['done'] and j['opens']['local']==2*$nfiles))"
+# Background pass: the command waits for it, then reads everything from the unpacked tree.
+cat > waitunpack.py <<'PY'
+import json, subprocess, sys, time
+for _ in range(600):
+    j = json.loads(subprocess.check_output([sys.argv[1], "stats", "--json"]))
+    if j["unpack"]["done"]:
+        print(j["unpack"]["mode"], j["files_staged"]); sys.exit(0)
+    time.sleep(0.05)
+sys.exit(1)
+PY
+out=$("$F" run ds.fs --unpack lazy --mount $M -- bash -c "$PY waitunpack.py $F && cd $M && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum")
+check "lazy, background pass: every file unpacked" test "$(head -1 <<<"$out")" = "lazy $nfiles"
+check "lazy, background pass: md5sum of every file matches" diff <(hashes src) <(tail -n +2 <<<"$out")
+check "lazy: nothing left in /dev/shm or the local dir" bash -c "! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
+
 echo "== faults"
 cp -a ds.fs bad.fs
 big=$(ls -S bad.fs/shard-*.fsd | head -1)
@@ -170,6 +194,10 @@ check "corrupt shard: run exits non-zero" test $rc -ne 0
 check "corrupt shard: the message names the shard" grep -q "$(basename "$big")" <<<"$err"
 check "corrupt shard: COMMAND never started" test ! -e started
 check "corrupt shard: nothing left in /dev/shm or the local dir" bash -c "! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
+err=$("$F" run bad.fs --unpack lazy -- touch started 2>&1); rc=$?
+check "corrupt shard, lazy: run exits non-zero, names the shard, COMMAND never started" \
+  bash -c "[[ $rc -ne 0 ]] && grep -q '$(basename "$big")' <<<'$err' && [[ ! -e started ]]"
+check "corrupt shard, lazy: nothing left in /dev/shm or the local dir" bash -c "! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
 if [[ $(id -u) -eq 0 ]]; then
   mkdir -p full && mount -t tmpfs -o size=2m tmpfs full
   err=$("$F" run ds.fs --local-dir full -- touch started 2>&1); rc=$?
