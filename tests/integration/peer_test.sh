@@ -37,8 +37,10 @@ mkdir local && chown fsalice local
 check "dataset has many shards" test "$(ls ds.fs/shard-*.fsd | wc -l)" -ge 8
 
 # --enable-recovery: mpirun must not take agent 0 down when the test kills agent 1.
-runuser -u fsalice -- mpirun --enable-recovery --mca orte_abort_on_non_zero_status 0 -np 2 "$B/bin/fanstore-agent" --dataset "$T/ds.fs" --local-dir "$T/local/ld%r" \
-  --run-dir "$RD.%r" --mount $M --replicas 1 --cache-size 100K --quiet >agents.log 2>&1 &
+# Lazy unpack with the background pass held back: the holders unpack what they serve to the
+# peer when it is first asked for.
+runuser -u fsalice -- env FANSTORE_TEST_UNPACK_DELAY_MS=600000 mpirun --enable-recovery --mca orte_abort_on_non_zero_status 0 -np 2 "$B/bin/fanstore-agent" --dataset "$T/ds.fs" --local-dir "$T/local/ld%r" \
+  --run-dir "$RD.%r" --mount $M --replicas 1 --cache-size 100K --unpack lazy --quiet >agents.log 2>&1 &
 MPI_PID=$!
 ready() { grep -q '"state":"ready"' "$RD.$1/status.json" 2>/dev/null; }
 for _ in $(seq 100); do ready 0 && ready 1 && break; sleep 0.1; done
@@ -76,6 +78,9 @@ s0=$(stats 0)
 check "remote opens were served by the peer ($(field "$s0" "['opens']"))" test "$(field "$s0" "['opens']['remote']")" -gt 0
 check "every file matches the source through agent 1 too" diff <(hashes src) <(client 1 bash -c "$(declare -f hashes); hashes $M")
 check "no fallback while the peer is up" test "$(field "$s0" "['opens']['fallback']")" -eq 0
+s1=$(stats 1)
+check "agent 1 unpacked the files it served on first request ($(field "$s1" "['unpack']"))" \
+  test "$(field "$s1" "['unpack']['on_demand']")" -gt 0 -a "$(field "$s1" "['unpack']['mode']")" = lazy
 # Files of rank 1's shards: what agent 0 must fetch.
 rank1_files() {
   for s in $(field "$(cat $RD.1/status.json)" "['shards']" | tr -d '[],'); do
