@@ -412,8 +412,6 @@ Status Agent::BuildTable() {
         case EntryType::kFile:
           n.mode = S_IFREG | e.mode;
           n.flags = local_shard_[s] && !lazy_ ? uint32_t{table::kLocal} : 0u;
-          if (!files_.emplace(e.path, FileRef{s, i, local_shard_[s]}).second)
-            return Status::Corruption("path '" + e.path + "' appears in two shards");
           break;
         case EntryType::kDir: n.mode = S_IFDIR | e.mode; break;
         case EntryType::kSymlink: {
@@ -438,16 +436,18 @@ Status Agent::BuildTable() {
   bo.gid = ::getgid();
   auto image = table::Build(std::move(nodes), bo);
   if (!image.ok()) return image.status().Prefixed("metadata table");
-  if (lazy_) {
-    // The table entry of each file still to unpack, for setting its kLocal flag later.
-    table::TableView view;
-    FS_RETURN_IF_ERROR(view.Attach(*image));
-    for (uint32_t s = 0; s < copies_.size(); s++)
-      if (copies_[s])
-        for (uint32_t i = 0; i < index_[s].size(); i++)
-          if (const table::Entry* e = index_[s][i].type == EntryType::kFile ? view.Lookup(index_[s][i].path) : nullptr)
-            table_index_[s][i] = view.IndexOf(*e);
-  }
+  // The agent's own view of the table answers its opens by path: the shard and entry of every
+  // file by table entry (and, for lazy unpack, the table entry of each file to mark later).
+  table_image_ = std::move(image).value();
+  FS_RETURN_IF_ERROR(view_.Attach(table_image_));
+  file_refs_.assign(view_.size(), FileRef{UINT32_MAX, 0, false});
+  for (uint32_t s = 0; s < index_.size(); s++)
+    for (uint32_t i = 0; i < index_[s].size(); i++) {
+      if (index_[s][i].type != EntryType::kFile) continue;
+      const uint32_t t = view_.IndexOf(*view_.Lookup(index_[s][i].path));  // Build kept every path
+      file_refs_[t] = FileRef{s, i, local_shard_[s]};
+      if (lazy_ && local_shard_[s]) table_index_[s][i] = t;
+    }
   // Every directory of the namespace exists under the data root, so that directory
   // descriptors and working directories inside the mount have a real directory behind them.
   data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -458,7 +458,7 @@ Status Agent::BuildTable() {
   const std::string path = cfg_.run_dir + "/" + kTableName;
   client_counters_ = table::MapCounters(cfg_.run_dir, /*create=*/true);
   if (!client_counters_) LOG_WARN("client counters unavailable: %s", std::strerror(errno));
-  FS_RETURN_IF_ERROR(table::WriteFile(path, *image));
+  FS_RETURN_IF_ERROR(table::WriteFile(path, table_image_));
   return alive_.Acquire(path);
 }
 
@@ -533,11 +533,12 @@ Reply Agent::Open(const std::string& path) {
     std::lock_guard<std::mutex> l(state_mu_);
     if (state_ != "ready") return Reply{EAGAIN, "", -1};
   }
-  auto it = files_.find(path);
-  if (it == files_.end()) return Reply{ENOENT, "", -1};
-  if (it->second.local) {
+  const table::Entry* te = view_.Lookup(path);
+  if (!te || file_refs_[view_.IndexOf(*te)].shard == UINT32_MAX) return Reply{ENOENT, "", -1};
+  const FileRef& ref = file_refs_[view_.IndexOf(*te)];
+  if (ref.local) {
     if (lazy_ && !unpacked_) {
-      Status st = EnsureUnpacked(it->second.shard, it->second.entry);
+      Status st = EnsureUnpacked(ref.shard, ref.entry);
       if (!st.ok()) {
         open_errors_++;
         LOG_ERROR("open %s: %s", path.c_str(), st.ToString().c_str());
@@ -552,7 +553,7 @@ Reply Agent::Open(const std::string& path) {
     opens_local_++;
     return Reply{0, "", fd};
   }
-  auto fd = RemoteOpen(it->second);
+  auto fd = RemoteOpen(ref);
   if (!fd.ok()) {
     open_errors_++;
     LOG_ERROR("open %s: %s", path.c_str(), fd.status().ToString().c_str());

@@ -112,7 +112,9 @@ class Agent {
   std::atomic<double> unpack_seconds_{0};
   std::thread unpacker_;
   UniqueFD data_root_fd_;
-  std::unordered_map<std::string, FileRef> files_;       // regular files by path
+  std::string table_image_;                               // the published table, and the
+  table::TableView view_;                                 // agent's own view of it
+  std::vector<FileRef> file_refs_;                        // by table entry; shard UINT32_MAX: no file
   std::unordered_map<std::string, std::string> links_;   // symlink targets by path
   std::mutex shard_fd_mu_;
   std::unordered_map<uint32_t, int> shard_fds_;          // shards opened for fallback reads

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/hash.h"
 #include "common/unique_fd.h"
@@ -63,48 +64,68 @@ uint64_t InodeFor(uint64_t path_hash) {
 }
 
 Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
-  // Index given nodes, add missing parents, ensure the root exists.
-  std::unordered_map<std::string, size_t> by_path;
-  by_path.reserve(nodes.size() * 2 + 1);
-  for (size_t i = 0; i < nodes.size(); i++) {
-    if (!Canonical(nodes[i].path))
-      return Status::InvalidArgument("table: non-canonical path '" + nodes[i].path + "'");
-    if (!by_path.emplace(nodes[i].path, i).second)
-      return Status::InvalidArgument("table: duplicate path '" + nodes[i].path + "'");
+  for (const Node& nd : nodes)
+    if (!Canonical(nd.path)) return Status::InvalidArgument("table: non-canonical path '" + nd.path + "'");
+  // Directories by path (views into `nodes`, rebuilt whenever `nodes` grows). Only directories
+  // can be parents, and they are few: files are never indexed here.
+  struct ViewHash {
+    size_t operator()(std::string_view v) const { return Xxh3(v); }
+  };
+  std::unordered_map<std::string_view, uint32_t, ViewHash> dirs;
+  auto index_dirs = [&] {
+    dirs.clear();
+    for (uint32_t i = 0; i < nodes.size(); i++)
+      if (S_ISDIR(nodes[i].mode)) dirs.emplace(nodes[i].path, i);
+  };
+  index_dirs();
+  // Missing parent directories (and the root) are added; a parent that exists but is not a
+  // directory is an error (found after sorting, with the duplicates).
+  std::vector<Node> extra;
+  std::unordered_set<std::string> extra_seen;
+  bool has_root = false;
+  for (const Node& nd : nodes) has_root |= nd.path.empty();
+  if (!has_root) {
+    extra.push_back(Node{"", S_IFDIR | 0555, 0, 0, 0, {}});
+    extra_seen.emplace("");
   }
-  if (!by_path.count("")) {
-    by_path.emplace("", nodes.size());
-    nodes.push_back(Node{"", S_IFDIR | 0555, 0, 0, 0, {}});
-  }
-  for (size_t i = 0; i < nodes.size(); i++) {
-    std::string parent(ParentOf(nodes[i].path));
-    if (nodes[i].path.empty()) continue;
-    while (true) {
-      auto it = by_path.find(parent);
-      if (it != by_path.end()) {
-        if (!S_ISDIR(nodes[it->second].mode))
-          return Status::InvalidArgument("table: parent of '" + nodes[i].path + "' is not a directory");
-        break;
-      }
-      by_path.emplace(parent, nodes.size());
-      nodes.push_back(Node{parent, S_IFDIR | 0555, 0, nodes[i].mtime_ns, 0, {}});
-      parent = std::string(ParentOf(parent));
+  for (const Node& nd : nodes) {
+    if (nd.path.empty()) continue;
+    for (std::string_view parent = ParentOf(nd.path); !dirs.count(parent) && extra_seen.emplace(parent).second;
+         parent = ParentOf(parent)) {
+      extra.push_back(Node{std::string(parent), S_IFDIR | 0555, 0, nd.mtime_ns, 0, {}});
+      if (parent.empty()) break;
     }
   }
-  // Order: root first, then by path, so that children of one directory sort by name... except
-  // that "a/b" < "a-c" bytewise would interleave; children lists are built separately below.
-  std::sort(nodes.begin(), nodes.end(), [](const Node& a, const Node& b) { return a.path < b.path; });
+  // Order: by path, the root ("") first. Siblings share their parent's prefix, so in this order
+  // each directory's children come by name.
+  for (Node& x : extra) nodes.push_back(std::move(x));
   const uint32_t n = static_cast<uint32_t>(nodes.size());
-  by_path.clear();
-  for (uint32_t i = 0; i < n; i++) by_path.emplace(nodes[i].path, i);
+  std::vector<uint32_t> order(n), pos(n);
+  for (uint32_t i = 0; i < n; i++) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return nodes[a].path < nodes[b].path; });
+  for (uint32_t i = 0; i < n; i++) pos[order[i]] = i;
+  for (uint32_t i = 1; i < n; i++)
+    if (nodes[order[i]].path == nodes[order[i - 1]].path)
+      return Status::InvalidArgument("table: duplicate path '" + nodes[order[i]].path + "'");
+  index_dirs();
+  auto parent_of = [&](const Node& nd) -> Result<uint32_t> {
+    std::string_view parent = ParentOf(nd.path);
+    auto it = dirs.find(parent);
+    if (it != dirs.end()) return pos[it->second];
+    return Status::InvalidArgument("table: parent of '" + nd.path + "' is not a directory");
+  };
 
   std::vector<Entry> entries(n);
-  std::vector<std::vector<uint32_t>> kids(n);
+  std::vector<uint32_t> child_count(n, 0);
   std::string strings;
+  size_t string_bytes = opts.local_root.size() + opts.cache_root.size();
+  for (const Node& nd : nodes) string_bytes += nd.path.size() + nd.link_target.size();
+  strings.reserve(string_bytes);
   strings.append(opts.local_root);
   strings.append(opts.cache_root);
+  if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
   for (uint32_t i = 0; i < n; i++) {
-    const Node& nd = nodes[i];
+    const Node& nd = nodes[order[i]];
     Entry& e = entries[i];
     std::memset(&e, 0, sizeof e);
     e.hash = Xxh3(nd.path);
@@ -121,24 +142,25 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
       e.size = nd.link_target.size();
       strings.append(nd.link_target);
     }
-    e.parent = i == 0 ? 0 : by_path.at(std::string(ParentOf(nd.path)));
-    if (i != 0) kids[e.parent].push_back(i);
-    if (strings.size() > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
+    if (i != 0) {
+      auto parent = parent_of(nd);
+      if (!parent.ok()) return parent.status();
+      e.parent = *parent;
+      child_count[e.parent]++;
+    }
   }
-  std::vector<uint32_t> children;
-  for (uint32_t i = 0; i < n; i++) {
-    auto& k = kids[i];
-    std::sort(k.begin(), k.end(), [&](uint32_t a, uint32_t b) {
-      auto na = std::string_view(nodes[a].path).substr(nodes[a].path.rfind('/') + 1);
-      auto nb = std::string_view(nodes[b].path).substr(nodes[b].path.rfind('/') + 1);
-      return na < nb;
-    });
-    entries[i].first_child = static_cast<uint32_t>(children.size());
-    entries[i].child_count = static_cast<uint32_t>(k.size());
-    if (S_ISDIR(entries[i].mode))
-      entries[i].aux = static_cast<uint32_t>(
-          std::count_if(k.begin(), k.end(), [&](uint32_t c) { return S_ISDIR(nodes[c].mode); }));
-    children.insert(children.end(), k.begin(), k.end());
+  // Children lists, contiguous per directory, filled in path order (so by name).
+  std::vector<uint32_t> children(n > 0 ? n - 1 : 0);
+  for (uint32_t i = 0, next = 0; i < n; i++) {
+    entries[i].first_child = next;
+    next += child_count[i];
+  }
+  std::vector<uint32_t> fill(n, 0);
+  for (uint32_t i = 1; i < n; i++) {
+    Entry& p = entries[entries[i].parent];
+    children[p.first_child + fill[entries[i].parent]++] = i;
+    p.child_count++;
+    if (S_ISDIR(entries[i].mode)) p.aux++;
   }
   uint32_t buckets = 16;
   while (buckets < 2ull * n) buckets <<= 1;

@@ -261,6 +261,7 @@ class Agent:
         self.proc = None
         self.pids = []
         self.io_series = None
+        self.ready_seconds = self.unpacked_seconds = None
 
     def d(self, t, r):
         return t.replace("%r", str(r))
@@ -308,13 +309,18 @@ class Agent:
             if any(s.get("state") == "failed" for s in states):
                 raise BenchError(f"agent {self.name} failed: {[s.get('error') for s in states if s.get('error')]}")
             if all(s.get("state") == "ready" for s in states):
-                break
+                if self.ready_seconds is None:
+                    self.ready_seconds = now - t0
+                # Lazy unpack: reads are measured on the unpacked tree (the agents report ready
+                # before their files are unpacked; the stage-in rows report both times).
+                if all(s.get("unpacked", True) for s in states):
+                    break
             if self.proc.poll() is not None:
                 raise BenchError(f"agent {self.name} exited {self.proc.returncode}: {self.tail()}")
             if now - t0 > timeout:
                 raise BenchError(f"agent {self.name} not ready after {timeout} s: {self.tail()}")
             time.sleep(0.01)  # coarse enough not to steal CPU from the agent on 2 cores
-        self.ready_seconds = time.perf_counter() - t0
+        self.unpacked_seconds = time.perf_counter() - t0
         self.pids = [s["pid"] for s in states]
         if io_sample:
             self.io_series = series
@@ -905,7 +911,8 @@ def stage_sample(ctx, name, dataset_path, io_sample=False):
     series = ag.io_series
     stats = ag.stop()
     st = stats[0] if stats else {}
-    return {"seconds": t, "stage_in_seconds": st.get("stage_in_seconds"), "files": st.get("files_staged"),
+    return {"seconds": t, "unpacked_seconds": ag.unpacked_seconds, "unpack": st.get("unpack", {}).get("mode"),
+            "stage_in_seconds": st.get("stage_in_seconds"), "files": st.get("files_staged"),
             "bytes_staged": st.get("bytes_staged"), "bytes_read": st.get("bytes_read_from_source")}, series
 
 
@@ -983,6 +990,7 @@ def wl_stage(ctx):
             s["bytes"] = d["raw_bytes"]
             s["mb_per_s"] = d["raw_bytes"] / s["seconds"] / 1e6
             s["stage_only_mb_per_s"] = d["raw_bytes"] / s["stage_in_seconds"] / 1e6
+            s["unpacked_mb_per_s"] = d["raw_bytes"] / s["unpacked_seconds"] / 1e6
             return s
 
         smp = rounds(ctx, "S2", [("baseline", base), ("fanstore", stage)], check_hash=False)
@@ -993,7 +1001,9 @@ def wl_stage(ctx):
                 med(smp["fanstore"], "mb_per_s"), "MB/s", "≥ 0.9× baseline", 0.9,
                 pairs=paired(smp, "baseline", "fanstore", "mb_per_s"), note=f"source read {fmt(med(smp['baseline'], 'source_mb_per_s_raw'))} MB/s raw; zstd decode × "
                      f"{ctx.cores} cores {fmt(med(smp['baseline'], 'zstd_cores_mb_per_s'))} MB/s; stage-in alone "
-                     f"{fmt(med(smp['fanstore'], 'stage_only_mb_per_s'))} MB/s")
+                     f"{fmt(med(smp['fanstore'], 'stage_only_mb_per_s'))} MB/s; unpack mode "
+                     f"{smp['fanstore'][-1].get('unpack')}, until every file is unpacked "
+                     f"{fmt(med(smp['fanstore'], 'unpacked_mb_per_s'))} MB/s")
 
 
 def wl_pack(ctx):
