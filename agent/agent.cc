@@ -203,6 +203,8 @@ Status Agent::Prepare() {
   data_root_ = cfg_.local_dir + "/data";
   for (const std::string& d : {data_root_, cfg_.local_dir + "/cache"})
     if (::mkdir(d.c_str(), 0700) != 0) return Status::FromErrno("local directory: create " + d, errno);
+  data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
   auto m = format::LoadManifest(cfg_.dataset);
   if (!m.ok()) return m.status();
   manifest_ = std::move(m).value();
@@ -266,10 +268,7 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
     if (lazy_) {
       copy_dir_ = cfg_.local_dir + "/shards";
       st = ::mkdir(copy_dir_.c_str(), 0700) == 0 ? Status::OK() : Status::FromErrno("local directory: create " + copy_dir_, errno);
-      if (st.ok()) {
-        UniqueFD root(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-        st = root.valid() ? stage::MakeParentDirs(root.get(), data_root_, *shards) : Status::FromErrno("open " + data_root_, errno);
-      }
+      if (st.ok()) st = stage::MakeParentDirs(data_root_fd_.get(), data_root_, *shards);
       if (st.ok()) st = stage::CopyShards(manifest_, dict_, *shards, copy_dir_, so, &ss);
     } else {
       st = stage::StageShards(manifest_, dict_, *shards, data_root_, so, &ss);
@@ -391,7 +390,7 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
     table_index_.resize(nshards);
     for (auto& sh : *shards) {
       const uint32_t id = sh->header.shard_id;
-      unpack_state_[id].assign(sh->entries.size(), 0);
+      unpack_state_[id].assign(sh->entries.size(), kPacked);
       table_index_[id].assign(sh->entries.size(), table::kNone);
       copies_[id] = std::move(sh);
     }
@@ -450,8 +449,6 @@ Status Agent::BuildTable() {
     }
   // Every directory of the namespace exists under the data root, so that directory
   // descriptors and working directories inside the mount have a real directory behind them.
-  data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
   for (const auto& shard : index_)
     for (const auto& e : shard)
       if (e.type == EntryType::kDir) FS_RETURN_IF_ERROR(MakeDirs(data_root_fd_.get(), e.path, 0700));
@@ -534,8 +531,9 @@ Reply Agent::Open(const std::string& path) {
     if (state_ != "ready") return Reply{EAGAIN, "", -1};
   }
   const table::Entry* te = view_.Lookup(path);
-  if (!te || file_refs_[view_.IndexOf(*te)].shard == UINT32_MAX) return Reply{ENOENT, "", -1};
-  const FileRef& ref = file_refs_[view_.IndexOf(*te)];
+  const FileRef* found = te ? &file_refs_[view_.IndexOf(*te)] : nullptr;
+  if (!found || found->shard == UINT32_MAX) return Reply{ENOENT, "", -1};
+  const FileRef& ref = *found;
   if (ref.local) {
     if (lazy_ && !unpacked_) {
       Status st = EnsureUnpacked(ref.shard, ref.entry);
@@ -659,10 +657,7 @@ void Agent::UnpackLoop() {
         if (!ClaimUnpack(s, i, /*wait=*/false)) return Status::OK();
         std::string_view data;
         Status fs = decoders.Get()->Decode(e, stored, nullptr, &data);
-        if (fs.ok()) {
-          auto fd = stage::CreateStaged(data_root_fd_.get(), data_root_, e.path);
-          fs = fd.ok() ? WriteFull(fd->get(), data.data(), data.size(), data_root_ + "/" + e.path) : fd.status();
-        }
+        if (fs.ok()) fs = stage::WriteStaged(data_root_fd_.get(), data_root_, e, data);
         FinishUnpack(s, i, fs.ok());
         return fs;
       });

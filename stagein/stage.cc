@@ -21,14 +21,6 @@ namespace fanstore::stage {
 using format::EntryType;
 using format::IndexEntry;
 
-uint64_t RawBytes(const std::vector<std::unique_ptr<format::ShardFile>>& shards) {
-  uint64_t n = 0;
-  for (const auto& s : shards)
-    for (const auto& e : s->entries)
-      if (e.type == EntryType::kFile) n += e.size;
-  return n;
-}
-
 Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::string& dataset_dir,
                                                                   const format::Manifest& m,
                                                                   const std::vector<uint32_t>& ids) {
@@ -69,10 +61,7 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
     if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
     std::string_view data;
     FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &data));
-    auto fd = CreateStaged(root.get(), local_root, e.path);
-    if (!fd.ok()) return fd.status();
-    Status ws = WriteFull(fd->get(), data.data(), data.size(), local_root + "/" + e.path);
-    if (!ws.ok()) return ws;
+    FS_RETURN_IF_ERROR(WriteStaged(root.get(), local_root, e, data));
     files++;
     raw += e.size;
     return Status::OK();
@@ -110,6 +99,12 @@ Result<UniqueFD> CreateStaged(int root_fd, const std::string& local_root, const 
   UniqueFD fd(::openat(root_fd, path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
   if (!fd.valid()) return Status::FromErrno("create " + local_root + "/" + path, errno);
   return fd;
+}
+
+Status WriteStaged(int root_fd, const std::string& local_root, const IndexEntry& e, std::string_view data) {
+  auto fd = CreateStaged(root_fd, local_root, e.path);
+  if (!fd.ok()) return fd.status();
+  return WriteFull(fd->get(), data.data(), data.size(), local_root + "/" + e.path);
 }
 
 Status CopyShards(const format::Manifest& m, const format::Dictionary& dict,
@@ -152,10 +147,10 @@ Status CopyShards(const format::Manifest& m, const format::Dictionary& dict,
     if (!st.ok()) return;
     if (hash.Digest() != ref.xxh3) {
       // Name the damage as a full scan of the source would; failing that, the shard.
-      format::DecoderPool decoders(&dict);
+      format::FrameDecoder dec(&dict);
       st = format::ScanShards(m, {&sh}, nullptr, nullptr, nullptr, [&](const IndexEntry& e, std::string_view stored) {
         std::string_view raw;
-        return e.type == EntryType::kFile ? decoders.Get()->Decode(e, stored, nullptr, &raw) : Status::OK();
+        return e.type == EntryType::kFile ? dec.Decode(e, stored, nullptr, &raw) : Status::OK();
       });
       if (st.ok()) st = Status::Corruption(sh.path + ": changed while it was copied (whole-shard checksum mismatch)");
       return;

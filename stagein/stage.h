@@ -31,10 +31,6 @@ struct Stats {
   double seconds = 0;
 };
 
-// Bytes needed locally to stage `shards`: the raw size of their files (known from the manifest
-// only approximately before the indexes are read, so this reads the indexes).
-uint64_t RawBytes(const std::vector<std::unique_ptr<format::ShardFile>>& shards);
-
 // Opens the given shards (header, footer, index; three reads each) and checks each against the
 // manifest (size, shard id, dataset id).
 Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::string& dataset_dir,
@@ -56,6 +52,8 @@ Status MakeParentDirs(int root_fd, const std::string& local_root,
 // Creates <local_root>/<path> (0400, exclusively, never through a symlink) for writing; the
 // path comes from a validated index, and root_fd is the private local root.
 Result<UniqueFD> CreateStaged(int root_fd, const std::string& local_root, const std::string& path);
+// CreateStaged, then writes the file's whole (decoded, verified) content `data`.
+Status WriteStaged(int root_fd, const std::string& local_root, const format::IndexEntry& e, std::string_view data);
 
 // Lazy stage-in, first half: copies each shard as it is into `copy_dir` (sequential reads,
 // parallel over shards), checking the manifest's whole-shard hash on the way, then points
