@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 
 #include <nlohmann/json.hpp>
 
@@ -89,13 +90,24 @@ class Reader {
   size_t pos_ = 0;
 };
 
-std::string ErrorBlob(const std::string& error) {
+// The blob's head: whether this agent succeeded so far and, if not, why. The second round
+// of the exchange (every agent staged its share) sends the head alone.
+std::string BlobHead(const Status& st) {
   std::string b;
   Put32(b, kBlobMagic);
   Put32(b, kBlobVersion);
-  Put32(b, 0);
-  PutStr(b, error);
+  Put32(b, st.ok() ? 1 : 0);
+  PutStr(b, st.ok() ? "" : st.ToString());
   return b;
+}
+
+Status ReadBlobHead(Reader& rd, uint32_t rank) {
+  uint32_t magic, version, ok;
+  std::string_view err;
+  if (!rd.U32(&magic) || magic != kBlobMagic || !rd.U32(&version) || version != kBlobVersion || !rd.U32(&ok) || !rd.Str(&err))
+    return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(rank));
+  if (!ok) return Status::Aborted("agent of rank " + std::to_string(rank) + " failed: " + std::string(err));
+  return Status::OK();
 }
 
 Status EnsurePrivateDir(const std::string& path, bool* created) {
@@ -216,126 +228,114 @@ Status Agent::Prepare() {
   return Status::OK();
 }
 
-Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
-  const uint32_t size = boot_->size(), rank = boot_->rank();
-  const uint32_t nshards = static_cast<uint32_t>(manifest_.shards.size());
-  const uint32_t replicas = cfg_.replicas == 0 ? size : cfg_.replicas;
-  mine_ = ShardsOf(rank, nshards, size, replicas);
-  local_shard_.assign(nshards, false);
-  for (uint32_t s : mine_) local_shard_[s] = true;
+Status Agent::PlanStage(const Shards& shards) {
+  uint64_t need = 0, files = 0, stored = 0;
+  for (const auto& sh : shards) {
+    stored += sh->size;
+    for (const auto& e : sh->entries)
+      if (e.type == EntryType::kFile) files++, need += e.size;
+  }
+  struct statvfs vfs;
+  const uint64_t free_bytes = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
+  if (need > free_bytes)
+    return Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes) + " free; this node's share of the dataset (" +
+                           std::to_string(mine_.size()) + " of " + std::to_string(manifest_.shards.size()) + " shards) needs " + HumanBytes(need));
+  // The cache takes what is left after the staged share: half of it, or --cache-size when that
+  // is less (a site-wide cache_size= must not fill a node whose disk is smaller).
+  const uint64_t half_left = free_bytes == UINT64_MAX ? 0 : (free_bytes - need) / 2;
+  cache_capacity_ = cfg_.cache_size == 0 ? half_left : std::min(cfg_.cache_size, half_left);
+  if (cfg_.cache_size > half_left)
+    LOG_WARN("cache limited to %s, half the free space of %s left by the staged share (--cache-size %s)",
+             HumanBytes(cache_capacity_).c_str(), cfg_.local_dir.c_str(), HumanBytes(cfg_.cache_size).c_str());
+  LOG_INFO("staging %zu of %zu shards (%s in %llu files) into %s%s", mine_.size(), manifest_.shards.size(), HumanBytes(need).c_str(),
+           static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
+           lazy_ ? ": copying the shards, unpacking in the background once ready" : "");
+  return lazy_ ? stage::MakeParentDirs(data_root_fd_.get(), data_root_, shards) : Status::OK();
+}
 
-  // 1. Stage this node's shards.
-  WriteStatus("staging", "");
+Status Agent::ChooseUnpack() {
+  // Lazy unpack pays off where creating many small files, not reading the source, bounds
+  // stage-in. It is decided from the manifest alone, so that the copy starts at once: it
+  // needs room for the shard copies and, conservatively, the whole dataset's files side by
+  // side until the background unpack is done (this node's files are not known before its
+  // indexes are read).
+  constexpr uint64_t kLazyMeanFileSize = 64 << 10;
+  const format::Manifest& m = manifest_;
+  lazy_ = cfg_.unpack == "lazy" || (cfg_.unpack == "auto" && m.files > 0 && m.raw_bytes / m.files < kLazyMeanFileSize);
+  if (!lazy_) return Status::OK();
+  uint64_t stored = 0;
+  for (uint32_t s : mine_) stored += m.shards[s].bytes;
+  struct statvfs vfs;
+  const uint64_t free_bytes = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
+  if (m.raw_bytes + stored > free_bytes) {
+    lazy_ = false;
+    if (cfg_.unpack == "lazy")
+      LOG_WARN("--unpack lazy needs %s for this node's shard copies and the dataset's files; unpacking eagerly",
+               HumanBytes(m.raw_bytes + stored).c_str());
+    return Status::OK();
+  }
+  copy_dir_ = cfg_.local_dir + "/shards";
+  if (::mkdir(copy_dir_.c_str(), 0700) != 0) return Status::FromErrno("local directory: create " + copy_dir_, errno);
+  return Status::OK();
+}
+
+Status Agent::Stage(const Shards* shards, const std::atomic<bool>* cancel) {
   auto t0 = Clock::now();
-  std::string blob;
-  Status st;
-  auto shards = stage::OpenShards(cfg_.dataset, manifest_, mine_);
-  if (!shards.ok()) st = shards.status();
-  if (st.ok()) {
-    uint64_t need = 0, files = 0, stored = 0;
-    for (const auto& sh : *shards) {
-      stored += sh->size;
-      for (const auto& e : sh->entries)
-        if (e.type == EntryType::kFile) files++, need += e.size;
-    }
-    struct statvfs vfs;
-    const uint64_t free_bytes = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
-    if (need > free_bytes)
-      st = Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes) + " free; this node's share of the dataset (" +
-                           std::to_string(mine_.size()) + " of " + std::to_string(nshards) + " shards) needs " + HumanBytes(need));
-    // Lazy unpack pays off where creating many small files, not reading the source, bounds
-    // stage-in; it needs room for the shard copies and the files side by side until the
-    // background unpack is done.
-    constexpr uint64_t kLazyMeanFileSize = 64 << 10;
-    lazy_ = cfg_.unpack == "lazy" || (cfg_.unpack == "auto" && files > 0 && need / files < kLazyMeanFileSize);
-    if (lazy_ && need + stored > free_bytes) {
-      lazy_ = false;
-      if (cfg_.unpack == "lazy")
-        LOG_WARN("--unpack lazy needs %s for the shard copies and the files; unpacking eagerly",
-                 HumanBytes(need + stored).c_str());
-    }
-    if (st.ok())
-      LOG_INFO("staging %zu of %u shards (%s in %llu files) into %s%s", mine_.size(), nshards, HumanBytes(need).c_str(),
-               static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
-               lazy_ ? ": copying the shards, unpacking in the background once ready" : "");
-  }
-  if (st.ok()) {
-    stage::Options so;
-    so.pool = pool_.get();
-    so.cancel = cancel;
-    so.on_read = [this](uint64_t n) { read_bytes_ += n; };
-    stage::Stats ss;
-    if (lazy_) {
-      copy_dir_ = cfg_.local_dir + "/shards";
-      st = ::mkdir(copy_dir_.c_str(), 0700) == 0 ? Status::OK() : Status::FromErrno("local directory: create " + copy_dir_, errno);
-      if (st.ok()) st = stage::MakeParentDirs(data_root_fd_.get(), data_root_, *shards);
-      if (st.ok()) st = stage::CopyShards(manifest_, dict_, *shards, copy_dir_, so, &ss);
-    } else {
-      st = stage::StageShards(manifest_, dict_, *shards, data_root_, so, &ss);
-      staged_files_ = ss.files;
-      staged_bytes_ = ss.raw_bytes;
-    }
-  }
+  stage::Options so;
+  so.pool = pool_.get();
+  so.cancel = cancel;
+  so.on_read = [this](uint64_t n) { read_bytes_ += n; };
+  stage::Stats ss;
+  Status st = lazy_ ? stage::CopyShards(cfg_.dataset, manifest_, dict_, mine_, copy_dir_, so, &ss)
+                    : stage::StageShards(manifest_, dict_, *shards, data_root_, so, &ss);
+  staged_files_ = ss.files;
+  staged_bytes_ = ss.raw_bytes;
   stage_seconds_ = Since(t0);
-  // Files held here are served to the other agents from now on.
-  if (st.ok() && size > 1 && cfg_.peers) {
-    peer_pool_ = std::make_unique<ThreadPool>(8);
-    st = peer_server_.Start([this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
-                            [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get());
-  }
-  // 2. Publish what this node is primary for: the indexes and symlink targets.
-  if (st.ok()) {
-    Put32(blob, kBlobMagic);
-    Put32(blob, kBlobVersion);
-    Put32(blob, 1);
-    PutStr(blob, "");
-    PutStr(blob, size > 1 && cfg_.peers ? peer_server_.Endpoint() : "");
-    std::vector<const format::ShardFile*> primary;
-    for (const auto& sh : *shards)
-      if (Holders(sh->header.shard_id, size, replicas)[0] == rank) primary.push_back(sh.get());
-    Put32(blob, static_cast<uint32_t>(primary.size()));
-    format::FrameDecoder dec(&dict_);
-    for (const format::ShardFile* sh : primary) {
-      Put32(blob, sh->header.shard_id);
-      Put64(blob, sh->size);
-      blob += format::EncodeFooter(sh->footer);
-      PutStr(blob, sh->index_stored);
-      std::vector<std::pair<std::string, std::string>> links;
-      for (const auto& e : sh->entries) {
-        if (e.type != EntryType::kSymlink) continue;
-        std::string target;
-        st = format::ReadEntry(*sh, e, &dec, &target);
-        if (!st.ok()) break;
-        links.emplace_back(e.path, std::move(target));
-      }
-      if (!st.ok()) break;
-      Put32(blob, static_cast<uint32_t>(links.size()));
-      for (auto& [p, t] : links) {
-        PutStr(blob, p);
-        PutStr(blob, t);
-      }
+  return st;
+}
+
+std::string Agent::EncodeRecords(const Shards& shards, Status* st) {
+  const uint32_t size = boot_->size(), rank = boot_->rank();
+  std::string blob = BlobHead(Status::OK());
+  PutStr(blob, size > 1 && cfg_.peers ? peer_server_.Endpoint() : "");
+  std::vector<const format::ShardFile*> primary;
+  for (const auto& sh : shards)
+    if (Holders(sh->header.shard_id, size, replicas_)[0] == rank) primary.push_back(sh.get());
+  Put32(blob, static_cast<uint32_t>(primary.size()));
+  format::FrameDecoder dec(&dict_);
+  for (const format::ShardFile* sh : primary) {
+    Put32(blob, sh->header.shard_id);
+    Put64(blob, sh->size);
+    blob += format::EncodeFooter(sh->footer);
+    PutStr(blob, sh->index_stored);
+    std::vector<std::pair<std::string, std::string>> links;
+    for (const auto& e : sh->entries) {
+      if (e.type != EntryType::kSymlink) continue;
+      std::string target;
+      *st = format::ReadEntry(*sh, e, &dec, &target);
+      if (!st->ok()) return {};
+      links.emplace_back(e.path, std::move(target));
+    }
+    Put32(blob, static_cast<uint32_t>(links.size()));
+    for (auto& [p, t] : links) {
+      PutStr(blob, p);
+      PutStr(blob, t);
     }
   }
-  if (!st.ok()) blob = ErrorBlob(st.ToString());
-  // 3. Exchange. Every agent takes part even after a failure, so that no peer waits forever
-  // in the fence, and every node learns which node failed and why.
-  auto t1 = Clock::now();
-  auto all = boot_->Exchange(blob);
-  exchange_seconds_ = Since(t1);
-  if (!st.ok()) return st;
-  if (!all.ok()) return all.status().Prefixed("metadata exchange");
+  return blob;
+}
+
+Status Agent::DecodeRecords(const std::vector<std::string>& all, const Shards& shards) {
+  const uint32_t nshards = static_cast<uint32_t>(manifest_.shards.size());
   index_.assign(nshards, {});
   std::vector<bool> seen(nshards, false);
-  std::vector<std::string> endpoints(all->size());
-  for (uint32_t r = 0; r < all->size(); r++) {
-    const std::string& b = (*all)[r];
-    exchange_bytes_ += b.size();
-    Reader rd(b);
-    uint32_t magic, version, ok, records;
-    std::string_view err, endpoint;
-    if (!rd.U32(&magic) || magic != kBlobMagic || !rd.U32(&version) || version != kBlobVersion || !rd.U32(&ok) || !rd.Str(&err))
-      return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(r));
-    if (!ok) return Status::Aborted("agent of rank " + std::to_string(r) + " failed: " + std::string(err));
+  std::vector<std::string> endpoints(all.size());
+  for (uint32_t r = 0; r < all.size(); r++) {
+    exchange_bytes_ += all[r].size();
+    Reader rd(all[r]);
+    FS_RETURN_IF_ERROR(ReadBlobHead(rd, r));
+    uint32_t records;
+    std::string_view endpoint;
     if (!rd.Str(&endpoint) || !rd.U32(&records)) return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(r));
     endpoints[r] = std::string(endpoint);
     for (uint32_t i = 0; i < records; i++) {
@@ -346,9 +346,9 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
           !rd.Bytes(format::kFooterSize, &footer_bytes) || !rd.Str(&stored))
         return Status::Corruption("metadata exchange: bad shard record from rank " + std::to_string(r));
       // Everything a peer sends is validated as if read from the shard itself.
-      if (r == rank) {
+      if (r == boot_->rank()) {
         // Our own records: the indexes read (and checked) at open, not decoded a second time.
-        for (const auto& sh : *shards)
+        for (const auto& sh : shards)
           if (sh->header.shard_id == shard) index_[shard] = sh->entries;
       } else {
         format::Footer f;
@@ -370,16 +370,87 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
   for (uint32_t s = 0; s < nshards; s++)
     if (!seen[s]) return Status::Corruption("metadata exchange: no agent published shard " + std::to_string(s));
   peers_.SetEndpoints(std::move(endpoints));
-  // The cache takes what is left after the staged share: half the free space, or --cache-size
-  // when that is less (a site-wide cache_size= must not fill a node whose disk is smaller).
-  struct statvfs vfs;
-  const uint64_t half_free =
-      ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 2 : 0;
-  uint64_t cache = cfg_.cache_size == 0 ? half_free : std::min(cfg_.cache_size, half_free);
-  if (cfg_.cache_size > half_free)
-    LOG_WARN("cache limited to %s, half the free space of %s (--cache-size %s)", HumanBytes(cache).c_str(),
-             cfg_.local_dir.c_str(), HumanBytes(cfg_.cache_size).c_str());
-  cache_.Init(cfg_.local_dir + "/cache", mine_.size() == nshards ? 0 : cache);
+  return Status::OK();
+}
+
+Status Agent::StageAndPublish(Status st, const std::atomic<bool>* cancel) {
+  const uint32_t size = boot_->size(), rank = boot_->rank();
+  const uint32_t nshards = static_cast<uint32_t>(manifest_.shards.size());
+  replicas_ = cfg_.replicas == 0 ? size : cfg_.replicas;
+  mine_ = ShardsOf(rank, nshards, size, replicas_);
+  local_shard_.assign(nshards, false);
+  for (uint32_t s : mine_) local_shard_[s] = true;
+
+  // 1. Lazy unpack copies the shards as they are: that needs only the manifest and starts
+  // at once. Meanwhile this node's shards are opened (their indexes read) and the share
+  // checked against the free space; eager unpack needs the indexes and starts after.
+  std::atomic<bool> abort_stage{false};
+  std::future<Status> staged;
+  auto stage_async = [&](const Shards* sh) {
+    staged = std::async(std::launch::async, [this, sh, &abort_stage] { return Stage(sh, &abort_stage); });
+  };
+  Result<Shards> shards = Status::Aborted("not opened");
+  if (st.ok()) {
+    WriteStatus("staging", "");
+    st = ChooseUnpack();
+  }
+  if (st.ok() && lazy_) stage_async(nullptr);
+  if (st.ok()) {
+    shards = stage::OpenShards(cfg_.dataset, manifest_, mine_);
+    st = shards.status();
+  }
+  if (st.ok()) st = PlanStage(*shards);
+  // Files held here are served to the other agents once every agent is ready.
+  if (st.ok() && size > 1 && cfg_.peers) {
+    peer_pool_ = std::make_unique<ThreadPool>(8);
+    st = peer_server_.Start([this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
+                            [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get());
+  }
+  std::string blob;
+  if (st.ok()) blob = EncodeRecords(*shards, &st);
+  if (!st.ok()) {
+    blob = BlobHead(st);
+    abort_stage = true;
+  }
+  if (st.ok() && !lazy_) stage_async(&*shards);
+
+  // 2. The indexes are exchanged and the table built while the shards are staged: the
+  // staging is bound by the source, the table by one core.
+  auto t1 = Clock::now();
+  auto all = boot_->Exchange(blob);
+  exchange_seconds_ = Since(t1);
+  if (st.ok()) st = all.ok() ? DecodeRecords(*all, *shards) : all.status().Prefixed("metadata exchange");
+  if (st.ok()) st = BuildTable();
+  if (st.ok()) st = PublishTable();  // clients use it once the status says ready
+  if (staged.valid()) {
+    // A stop request (SIGTERM) or a failure here ends the staging early.
+    while (staged.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
+      if (!st.ok() || (cancel && cancel->load())) abort_stage = true;
+    Status stage_st = staged.get();
+    if (st.ok()) st = stage_st;
+  }
+  if (st.ok() && cancel && cancel->load()) st = Status::Aborted("stage-in cancelled");
+  if (!all.ok()) return st;  // the bootstrap failed: no second round to wait for
+
+  // 3. A second round tells every agent whether all of them staged their share, and if not
+  // which failed and why; no agent reports ready unless every one can serve.
+  auto verdicts = boot_->Exchange(BlobHead(st));
+  if (!st.ok()) return st;
+  if (!verdicts.ok()) return verdicts.status().Prefixed("metadata exchange");
+  for (uint32_t r = 0; r < verdicts->size(); r++) {
+    Reader rd((*verdicts)[r]);
+    FS_RETURN_IF_ERROR(ReadBlobHead(rd, r));
+  }
+  if (lazy_) {
+    FS_RETURN_IF_ERROR(stage::UseCopies(*shards, copy_dir_));
+    for (auto& sh : *shards) copies_[sh->header.shard_id] = std::move(sh);
+  }
+  return Status::OK();
+}
+
+Status Agent::BuildTable() {
+  const uint32_t nshards = static_cast<uint32_t>(index_.size());
+  cache_.Init(cfg_.local_dir + "/cache", mine_.size() == nshards ? 0 : cache_capacity_);
   shard_raw_bytes_.assign(nshards, 0);
   for (uint32_t s = 0; s < nshards; s++)
     for (const auto& e : index_[s]) shard_raw_bytes_[s] += e.size;
@@ -388,25 +459,18 @@ Status Agent::StageAndExchange(const std::atomic<bool>* cancel) {
     copies_.resize(nshards);
     unpack_state_.resize(nshards);
     table_index_.resize(nshards);
-    for (auto& sh : *shards) {
-      const uint32_t id = sh->header.shard_id;
-      unpack_state_[id].assign(sh->entries.size(), kPacked);
-      table_index_[id].assign(sh->entries.size(), table::kNone);
-      copies_[id] = std::move(sh);
+    for (uint32_t s : mine_) {
+      unpack_state_[s].assign(index_[s].size(), kPacked);
+      table_index_[s].assign(index_[s].size(), table::kNone);
     }
   }
-  return Status::OK();
-}
-
-Status Agent::BuildTable() {
+  size_t total = 1;
+  for (const auto& entries : index_) total += entries.size();
   std::vector<table::Node> nodes;
+  nodes.reserve(total);
   for (uint32_t s = 0; s < index_.size(); s++) {
-    for (uint32_t i = 0; i < index_[s].size(); i++) {
-      const IndexEntry& e = index_[s][i];
-      table::Node n;
-      n.path = e.path;
-      n.mtime_ns = e.mtime_ns;
-      n.size = e.size;
+    for (const IndexEntry& e : index_[s]) {
+      table::Node n{e.path, 0, e.size, e.mtime_ns, 0, {}};
       switch (e.type) {
         case EntryType::kFile:
           n.mode = S_IFREG | e.mode;
@@ -421,7 +485,7 @@ Status Agent::BuildTable() {
           break;
         }
       }
-      nodes.push_back(std::move(n));
+      nodes.push_back(n);
     }
   }
   nodes.push_back(table::Node{"", S_IFDIR | manifest_.root_mode, 0, manifest_.root_mtime_ns, 0, {}});
@@ -433,25 +497,29 @@ Status Agent::BuildTable() {
   bo.dataset_id = manifest_.dataset_id;
   bo.uid = ::getuid();
   bo.gid = ::getgid();
-  auto image = table::Build(std::move(nodes), bo);
+  std::vector<uint32_t> entry_of;
+  auto image = table::Build(std::move(nodes), bo, &entry_of);
   if (!image.ok()) return image.status().Prefixed("metadata table");
   // The agent's own view of the table answers its opens by path: the shard and entry of every
   // file by table entry (and, for lazy unpack, the table entry of each file to mark later).
   table_image_ = std::move(image).value();
   FS_RETURN_IF_ERROR(view_.Attach(table_image_));
   file_refs_.assign(view_.size(), FileRef{UINT32_MAX, 0, false});
-  for (uint32_t s = 0; s < index_.size(); s++)
-    for (uint32_t i = 0; i < index_[s].size(); i++) {
+  for (uint32_t s = 0, k = 0; s < index_.size(); s++)
+    for (uint32_t i = 0; i < index_[s].size(); i++, k++) {
       if (index_[s][i].type != EntryType::kFile) continue;
-      const uint32_t t = view_.IndexOf(*view_.Lookup(index_[s][i].path));  // Build kept every path
-      file_refs_[t] = FileRef{s, i, local_shard_[s]};
-      if (lazy_ && local_shard_[s]) table_index_[s][i] = t;
+      file_refs_[entry_of[k]] = FileRef{s, i, local_shard_[s]};
+      if (lazy_ && local_shard_[s]) table_index_[s][i] = entry_of[k];
     }
   // Every directory of the namespace exists under the data root, so that directory
   // descriptors and working directories inside the mount have a real directory behind them.
   for (const auto& shard : index_)
     for (const auto& e : shard)
       if (e.type == EntryType::kDir) FS_RETURN_IF_ERROR(MakeDirs(data_root_fd_.get(), e.path, 0700));
+  return Status::OK();
+}
+
+Status Agent::PublishTable() {
   const std::string path = cfg_.run_dir + "/" + kTableName;
   client_counters_ = table::MapCounters(cfg_.run_dir, /*create=*/true);
   if (!client_counters_) LOG_WARN("client counters unavailable: %s", std::strerror(errno));
@@ -466,14 +534,13 @@ Status Agent::Start(const std::atomic<bool>* cancel) {
   // "%r" in the directories becomes the rank: several agents on one machine (tests, benchmarks).
   for (std::string* dir : {&cfg_.local_dir, &cfg_.run_dir})
     for (size_t p; (p = dir->find("%r")) != std::string::npos;) dir->replace(p, 2, std::to_string(boot_->rank()));
-  Status st = Prepare();
-  if (st.ok()) st = StageAndExchange(cancel);
-  else (void)boot_->Exchange(ErrorBlob(st.ToString()));
-  if (st.ok()) st = BuildTable();
+  // Every agent takes part in both rounds of the exchange, even after a failure, so that no
+  // peer waits forever and every node learns which node failed and why.
+  Status st = StageAndPublish(Prepare(), cancel);
   if (!st.ok()) {
     // Nothing half-made stays behind: only status.json, for the launcher to read.
     server_.Stop();
-    ::unlink((cfg_.run_dir + "/" + kTableName).c_str());
+    for (const char* name : {kTableName, table::kCountersName}) ::unlink((cfg_.run_dir + "/" + name).c_str());
     if (created_local_) (void)RemoveTree(cfg_.local_dir);
     WriteStatus("failed", st.ToString());
     return st;
@@ -716,7 +783,7 @@ void Agent::PrefetchLoop() {
       prefetch_queue_.erase(prefetch_queue_.begin());
     }
     const auto& entries = index_[shard];
-    auto holders = Holders(shard, boot_->size(), cfg_.replicas == 0 ? boot_->size() : cfg_.replicas);
+    auto holders = Holders(shard, boot_->size(), replicas_);
     for (size_t k = 0; k < holders.size(); k++) {
       uint32_t h = holders[(boot_->rank() + shard + k) % holders.size()];
       if (h == boot_->rank()) continue;
@@ -847,7 +914,7 @@ Status Agent::FetchInto(const FileRef& ref, int out, bool* local_error) {
     return false;
   };
   const uint32_t size = boot_->size();
-  auto holders = Holders(ref.shard, size, cfg_.replicas == 0 ? size : cfg_.replicas);
+  auto holders = Holders(ref.shard, size, replicas_);
   if (cfg_.peers && size > 1) {
     const size_t n = holders.size();
     for (size_t k = 0; k < n; k++) {

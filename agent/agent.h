@@ -64,9 +64,24 @@ class Agent {
     bool local;
   };
 
+  using Shards = std::vector<std::unique_ptr<format::ShardFile>>;
+
   Status Prepare();
-  Status StageAndExchange(const std::atomic<bool>* cancel);
+  // Opens this node's shards, stages them in the background while the indexes are exchanged
+  // and the table built, then agrees with every agent that all staged before publishing the
+  // table. `st` is Prepare's outcome: a failed agent still takes part in the exchange.
+  Status StageAndPublish(Status st, const std::atomic<bool>* cancel);
+  // The unpack mode, from the manifest (lazy: makes the directory for the shard copies).
+  Status ChooseUnpack();
+  // The space check, with the indexes: how much the share and the cache may take.
+  Status PlanStage(const Shards& shards);
+  // Copies this node's shards (lazy) or unpacks `shards` (eager).
+  Status Stage(const Shards* shards, const std::atomic<bool>* cancel);
+  // This agent's exchange record: the indexes and symlink targets of the shards it is primary for.
+  std::string EncodeRecords(const Shards& shards, Status* st);
+  Status DecodeRecords(const std::vector<std::string>& all, const Shards& shards);
   Status BuildTable();
+  Status PublishTable();
   void WriteStatus(const std::string& state, const std::string& error);
   Reply Handle(proto::Op op, const std::string& payload);
   Reply Open(const std::string& path);
@@ -96,6 +111,8 @@ class Agent {
   format::Dictionary dict_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<uint32_t> mine_;                           // shards staged here
+  uint32_t replicas_ = 1;                                // copies of each shard among the agents
+  uint64_t cache_capacity_ = 0;
   std::vector<std::vector<format::IndexEntry>> index_;   // every shard's entries, from the exchange
   std::vector<bool> local_shard_;
   // Lazy unpack (lazy_): the local shard copies by shard id, each file's state (kPacked,

@@ -18,7 +18,6 @@ class Single : public Bootstrap {
   Result<std::vector<std::string>> Exchange(const std::string& mine) override { return std::vector<std::string>{mine}; }
 };
 
-constexpr char kKey[] = "fanstore.meta";
 
 std::string PmixError(const char* what, pmix_status_t rc) {
   return std::string(what) + ": " + PMIx_Error_string(rc);
@@ -49,12 +48,14 @@ class Pmix : public Bootstrap {
   uint32_t size() const override { return size_; }
 
   Result<std::vector<std::string>> Exchange(const std::string& mine) override {
+    // A key per round: a Get after the next fence must not find the previous round's value.
+    const std::string key = "fanstore.meta." + std::to_string(round_++);
     pmix_value_t v;
     PMIX_VALUE_CONSTRUCT(&v);
     v.type = PMIX_BYTE_OBJECT;
     v.data.bo.bytes = const_cast<char*>(mine.data());
     v.data.bo.size = mine.size();
-    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, kKey, &v);
+    pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key.c_str(), &v);
     if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Put", rc));
     rc = PMIx_Commit();
     if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Commit", rc));
@@ -70,7 +71,7 @@ class Pmix : public Bootstrap {
       pmix_proc_t p;
       PMIX_PROC_LOAD(&p, me_.nspace, r);
       pmix_value_t* got = nullptr;
-      rc = PMIx_Get(&p, kKey, nullptr, 0, &got);
+      rc = PMIx_Get(&p, key.c_str(), nullptr, 0, &got);
       if (rc != PMIX_SUCCESS || !got) return Status::IOError(PmixError("PMIx_Get", rc) + " for rank " + std::to_string(r));
       if (got->type == PMIX_BYTE_OBJECT && got->data.bo.bytes) all[r].assign(got->data.bo.bytes, got->data.bo.size);
       PMIX_VALUE_RELEASE(got);
@@ -86,6 +87,7 @@ class Pmix : public Bootstrap {
  private:
   pmix_proc_t me_;
   uint32_t size_ = 0;
+  uint32_t round_ = 0;
   bool inited_ = false;
 };
 

@@ -63,11 +63,12 @@ uint64_t InodeFor(uint64_t path_hash) {
   return ino == 0 ? 1 : ino;
 }
 
-Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
+Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of) {
+  const size_t given = nodes.size();
   for (const Node& nd : nodes)
-    if (!Canonical(nd.path)) return Status::InvalidArgument("table: non-canonical path '" + nd.path + "'");
-  // Directories by path (views into `nodes`, rebuilt whenever `nodes` grows). Only directories
-  // can be parents, and they are few: files are never indexed here.
+    if (!Canonical(nd.path)) return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
+  // Directories by path (indexes into `nodes`). Only directories can be parents, and they are
+  // few: files are never indexed here.
   struct ViewHash {
     size_t operator()(std::string_view v) const { return Xxh3(v); }
   };
@@ -78,10 +79,11 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
       if (S_ISDIR(nodes[i].mode)) dirs.emplace(nodes[i].path, i);
   };
   index_dirs();
-  // Missing parent directories (and the root) are added; a parent that exists but is not a
-  // directory is an error (found after sorting, with the duplicates).
+  // Missing parent directories (and the root) are added, as views of their children's paths;
+  // a parent that exists but is not a directory is an error (found after sorting, with the
+  // duplicates).
   std::vector<Node> extra;
-  std::unordered_set<std::string> extra_seen;
+  std::unordered_set<std::string_view, ViewHash> extra_seen;
   bool has_root = false;
   for (const Node& nd : nodes) has_root |= nd.path.empty();
   if (!has_root) {
@@ -92,13 +94,13 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
     if (nd.path.empty()) continue;
     for (std::string_view parent = ParentOf(nd.path); !dirs.count(parent) && extra_seen.emplace(parent).second;
          parent = ParentOf(parent)) {
-      extra.push_back(Node{std::string(parent), S_IFDIR | 0555, 0, nd.mtime_ns, 0, {}});
+      extra.push_back(Node{parent, S_IFDIR | 0555, 0, nd.mtime_ns, 0, {}});
       if (parent.empty()) break;
     }
   }
   // Order: by path, the root ("") first. Siblings share their parent's prefix, so in this order
   // each directory's children come by name.
-  for (Node& x : extra) nodes.push_back(std::move(x));
+  nodes.insert(nodes.end(), extra.begin(), extra.end());
   const uint32_t n = static_cast<uint32_t>(nodes.size());
   std::vector<uint32_t> order(n), pos(n);
   for (uint32_t i = 0; i < n; i++) order[i] = i;
@@ -106,71 +108,15 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
   for (uint32_t i = 0; i < n; i++) pos[order[i]] = i;
   for (uint32_t i = 1; i < n; i++)
     if (nodes[order[i]].path == nodes[order[i - 1]].path)
-      return Status::InvalidArgument("table: duplicate path '" + nodes[order[i]].path + "'");
+      return Status::InvalidArgument("table: duplicate path '" + std::string(nodes[order[i]].path) + "'");
   index_dirs();
-  auto parent_of = [&](const Node& nd) -> Result<uint32_t> {
-    std::string_view parent = ParentOf(nd.path);
-    auto it = dirs.find(parent);
-    if (it != dirs.end()) return pos[it->second];
-    return Status::InvalidArgument("table: parent of '" + nd.path + "' is not a directory");
-  };
 
-  std::vector<Entry> entries(n);
-  std::vector<uint32_t> child_count(n, 0);
-  std::string strings;
+  // The layout, then the image, written in place.
   size_t string_bytes = opts.local_root.size() + opts.cache_root.size();
   for (const Node& nd : nodes) string_bytes += nd.path.size() + nd.link_target.size();
-  strings.reserve(string_bytes);
-  strings.append(opts.local_root);
-  strings.append(opts.cache_root);
   if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
-  for (uint32_t i = 0; i < n; i++) {
-    const Node& nd = nodes[order[i]];
-    Entry& e = entries[i];
-    std::memset(&e, 0, sizeof e);
-    e.hash = Xxh3(nd.path);
-    e.ino = InodeFor(e.hash);
-    e.mode = nd.mode;
-    e.size = S_ISDIR(nd.mode) ? 0 : nd.size;
-    e.mtime_ns = nd.mtime_ns;
-    e.flags = nd.flags;
-    e.path_off = static_cast<uint32_t>(strings.size());
-    e.path_len = static_cast<uint32_t>(nd.path.size());
-    strings.append(nd.path);
-    if (S_ISLNK(nd.mode)) {
-      e.aux = static_cast<uint32_t>(strings.size());
-      e.size = nd.link_target.size();
-      strings.append(nd.link_target);
-    }
-    if (i != 0) {
-      auto parent = parent_of(nd);
-      if (!parent.ok()) return parent.status();
-      e.parent = *parent;
-      child_count[e.parent]++;
-    }
-  }
-  // Children lists, contiguous per directory, filled in path order (so by name).
-  std::vector<uint32_t> children(n > 0 ? n - 1 : 0);
-  for (uint32_t i = 0, next = 0; i < n; i++) {
-    entries[i].first_child = next;
-    next += child_count[i];
-  }
-  std::vector<uint32_t> fill(n, 0);
-  for (uint32_t i = 1; i < n; i++) {
-    Entry& p = entries[entries[i].parent];
-    children[p.first_child + fill[entries[i].parent]++] = i;
-    p.child_count++;
-    if (S_ISDIR(entries[i].mode)) p.aux++;
-  }
   uint32_t buckets = 16;
   while (buckets < 2ull * n) buckets <<= 1;
-  std::vector<uint32_t> table(buckets, kNone);
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t b = static_cast<uint32_t>(entries[i].hash) & (buckets - 1);
-    while (table[b] != kNone) b = (b + 1) & (buckets - 1);
-    table[b] = i;
-  }
-
   Header h;
   std::memset(&h, 0, sizeof h);
   std::memcpy(h.magic, kMagic, sizeof kMagic);
@@ -180,9 +126,9 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
   h.buckets_off = Align8(sizeof(Header));
   h.entries_off = Align8(h.buckets_off + uint64_t{buckets} * 4);
   h.children_off = h.entries_off + uint64_t{n} * sizeof(Entry);
-  h.children_count = children.size();
-  h.strings_off = Align8(h.children_off + children.size() * 4);
-  h.strings_size = strings.size();
+  h.children_count = n > 0 ? n - 1 : 0;
+  h.strings_off = Align8(h.children_off + h.children_count * 4);
+  h.strings_size = string_bytes;
   h.local_root_off = 0;
   h.local_root_len = static_cast<uint32_t>(opts.local_root.size());
   h.cache_root_off = opts.local_root.size();
@@ -191,15 +137,64 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts) {
   h.dataset_id = opts.dataset_id;
   h.uid = opts.uid;
   h.gid = opts.gid;
-  h.total_size = h.strings_off + strings.size();
-
+  h.total_size = h.strings_off + string_bytes;
   std::string image(h.total_size, '\0');
-  std::memcpy(image.data(), &h, sizeof h);
-  std::memcpy(image.data() + h.buckets_off, table.data(), table.size() * 4);
-  std::memcpy(image.data() + h.entries_off, entries.data(), entries.size() * sizeof(Entry));
-  if (!children.empty())
-    std::memcpy(image.data() + h.children_off, children.data(), children.size() * 4);
-  std::memcpy(image.data() + h.strings_off, strings.data(), strings.size());
+  char* base = image.data();
+  std::memcpy(base, &h, sizeof h);
+  auto* table = reinterpret_cast<uint32_t*>(base + h.buckets_off);
+  auto* entries = reinterpret_cast<Entry*>(base + h.entries_off);
+  auto* children = reinterpret_cast<uint32_t*>(base + h.children_off);
+  char* strings = base + h.strings_off;
+  size_t str_off = 0;
+  auto put_string = [&](std::string_view v) {
+    std::memcpy(strings + str_off, v.data(), v.size());
+    str_off += v.size();
+  };
+  put_string(opts.local_root);
+  put_string(opts.cache_root);
+
+  for (uint32_t i = 0; i < n; i++) {
+    const Node& nd = nodes[order[i]];
+    Entry& e = entries[i];  // zeroed with the image
+    e.hash = Xxh3(nd.path);
+    e.ino = InodeFor(e.hash);
+    e.mode = nd.mode;
+    e.size = S_ISDIR(nd.mode) ? 0 : nd.size;
+    e.mtime_ns = nd.mtime_ns;
+    e.flags = nd.flags;
+    e.path_off = static_cast<uint32_t>(str_off);
+    e.path_len = static_cast<uint32_t>(nd.path.size());
+    put_string(nd.path);
+    if (S_ISLNK(nd.mode)) {
+      e.aux = static_cast<uint32_t>(str_off);
+      e.size = nd.link_target.size();
+      put_string(nd.link_target);
+    }
+    if (i != 0) {
+      auto it = dirs.find(ParentOf(nd.path));
+      if (it == dirs.end()) return Status::InvalidArgument("table: parent of '" + std::string(nd.path) + "' is not a directory");
+      e.parent = pos[it->second];
+      entries[e.parent].child_count++;
+    }
+  }
+  // Children lists, contiguous per directory, filled in path order (so by name).
+  for (uint32_t i = 0, next = 0; i < n; i++) {
+    entries[i].first_child = next;
+    next += entries[i].child_count;
+    entries[i].child_count = 0;
+  }
+  for (uint32_t i = 1; i < n; i++) {
+    Entry& p = entries[entries[i].parent];
+    children[p.first_child + p.child_count++] = i;
+    if (S_ISDIR(entries[i].mode)) p.aux++;
+  }
+  std::memset(table, 0xff, uint64_t{buckets} * 4);  // kNone
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t b = static_cast<uint32_t>(entries[i].hash) & (buckets - 1);
+    while (table[b] != kNone) b = (b + 1) & (buckets - 1);
+    table[b] = i;
+  }
+  if (entry_of) entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(given));
   return image;
 }
 

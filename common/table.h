@@ -77,13 +77,14 @@ struct Entry {
 static_assert(sizeof(Entry) == 64);
 
 // What the builder takes for one namespace entry. Missing parent directories are added.
+// Paths and targets are views: the caller keeps their bytes until Build returns.
 struct Node {
-  std::string path;     // relative, canonical ("a/b/c"), "" is the root
-  uint32_t mode = 0;    // full st_mode with type bits
+  std::string_view path;  // relative, canonical ("a/b/c"), "" is the root
+  uint32_t mode = 0;      // full st_mode with type bits
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   uint32_t flags = 0;
-  std::string link_target;  // symlinks only
+  std::string_view link_target;  // symlinks only
 };
 
 struct BuildOptions {
@@ -97,8 +98,8 @@ struct BuildOptions {
 };
 
 // Serialises `nodes` into a table image. Fails on duplicate or non-canonical paths, or a
-// parent that is not a directory.
-Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts);
+// parent that is not a directory. With `entry_of`, (*entry_of)[k] is the table entry of nodes[k].
+Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of = nullptr);
 
 // Writes `image` to `path` (mode 0600) atomically: a temporary file, then rename.
 Status WriteFile(const std::string& path, std::string_view image);

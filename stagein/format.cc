@@ -159,8 +159,10 @@ Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t dat
   out.reserve(expected_count);
   size_t pos = 0;
   for (uint32_t i = 0; i < expected_count; i++) {
-    const std::string at = "index entry " + Num(i) + " (index byte " + Num(pos) + ")";
-    if (raw.size() - pos < kEntryFixedSize) return Status::Corruption(at + ": truncated");
+    // Error context, built only on the error path (this loop runs once per file at start-up).
+    const size_t entry_pos = pos;
+    auto at = [&] { return "index entry " + Num(i) + " (index byte " + Num(entry_pos) + ")"; };
+    if (raw.size() - pos < kEntryFixedSize) return Status::Corruption(at() + ": truncated");
     const char* p = raw.data() + pos;
     IndexEntry e;
     uint8_t type = static_cast<uint8_t>(p[0]);
@@ -173,30 +175,30 @@ Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t dat
     e.stored_len = Get64(p + 32);
     e.xxh3 = Get64(p + 40);
     pos += kEntryFixedSize;
-    if (raw.size() - pos < path_len) return Status::Corruption(at + ": path runs past the index");
+    if (raw.size() - pos < path_len) return Status::Corruption(at() + ": path runs past the index");
     e.path.assign(raw.data() + pos, path_len);
     pos += path_len;
     if (!IsSafePath(e.path))
-      return Status::Corruption(at + ": unsafe path '" + e.path.substr(0, 200) + "'");
-    const std::string where = at + " '" + e.path + "'";
-    if (type < 1 || type > 3) return Status::Corruption(where + ": bad type " + Num(type));
-    if (codec > 2) return Status::Corruption(where + ": bad codec " + Num(codec));
+      return Status::Corruption(at() + ": unsafe path '" + e.path.substr(0, 200) + "'");
+    auto where = [&] { return at() + " '" + e.path + "'"; };
+    if (type < 1 || type > 3) return Status::Corruption(where() + ": bad type " + Num(type));
+    if (codec > 2) return Status::Corruption(where() + ": bad codec " + Num(codec));
     e.type = static_cast<EntryType>(type);
     e.codec = static_cast<Codec>(codec);
-    if (e.mode & ~07777u) return Status::Corruption(where + ": bad mode");
+    if (e.mode & ~07777u) return Status::Corruption(where() + ": bad mode");
     if (e.type == EntryType::kDir) {
       if (e.size != 0 || e.stored_len != 0 || e.codec != Codec::kRaw)
-        return Status::Corruption(where + ": directory with data");
+        return Status::Corruption(where() + ": directory with data");
       out.push_back(std::move(e));
       continue;
     }
-    if (e.size > kMaxFileSize) return Status::Corruption(where + ": absurd size " + Num(e.size));
+    if (e.size > kMaxFileSize) return Status::Corruption(where() + ": absurd size " + Num(e.size));
     if (e.type == EntryType::kSymlink && (e.codec != Codec::kRaw || e.size == 0 || e.size > kMaxPath))
-      return Status::Corruption(where + ": bad symlink entry");
+      return Status::Corruption(where() + ": bad symlink entry");
     if (e.codec == Codec::kRaw && e.stored_len != e.size)
-      return Status::Corruption(where + ": raw frame length " + Num(e.stored_len) + " differs from size " + Num(e.size));
+      return Status::Corruption(where() + ": raw frame length " + Num(e.stored_len) + " differs from size " + Num(e.size));
     if (e.offset < kHeaderSize || e.offset > data_end || e.stored_len > data_end - e.offset)
-      return Status::Corruption(where + ": frame at offset " + Num(e.offset) + " length " +
+      return Status::Corruption(where() + ": frame at offset " + Num(e.offset) + " length " +
                                 Num(e.stored_len) + " lies outside the data area [" + Num(kHeaderSize) +
                                 ", " + Num(data_end) + ")");
     out.push_back(std::move(e));

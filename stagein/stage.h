@@ -55,13 +55,16 @@ Result<UniqueFD> CreateStaged(int root_fd, const std::string& local_root, const 
 // CreateStaged, then writes the file's whole (decoded, verified) content `data`.
 Status WriteStaged(int root_fd, const std::string& local_root, const format::IndexEntry& e, std::string_view data);
 
-// Lazy stage-in, first half: copies each shard as it is into `copy_dir` (sequential reads,
-// parallel over shards), checking the manifest's whole-shard hash on the way, then points
-// each ShardFile at its local copy (path and descriptor), so that files are unpacked later
-// from local storage. A copy whose hash does not match is reported like StageShards reports
-// it: the bad file and frame when one is, else the shard. stats->raw_bytes stays 0.
-Status CopyShards(const format::Manifest& m, const format::Dictionary& dict,
-                  std::vector<std::unique_ptr<format::ShardFile>>& shards, const std::string& copy_dir,
-                  const Options& opts, Stats* stats);
+// Lazy stage-in, first half: copies shards `ids` of the dataset as they are into `copy_dir`
+// (sequential reads, parallel over shards), checking the manifest's size and whole-shard hash
+// on the way. It needs only the manifest, so it can start before the indexes are read. A copy
+// whose hash does not match is reported like StageShards reports it: the bad file and frame
+// when one is, else the shard. stats->raw_bytes stays 0.
+Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, const format::Dictionary& dict,
+                  const std::vector<uint32_t>& ids, const std::string& copy_dir, const Options& opts, Stats* stats);
+
+// Points each ShardFile (opened in the dataset directory) at its copy in `copy_dir`, so that
+// its files are unpacked later from local storage.
+Status UseCopies(std::vector<std::unique_ptr<format::ShardFile>>& shards, const std::string& copy_dir);
 
 }  // namespace fanstore::stage

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@ namespace {
 using fanstore::table::Node;
 
 std::vector<Node>* g_nodes;
+std::deque<std::string> g_strings;  // the bytes behind the nodes' views
 std::vector<const char*> g_remote;
 size_t g_root_len;
 
@@ -38,14 +40,14 @@ int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
     return 1;
   }
   Node n;
-  n.path = strlen(path) > g_root_len ? std::string(path + g_root_len + 1) : std::string();
+  n.path = g_strings.emplace_back(strlen(path) > g_root_len ? path + g_root_len + 1 : "");
   n.mode = st->st_mode;
   n.size = static_cast<uint64_t>(st->st_size);
   n.mtime_ns = int64_t{st->st_mtim.tv_sec} * 1000000000 + st->st_mtim.tv_nsec;
   if (S_ISREG(st->st_mode)) {
     n.flags = fanstore::table::kLocal;
     for (const char* pattern : g_remote)
-      if (fnmatch(pattern, n.path.c_str(), 0) == 0) n.flags = 0;
+      if (fnmatch(pattern, n.path.data(), 0) == 0) n.flags = 0;  // NUL-terminated: a whole deque string
   }
   if (S_ISLNK(st->st_mode)) {
     char target[PATH_MAX];
@@ -54,7 +56,7 @@ int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
       perror(path);
       return 1;
     }
-    n.link_target.assign(target, static_cast<size_t>(len));
+    n.link_target = g_strings.emplace_back(target, static_cast<size_t>(len));
   }
   g_nodes->push_back(std::move(n));
   return 0;

@@ -146,5 +146,21 @@ check "agent $other prefetched the 10 MiB file held by agent $big_rank ($(field 
 got=$(client $other cat $M/a/big | md5sum)
 check "it reads back identical" test "$got" == "$(md5sum < src2/a/big)"
 check "that open was a cached one ($(field "$(stats $other)" "['opens']"))" test "$(field "$(stats $other)" "['opens']['cached']")" -ge 1
+echo "== one agent's stage-in fails after the indexes are exchanged"
+# The frame corrupted above is in a shard of rank 1: its copy (lazy) or unpack (eager) fails
+# while rank 0 stages fine. The second round of the exchange must fail both, naming the cause.
+for mode in lazy eager; do
+  RD=$RD0.fail$mode
+  runuser -u fsalice -- mpirun --enable-recovery --mca orte_abort_on_non_zero_status 0 -np 2 "$B/bin/fanstore-agent" \
+    --dataset "$T/ds.fs" --local-dir "$T/local/fail$mode%r" --run-dir "$RD.%r" --mount $M --replicas 1 --unpack $mode \
+    --quiet >>agents.log 2>&1
+  st0=$(cat "$RD.0/status.json" 2>/dev/null); st1=$(cat "$RD.1/status.json" 2>/dev/null)
+  check "$mode: rank 1 failed, naming the damaged shard ($(field "$st1" "['error']" | head -c 160))" \
+    bash -c "grep -q '\"state\":\"failed\"' <<<'$st1' && grep -q '$vshard' <<<'$st1'"
+  check "$mode: rank 0 staged fine but failed too, naming rank 1 and the cause" \
+    bash -c "grep -q '\"state\":\"failed\"' <<<'$st0' && grep -q 'agent of rank 1 failed' <<<'$st0' && grep -q '$vshard' <<<'$st0'"
+  check "$mode: neither left a local directory or a table behind" \
+    bash -c "! ls -d $T/local/fail$mode* $RD.0/table $RD.1/table $RD.0/counters 2>/dev/null"
+done
 [[ $FAILURES -eq 0 ]] || { echo "--- agents' log"; cat agents.log; }
 finish
