@@ -430,6 +430,13 @@ Status Agent::StageAndPublish(Status st, const std::atomic<bool>* cancel) {
     if (st.ok()) st = stage_st;
   }
   if (st.ok() && cancel && cancel->load()) st = Status::Aborted("stage-in cancelled");
+  if (st.ok() && lazy_) {
+    st = stage::UseCopies(*shards, copy_dir_);
+    for (auto& sh : *shards) copies_[sh->header.shard_id] = std::move(sh);
+  }
+  // Peers may ask for files the moment the second round ends: everything they need is in
+  // place before it starts.
+  if (st.ok()) serving_.store(true, std::memory_order_release);
   if (!all.ok()) return st;  // the bootstrap failed: no second round to wait for
 
   // 3. A second round tells every agent whether all of them staged their share, and if not
@@ -440,10 +447,6 @@ Status Agent::StageAndPublish(Status st, const std::atomic<bool>* cancel) {
   for (uint32_t r = 0; r < verdicts->size(); r++) {
     Reader rd((*verdicts)[r]);
     FS_RETURN_IF_ERROR(ReadBlobHead(rd, r));
-  }
-  if (lazy_) {
-    FS_RETURN_IF_ERROR(stage::UseCopies(*shards, copy_dir_));
-    for (auto& sh : *shards) copies_[sh->header.shard_id] = std::move(sh);
   }
   return Status::OK();
 }
@@ -628,6 +631,7 @@ Reply Agent::Open(const std::string& path) {
 }
 
 int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
+  if (!serving_.load(std::memory_order_acquire)) return EAGAIN;  // only a confused peer asks this early
   if (shard >= index_.size() || !local_shard_[shard] || entry >= index_[shard].size()) return ENOENT;
   const IndexEntry& e = index_[shard][entry];
   if (e.type != EntryType::kFile) return EINVAL;
@@ -646,7 +650,7 @@ int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
 
 std::vector<uint32_t> Agent::ShardFiles(uint32_t shard) {
   std::vector<uint32_t> out;
-  if (shard >= index_.size() || !local_shard_[shard]) return out;
+  if (!serving_.load(std::memory_order_acquire) || shard >= index_.size() || !local_shard_[shard]) return out;
   for (uint32_t i = 0; i < index_[shard].size(); i++)
     if (index_[shard][i].type == EntryType::kFile) out.push_back(i);
   return out;

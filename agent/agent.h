@@ -125,6 +125,7 @@ class Agent {
   std::vector<std::vector<uint8_t>> unpack_state_;
   std::vector<std::vector<uint32_t>> table_index_;
   std::atomic<bool> unpacked_{false}, unpack_stop_{false};
+  std::atomic<bool> serving_{false};  // peers are served once the share is staged (and copies_ set)
   std::atomic<uint64_t> unpacked_on_demand_{0};
   std::atomic<double> unpack_seconds_{0};
   std::thread unpacker_;

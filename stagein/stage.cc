@@ -125,9 +125,9 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, con
   UniqueFD dir(::open(copy_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid()) return Status::FromErrno("local directory " + copy_dir, errno);
   // A remote file system answers each read after a round trip: several shards are read at
-  // once, in moderate chunks, to keep its pipeline full (4 x 256 KiB beat both 2 x 1 MiB and
+  // once, in moderate chunks, to keep its pipeline full (4-6 x 256 KiB beat both 2 x 1 MiB and
   // one sequential reader over sshfs; see docs/benchmarks.md, S2).
-  constexpr size_t kChunk = 256u << 10, kStreams = 4;
+  constexpr size_t kChunk = 256u << 10, kStreams = 6;
   std::vector<Status> results(ids.size());
   std::atomic<uint64_t> read{0};
   auto cancelled = [&] { return opts.cancel && opts.cancel->load(); };
