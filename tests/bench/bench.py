@@ -16,6 +16,7 @@ import os
 import platform
 import pwd
 import random
+import resource
 import re
 import shutil
 import signal
@@ -835,7 +836,21 @@ def _r4_first(ctx, d, nat, res):
             raise BenchError("R4: no file list")
         return rates(run_json([ctx.fsbench, "read", nat, state["list"]]))
 
-    smp = rounds(ctx, "R4", [("fanstore_first", fresh), ("native", native)])
+    def floor(i):
+        # The least work of any design that moves each file over TCP into local storage and
+        # reads it there (fsbench netcopy): its CPU time, on these 2 cores, bounds R4-first.
+        dst = os.path.join(ctx.work, "r4-floor")
+        os.makedirs(dst)
+        try:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            s = rates(run_json([ctx.fsbench, "netcopy", nat, state["list"], dst]))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        finally:
+            drop_tree(dst)
+        s["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return s
+
+    smp = rounds(ctx, "R4", [("fanstore_first", fresh), ("native", native), ("floor", floor)])
     res["first"] = dict(samples=smp, remote_files=state["files"])
 
 
@@ -875,7 +890,7 @@ def _r4_report(ctx, res, munge_state):
 
     fi, dm = res["first"]["samples"], res["demand"]["samples"]
     add_workload(ctx, "R4", "reads of files held by the other agent (2 agents, --replicas 1)",
-                 {"native_first": fi["native"], "fanstore_first": fi["fanstore_first"], "native": dm["native"],
+                 {"native_first": fi["native"], "fanstore_first": fi["fanstore_first"], "floor": fi["floor"], "native": dm["native"],
                   "fanstore_demand": dm["fanstore_demand"], "fanstore_repeat": dm["fanstore_repeat"]},
                  metric="files_per_s", agent_stats={"demand": res["demand"]["stats"]},
                  remote_files=res["first"]["remote_files"], munged=munge_state,
@@ -886,6 +901,16 @@ def _r4_report(ctx, res, munge_state):
             "native local", med(fi["native"], "files_per_s"), med(fi["fanstore_first"], "files_per_s"), "files/s",
             "≥ 0.5× native", 0.5, pairs=paired(fi, "native", "fanstore_first", "files_per_s"),
             note=f"opens by source: {served(fi['fanstore_first'])}; munged {munge_state}")
+    nat_s = med(fi["native"], "seconds")
+    add_row(ctx, "R4-floor", "the same files moved over loopback TCP into tmpfs and read there, with nothing else "
+            "(`fsbench netcopy`: no protocol, verification or cache; diagnostic)", "native local",
+            med(fi["native"], "files_per_s"), med(fi["floor"], "files_per_s"), "files/s", "report", None,
+            pairs=paired(fi, "native", "floor", "files_per_s"),
+            note=f"{fmt(med(fi['floor'], 'cpu_seconds'))} s of CPU for what native reads in {fmt(nat_s)} s: on "
+                 f"{ctx.cores} cores no design with a TCP transport and a local cache can finish an epoch in less "
+                 f"than {fmt(med(fi['floor'], 'cpu_seconds') / ctx.cores)} s, "
+                 f"{fmt(nat_s / (med(fi['floor'], 'cpu_seconds') / ctx.cores))}× native; R4-first reaches "
+                 f"{fmt(med(fi['fanstore_first'], 'files_per_s') / med(fi['floor'], 'files_per_s'))}× of this floor's rate")
     b = med(dm["native"], "files_per_s")
     add_row(ctx, "R4-repeat", "repeat read of the same files (local cache)", "native local", b,
             med(dm["fanstore_repeat"], "files_per_s"), "files/s", "≥ 0.95× native", 0.95,
@@ -1304,7 +1329,7 @@ def machine(ctx):
 
 # --- main ----------------------------------------------------------------------------------------------------
 
-ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "R4-first", "R4-repeat", "R4-demand",
+ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "R4-first", "R4-floor", "R4-repeat", "R4-demand",
             "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
 
 

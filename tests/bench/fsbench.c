@@ -11,6 +11,17 @@
 //   fsbench stat   ROOT LIST PASSES        stat of every file
 //   fsbench enoent ROOT LIST COUNT         open of missing names in LIST's directories
 //   fsbench zdec   ROOT LIST LEVEL PASSES  zstd decompression rate of one frame per file
+//   fsbench netcopy ROOT LIST DSTDIR [copy|sendfile]
+//                                          R4's floor: the least work any design does that moves
+//                                          a file from another node over TCP into local storage
+//                                          and reads it there. A sender process streams each
+//                                          file (length, bytes) over one loopback connection; the
+//                                          receiver writes each into its own file in DSTDIR and
+//                                          reads it back whole, as R4's reader does. No protocol,
+//                                          no verification, no cache bookkeeping. The sender
+//                                          reads into a buffer and sends it (copy, the default:
+//                                          faster here than sendfile, and than splicing on the
+//                                          receiving side).
 //
 // LIST holds one path per line, relative to ROOT. Built with: cc -O2 fsbench.c -lxxhash -lzstd -lm
 #define _GNU_SOURCE
@@ -21,6 +32,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -401,9 +415,125 @@ static int cmd_zdec(int argc, char** argv) {
   return errors ? 1 : 0;
 }
 
+// --- netcopy: R4's floor ------------------------------------------------------------------------
+
+static void send_all(int s, const void* p, size_t n) {
+  const char* c = p;
+  while (n) {
+    ssize_t w = send(s, c, n, 0);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) die("send");
+    c += w, n -= (size_t)w;
+  }
+}
+
+static void recv_all(int s, void* p, size_t n) {
+  char* c = p;
+  while (n) {
+    ssize_t r = recv(s, c, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) die("recv");
+    c += r, n -= (size_t)r;
+  }
+}
+
+static void netcopy_send(int s, const list_t* l, int use_sendfile) {
+  char* buf = aligned_alloc(4096, BUF);
+  if (!buf) die("malloc");
+  for (long i = 0; i < l->n; i++) {
+    int fd = open(l->paths[i], O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) die(l->paths[i]);
+    uint64_t len = (uint64_t)st.st_size, off = 0;
+    send_all(s, &len, sizeof len);
+    while (off < len) {
+      ssize_t n;
+      if (use_sendfile) {
+        off_t o = (off_t)off;
+        n = sendfile(s, fd, &o, len - off);
+      } else {
+        n = pread(fd, buf, len - off < BUF ? len - off : BUF, (off_t)off);
+        if (n > 0) send_all(s, buf, (size_t)n);
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) die("netcopy send");
+      off += (uint64_t)n;
+    }
+    close(fd);
+  }
+}
+
+static int cmd_netcopy(int argc, char** argv) {
+  if (argc < 5) return 2;
+  list_t l = load_list(argv[2], argv[3]);
+  const char* dst = argv[4];
+  int use_sendfile = argc > 5 && !strcmp(argv[5], "sendfile");
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  if (ls < 0 || bind(ls, (struct sockaddr*)&a, sizeof a) || listen(ls, 1) || getsockname(ls, (struct sockaddr*)&a, &al))
+    die("listen");
+  int go[2];
+  if (pipe(go)) die("pipe");
+  pid_t pid = fork();
+  if (pid < 0) die("fork");
+  if (pid == 0) {
+    close(go[1]);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr*)&a, sizeof a)) die("connect");
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(3);
+    netcopy_send(s, &l, use_sendfile);
+    close(s);
+    _exit(0);
+  }
+  close(go[0]);
+  int s = accept(ls, NULL, NULL);
+  if (s < 0) die("accept");
+  char* buf = aligned_alloc(4096, BUF);
+  if (!buf) die("malloc");
+  XXH3_state_t* st = XXH3_createState();
+  read_res r = {0, 0, 0, 0};
+  char path[4096];
+  double t0 = now();
+  if (write(go[1], "g", 1) != 1) die("write");
+  for (long i = 0; i < l.n; i++) {
+    uint64_t len, got = 0;
+    recv_all(s, &len, sizeof len);
+    snprintf(path, sizeof path, "%s/%ld", dst, i);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) die(path);
+    while (got < len) {
+      size_t n = len - got < BUF ? (size_t)(len - got) : BUF;
+      recv_all(s, buf, n);
+      if (write(fd, buf, n) != (ssize_t)n) die("netcopy write");
+      got += n;
+    }
+    close(fd);
+    // The reader: open, read whole, hash, as fsbench read does.
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die(path);
+    XXH3_64bits_reset(st);
+    for (ssize_t n; (n = read(fd, buf, BUF)) > 0;) {
+      XXH3_64bits_update(st, buf, (size_t)n);
+      r.bytes += (uint64_t)n;
+    }
+    close(fd);
+    r.hash += XXH3_64bits_digest(st);
+    r.files++;
+  }
+  double t1 = now();
+  int status;
+  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) r.errors++;
+  printf("{\"files\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.6f, \"hash\": \"%016" PRIx64
+         "\", \"errors\": %" PRIu64 ", \"sender\": \"%s\"}\n",
+         r.files, r.bytes, t1 - t0, r.hash, r.errors, use_sendfile ? "sendfile" : "copy");
+  return r.errors ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: fsbench gen-images|gen-text|gen-mixed|read|stat|enoent|zdec ...\n");
+    fprintf(stderr, "usage: fsbench gen-images|gen-text|gen-mixed|read|stat|enoent|zdec|netcopy ...\n");
     return 2;
   }
   const char* c = argv[1];
@@ -413,6 +543,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(c, "stat")) rc = cmd_stat(argc, argv);
   else if (!strcmp(c, "enoent")) rc = cmd_enoent(argc, argv);
   else if (!strcmp(c, "zdec")) rc = cmd_zdec(argc, argv);
+  else if (!strcmp(c, "netcopy")) rc = cmd_netcopy(argc, argv);
   if (rc == 2) fprintf(stderr, "fsbench: bad usage of '%s' (see the comment at the top of fsbench.c)\n", c);
   return rc;
 }
