@@ -172,7 +172,7 @@ std::string Agent::StatsJson() const {
   j["files_staged"] = staged_files_.load();
   j["bytes_staged"] = staged_bytes_.load();
   j["bytes_read_from_source"] = read_bytes_.load();
-  j["stage_in_seconds"] = stage_seconds_;
+  j["stage_in_seconds"] = stage_seconds_.load();
   j["exchange_seconds"] = exchange_seconds_;
   j["exchange_bytes"] = exchange_bytes_;
   // Clients open staged and cached files themselves and count those opens in shared memory;
@@ -228,50 +228,29 @@ Status Agent::Prepare() {
   return Status::OK();
 }
 
-Status Agent::PlanStage(const Shards& shards) {
-  uint64_t need = 0, files = 0, stored = 0;
-  for (const auto& sh : shards) {
-    stored += sh->size;
-    for (const auto& e : sh->entries)
-      if (e.type == EntryType::kFile) files++, need += e.size;
-  }
-  struct statvfs vfs;
-  const uint64_t free_bytes = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
-  if (need > free_bytes)
-    return Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes) + " free; this node's share of the dataset (" +
-                           std::to_string(mine_.size()) + " of " + std::to_string(manifest_.shards.size()) + " shards) needs " + HumanBytes(need));
-  // The cache takes what is left after the staged share: half of it, or --cache-size when that
-  // is less (a site-wide cache_size= must not fill a node whose disk is smaller).
-  const uint64_t half_left = free_bytes == UINT64_MAX ? 0 : (free_bytes - need) / 2;
-  cache_capacity_ = cfg_.cache_size == 0 ? half_left : std::min(cfg_.cache_size, half_left);
-  if (cfg_.cache_size > half_left)
-    LOG_WARN("cache limited to %s, half the free space of %s left by the staged share (--cache-size %s)",
-             HumanBytes(cache_capacity_).c_str(), cfg_.local_dir.c_str(), HumanBytes(cfg_.cache_size).c_str());
-  LOG_INFO("staging %zu of %zu shards (%s in %llu files) into %s%s", mine_.size(), manifest_.shards.size(), HumanBytes(need).c_str(),
-           static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
-           lazy_ ? ": copying the shards, unpacking in the background once ready" : "");
-  return lazy_ ? stage::MakeParentDirs(data_root_fd_.get(), data_root_, shards) : Status::OK();
-}
-
 Status Agent::ChooseUnpack() {
+  // Free space is measured once, before anything is written: the copy may run while the
+  // exact check (PlanStage) is made.
+  struct statvfs vfs;
+  free_bytes_ = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
   // Lazy unpack pays off where creating many small files, not reading the source, bounds
-  // stage-in. It is decided from the manifest alone, so that the copy starts at once: it
-  // needs room for the shard copies and, conservatively, the whole dataset's files side by
-  // side until the background unpack is done (this node's files are not known before its
-  // indexes are read).
+  // stage-in. It is decided from the manifest, so that the copy starts at once. It needs room
+  // for the shard copies and the files side by side until the background unpack is done;
+  // this node's files are not known before its indexes are read, so they are estimated from
+  // its share of the stored bytes here, and checked exactly in PlanStage.
   constexpr uint64_t kLazyMeanFileSize = 64 << 10;
   const format::Manifest& m = manifest_;
   lazy_ = cfg_.unpack == "lazy" || (cfg_.unpack == "auto" && m.files > 0 && m.raw_bytes / m.files < kLazyMeanFileSize);
   if (!lazy_) return Status::OK();
   uint64_t stored = 0;
   for (uint32_t s : mine_) stored += m.shards[s].bytes;
-  struct statvfs vfs;
-  const uint64_t free_bytes = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
-  if (m.raw_bytes + stored > free_bytes) {
+  const uint64_t files_estimate =
+      m.stored_bytes ? static_cast<uint64_t>(static_cast<long double>(m.raw_bytes) * stored / m.stored_bytes) : m.raw_bytes;
+  if (files_estimate + stored > free_bytes_) {
     lazy_ = false;
     if (cfg_.unpack == "lazy")
-      LOG_WARN("--unpack lazy needs %s for this node's shard copies and the dataset's files; unpacking eagerly",
-               HumanBytes(m.raw_bytes + stored).c_str());
+      LOG_WARN("--unpack lazy needs about %s for this node's shard copies and files; unpacking eagerly",
+               HumanBytes(files_estimate + stored).c_str());
     return Status::OK();
   }
   copy_dir_ = cfg_.local_dir + "/shards";
@@ -279,11 +258,38 @@ Status Agent::ChooseUnpack() {
   return Status::OK();
 }
 
-Status Agent::Stage(const Shards* shards, const std::atomic<bool>* cancel) {
+Status Agent::PlanStage(const Shards& shards, bool* lazy_fits) {
+  uint64_t need = 0, files = 0, stored = 0;
+  for (const auto& sh : shards) {
+    stored += sh->size;
+    for (const auto& e : sh->entries)
+      if (e.type == EntryType::kFile) files++, need += e.size;
+  }
+  if (need > free_bytes_)
+    return Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes_) + " free; this node's share of the dataset (" +
+                           std::to_string(mine_.size()) + " of " + std::to_string(manifest_.shards.size()) + " shards) needs " + HumanBytes(need));
+  *lazy_fits = !lazy_ || need + stored <= free_bytes_;
+  const bool lazy = lazy_ && *lazy_fits;
+  // The cache takes what is left after the staged share (and the copies, while they last):
+  // half of it, or --cache-size when that is less (a site-wide cache_size= must not fill a
+  // node whose disk is smaller).
+  const uint64_t taken = need + (lazy ? stored : 0);
+  const uint64_t half_left = free_bytes_ == UINT64_MAX || taken > free_bytes_ ? 0 : (free_bytes_ - taken) / 2;
+  cache_capacity_ = cfg_.cache_size == 0 ? half_left : std::min(cfg_.cache_size, half_left);
+  if (cfg_.cache_size > half_left)
+    LOG_WARN("cache limited to %s, half the free space of %s left by the staged share (--cache-size %s)",
+             HumanBytes(cache_capacity_).c_str(), cfg_.local_dir.c_str(), HumanBytes(cfg_.cache_size).c_str());
+  LOG_INFO("staging %zu of %zu shards (%s in %llu files) into %s%s", mine_.size(), manifest_.shards.size(), HumanBytes(need).c_str(),
+           static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
+           lazy ? ": copying the shards, unpacking in the background once ready" : "");
+  return lazy ? stage::MakeParentDirs(data_root_fd_.get(), data_root_, shards) : Status::OK();
+}
+
+Status Agent::Stage(const Shards* shards) {
   auto t0 = Clock::now();
   stage::Options so;
   so.pool = pool_.get();
-  so.cancel = cancel;
+  so.cancel = &stage_abort_;
   so.on_read = [this](uint64_t n) { read_bytes_ += n; };
   stage::Stats ss;
   Status st = lazy_ ? stage::CopyShards(cfg_.dataset, manifest_, dict_, mine_, copy_dir_, so, &ss)
@@ -373,7 +379,12 @@ Status Agent::DecodeRecords(const std::vector<std::string>& all, const Shards& s
   return Status::OK();
 }
 
-Status Agent::StageAndPublish(Status st, const std::atomic<bool>* cancel) {
+void Agent::Cancel() {
+  stop_requested_ = true;
+  stage_abort_ = true;
+}
+
+Status Agent::StageAndPublish(Status st) {
   const uint32_t size = boot_->size(), rank = boot_->rank();
   const uint32_t nshards = static_cast<uint32_t>(manifest_.shards.size());
   replicas_ = cfg_.replicas == 0 ? size : cfg_.replicas;
@@ -384,22 +395,41 @@ Status Agent::StageAndPublish(Status st, const std::atomic<bool>* cancel) {
   // 1. Lazy unpack copies the shards as they are: that needs only the manifest and starts
   // at once. Meanwhile this node's shards are opened (their indexes read) and the share
   // checked against the free space; eager unpack needs the indexes and starts after.
-  std::atomic<bool> abort_stage{false};
-  std::future<Status> staged;
-  auto stage_async = [&](const Shards* sh) {
-    staged = std::async(std::launch::async, [this, sh, &abort_stage] { return Stage(sh, &abort_stage); });
-  };
   Result<Shards> shards = Status::Aborted("not opened");
+  std::future<Status> staged;
+  auto stage_async = [&](const Shards* sh) -> Status {
+    try {
+      staged = std::async(std::launch::async, [this, sh] { return Stage(sh); });
+      return Status::OK();
+    } catch (const std::system_error& e) {  // no thread to be had (ulimit -u, pids cgroup)
+      return Status::IOError(std::string("stage-in: start a thread: ") + e.what());
+    }
+  };
+  auto stage_end = [&]() -> Status {
+    if (!staged.valid()) return Status::OK();
+    return staged.get();
+  };
   if (st.ok()) {
     WriteStatus("staging", "");
     st = ChooseUnpack();
   }
-  if (st.ok() && lazy_) stage_async(nullptr);
+  if (st.ok() && lazy_) st = stage_async(nullptr);
   if (st.ok()) {
     shards = stage::OpenShards(cfg_.dataset, manifest_, mine_);
     st = shards.status();
   }
-  if (st.ok()) st = PlanStage(*shards);
+  bool lazy_fits = true;
+  if (st.ok()) st = PlanStage(*shards, &lazy_fits);
+  if (st.ok() && !lazy_fits) {
+    // The estimate let the copy start, the exact share does not fit beside it: unpack eagerly.
+    LOG_WARN("this node's shard copies and files do not fit side by side in %s; unpacking eagerly", cfg_.local_dir.c_str());
+    stage_abort_ = true;
+    (void)stage_end();
+    stage_abort_ = stop_requested_.load();
+    st = RemoveTree(copy_dir_);
+    read_bytes_ = 0;
+    lazy_ = false;
+  }
   // Files held here are served to the other agents once every agent is ready.
   if (st.ok() && size > 1 && cfg_.peers) {
     peer_pool_ = std::make_unique<ThreadPool>(8);
@@ -408,40 +438,37 @@ Status Agent::StageAndPublish(Status st, const std::atomic<bool>* cancel) {
   }
   std::string blob;
   if (st.ok()) blob = EncodeRecords(*shards, &st);
+  if (st.ok() && !lazy_) st = stage_async(&*shards);
   if (!st.ok()) {
     blob = BlobHead(st);
-    abort_stage = true;
+    stage_abort_ = true;
   }
-  if (st.ok() && !lazy_) stage_async(&*shards);
 
   // 2. The indexes are exchanged and the table built while the shards are staged: the
   // staging is bound by the source, the table by one core.
   auto t1 = Clock::now();
-  auto all = boot_->Exchange(blob);
+  bool fenced = false;
+  auto all = boot_->Exchange(blob, &fenced);
   exchange_seconds_ = Since(t1);
-  if (st.ok()) st = all.ok() ? DecodeRecords(*all, *shards) : all.status().Prefixed("metadata exchange");
-  if (st.ok()) st = BuildTable();
-  if (st.ok()) st = PublishTable();  // clients use it once the status says ready
-  if (staged.valid()) {
-    // A stop request (SIGTERM) or a failure here ends the staging early.
-    while (staged.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready)
-      if (!st.ok() || (cancel && cancel->load())) abort_stage = true;
-    Status stage_st = staged.get();
-    if (st.ok()) st = stage_st;
-  }
-  if (st.ok() && cancel && cancel->load()) st = Status::Aborted("stage-in cancelled");
+  if (st.ok() && !all.ok()) st = all.status().Prefixed("metadata exchange");
+  if (st.ok()) st = DecodeRecords(*all, *shards);
+  if (st.ok() && !stop_requested_) st = BuildTable();
+  if (st.ok() && !stop_requested_) st = PublishTable();  // clients use it once the status says ready
+  if (!st.ok()) stage_abort_ = true;
+  Status stage_st = stage_end();
+  if (st.ok()) st = stop_requested_ ? Status::Aborted("stage-in cancelled") : stage_st;
   if (st.ok() && lazy_) {
-    st = stage::UseCopies(*shards, copy_dir_);
+    st = stage::UseCopies(manifest_, *shards, copy_dir_);
     for (auto& sh : *shards) copies_[sh->header.shard_id] = std::move(sh);
   }
   // Peers may ask for files the moment the second round ends: everything they need is in
   // place before it starts.
   if (st.ok()) serving_.store(true, std::memory_order_release);
-  if (!all.ok()) return st;  // the bootstrap failed: no second round to wait for
+  if (!fenced) return st;  // the first round never met: no second round to wait for
 
   // 3. A second round tells every agent whether all of them staged their share, and if not
   // which failed and why; no agent reports ready unless every one can serve.
-  auto verdicts = boot_->Exchange(BlobHead(st));
+  auto verdicts = boot_->Exchange(BlobHead(st), nullptr);
   if (!st.ok()) return st;
   if (!verdicts.ok()) return verdicts.status().Prefixed("metadata exchange");
   for (uint32_t r = 0; r < verdicts->size(); r++) {
@@ -530,7 +557,7 @@ Status Agent::PublishTable() {
   return alive_.Acquire(path);
 }
 
-Status Agent::Start(const std::atomic<bool>* cancel) {
+Status Agent::Start() {
   auto b = MakeBootstrap(cfg_.bootstrap);
   if (!b.ok()) return b.status().Prefixed("bootstrap");
   boot_ = std::move(b).value();
@@ -539,9 +566,11 @@ Status Agent::Start(const std::atomic<bool>* cancel) {
     for (size_t p; (p = dir->find("%r")) != std::string::npos;) dir->replace(p, 2, std::to_string(boot_->rank()));
   // Every agent takes part in both rounds of the exchange, even after a failure, so that no
   // peer waits forever and every node learns which node failed and why.
-  Status st = StageAndPublish(Prepare(), cancel);
+  Status st = StageAndPublish(Prepare());
   if (!st.ok()) {
     // Nothing half-made stays behind: only status.json, for the launcher to read.
+    serving_ = false;
+    peer_server_.Stop();
     server_.Stop();
     for (const char* name : {kTableName, table::kCountersName}) ::unlink((cfg_.run_dir + "/" + name).c_str());
     if (created_local_) (void)RemoveTree(cfg_.local_dir);
@@ -556,7 +585,7 @@ Status Agent::Start(const std::atomic<bool>* cancel) {
   }
   const std::string staged = lazy_ ? HumanBytes(static_cast<double>(read_bytes_)) + " of shards copied, files unpacked in the background"
                                    : HumanBytes(staged_bytes_) + " staged (" + std::to_string(staged_files_.load()) + " files)";
-  LOG_INFO("ready: %s, in %.2f s, metadata exchange %.3f s (%s from %u agents), mount %s", staged.c_str(), stage_seconds_,
+  LOG_INFO("ready: %s, in %.2f s, metadata exchange %.3f s (%s from %u agents), mount %s", staged.c_str(), stage_seconds_.load(),
            exchange_seconds_, HumanBytes(exchange_bytes_).c_str(), boot_->size(), cfg_.mount.c_str());
   if (lazy_) unpacker_ = std::thread([this] { UnpackLoop(); });
   else unpacked_ = true;

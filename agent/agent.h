@@ -51,7 +51,9 @@ class Agent {
 
   // Stages in and publishes the table; returns once the agent is ready to serve (or failed).
   // On failure status.json says why and everything else the agent created is removed.
-  Status Start(const std::atomic<bool>* cancel);
+  Status Start();
+  // Asks a Start in progress to stop soon (the staging stops at its next read); any thread.
+  void Cancel();
   // Removes everything the agent created: socket, table, local data and the run directory.
   void Shutdown();
   // A JSON summary of the counters (also served as kStats).
@@ -70,13 +72,15 @@ class Agent {
   // Opens this node's shards, stages them in the background while the indexes are exchanged
   // and the table built, then agrees with every agent that all staged before publishing the
   // table. `st` is Prepare's outcome: a failed agent still takes part in the exchange.
-  Status StageAndPublish(Status st, const std::atomic<bool>* cancel);
-  // The unpack mode, from the manifest (lazy: makes the directory for the shard copies).
+  Status StageAndPublish(Status st);
+  // The free space, and the unpack mode from the manifest (lazy: makes the directory for the
+  // shard copies).
   Status ChooseUnpack();
-  // The space check, with the indexes: how much the share and the cache may take.
-  Status PlanStage(const Shards& shards);
-  // Copies this node's shards (lazy) or unpacks `shards` (eager).
-  Status Stage(const Shards* shards, const std::atomic<bool>* cancel);
+  // The exact space check, with the indexes: how much the share and the cache may take, and
+  // whether the lazy copies and files fit side by side after all.
+  Status PlanStage(const Shards& shards, bool* lazy_fits);
+  // Copies this node's shards (lazy) or unpacks `shards` (eager); stops on stage_abort_.
+  Status Stage(const Shards* shards);
   // This agent's exchange record: the indexes and symlink targets of the shards it is primary for.
   std::string EncodeRecords(const Shards& shards, Status* st);
   Status DecodeRecords(const std::vector<std::string>& all, const Shards& shards);
@@ -112,7 +116,9 @@ class Agent {
   std::unique_ptr<ThreadPool> pool_;
   std::vector<uint32_t> mine_;                           // shards staged here
   uint32_t replicas_ = 1;                                // copies of each shard among the agents
+  uint64_t free_bytes_ = 0;                              // in the local directory, before stage-in
   uint64_t cache_capacity_ = 0;
+  std::atomic<bool> stage_abort_{false}, stop_requested_{false};
   std::vector<std::vector<format::IndexEntry>> index_;   // every shard's entries, from the exchange
   std::vector<bool> local_shard_;
   // Lazy unpack (lazy_): the local shard copies by shard id, each file's state (kPacked,
@@ -160,7 +166,8 @@ class Agent {
 
   // Counters.
   std::atomic<uint64_t> staged_bytes_{0}, staged_files_{0}, read_bytes_{0};
-  double stage_seconds_ = 0, exchange_seconds_ = 0;
+  std::atomic<double> stage_seconds_{0};  // written by the staging thread, read by stats
+  double exchange_seconds_ = 0;
   uint64_t exchange_bytes_ = 0;
   std::atomic<uint64_t> opens_local_{0}, opens_remote_{0}, opens_cached_{0}, opens_fallback_{0}, open_errors_{0};
   std::atomic<uint64_t> bytes_remote_{0}, bytes_cached_{0}, bytes_fallback_{0}, peer_errors_{0};

@@ -53,8 +53,8 @@ const char kHelp[] =
     "                     (a file not yet unpacked is unpacked when first opened); auto\n"
     "                     (default): lazy when the dataset's files average under 64 KiB,\n"
     "                     where creating files, not reading the source, bounds stage-in,\n"
-    "                     and there is room for this node's shard copies beside the\n"
-    "                     whole dataset's files\n"
+    "                     and there is room for this node's shard copies beside its\n"
+    "                     files\n"
     "  --stats-out FILE   at shutdown, append this agent's final counters to FILE as one line\n"
     "                     of JSON (`fanstore stats FILE` summarises the lines of all nodes)\n"
     "\n"
@@ -95,8 +95,8 @@ void TuneAllocator(char** argv) {
       "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=33554432:"
       "glibc.malloc.trim_threshold=67108864";
   if (const char* user = std::getenv("GLIBC_TUNABLES"); user && *user) tunables += std::string(":") + user;  // the user's win
-  ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
-  ::setenv("FANSTORE_AGENT_MALLOC", "1", 1);
+  // The marker first: without it the new image would re-execute itself again.
+  if (::setenv("FANSTORE_AGENT_MALLOC", "1", 1) != 0 || ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;
   // By its own path, not /proc/self/exe, so that the process keeps its name (ps, pgrep).
   char self[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
@@ -194,15 +194,16 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  agent::Agent a(cfg);
   std::atomic<bool> stop{false};
-  std::thread([&set, &stop] {
+  std::thread([&set, &stop, &a] {
     int sig = 0;
     sigwait(&set, &sig);
     stop = true;
+    a.Cancel();
   }).detach();
 
-  agent::Agent a(cfg);
-  Status st = a.Start(&stop);
+  Status st = a.Start();
   if (!st.ok()) {
     if (stop) {
       LOG_INFO("stopped during stage-in");

@@ -15,7 +15,10 @@ class Single : public Bootstrap {
  public:
   uint32_t rank() const override { return 0; }
   uint32_t size() const override { return 1; }
-  Result<std::vector<std::string>> Exchange(const std::string& mine) override { return std::vector<std::string>{mine}; }
+  Result<std::vector<std::string>> Exchange(const std::string& mine, bool* fenced) override {
+    if (fenced) *fenced = true;
+    return std::vector<std::string>{mine};
+  }
 };
 
 
@@ -47,7 +50,8 @@ class Pmix : public Bootstrap {
   uint32_t rank() const override { return me_.rank; }
   uint32_t size() const override { return size_; }
 
-  Result<std::vector<std::string>> Exchange(const std::string& mine) override {
+  Result<std::vector<std::string>> Exchange(const std::string& mine, bool* fenced) override {
+    if (fenced) *fenced = false;
     // A key per round: a Get after the next fence must not find the previous round's value.
     const std::string key = "fanstore.meta." + std::to_string(round_++);
     pmix_value_t v;
@@ -66,6 +70,7 @@ class Pmix : public Bootstrap {
     rc = PMIx_Fence(nullptr, 0, &info, 1);
     PMIX_INFO_DESTRUCT(&info);
     if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Fence", rc));
+    if (fenced) *fenced = true;
     std::vector<std::string> all(size_);
     for (uint32_t r = 0; r < size_; r++) {
       pmix_proc_t p;

@@ -15,9 +15,10 @@ class Bootstrap {
   virtual ~Bootstrap() = default;
   virtual uint32_t rank() const = 0;
   virtual uint32_t size() const = 0;
-  // Publishes `mine` and returns every agent's blob, indexed by rank (collective: every agent
-  // must call it once).
-  virtual Result<std::vector<std::string>> Exchange(const std::string& mine) = 0;
+  // Publishes `mine` and returns every agent's blob, indexed by rank. Collective: every agent
+  // calls it the same number of times (the agent: twice). With `fenced`, says whether this
+  // agent met the others (an error after that still leaves them expecting the next round).
+  virtual Result<std::vector<std::string>> Exchange(const std::string& mine, bool* fenced) = 0;
   // Ends the job-wide session (PMIx_Finalize). Safe to call twice.
   virtual void Finalize() {}
 };

@@ -52,7 +52,7 @@ class FileCache {
   void EvictLocked(uint64_t need);
 
   std::string dir_;
-  uint64_t capacity_ = 0;
+  std::atomic<uint64_t> capacity_{0};  // set once by Init, read by the stats thread meanwhile
   mutable std::mutex mu_;
   std::list<uint64_t> lru_;  // front: most recent
   struct Slot {

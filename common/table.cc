@@ -113,7 +113,7 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
 
   // The layout, then the image, written in place.
   size_t string_bytes = opts.local_root.size() + opts.cache_root.size();
-  for (const Node& nd : nodes) string_bytes += nd.path.size() + nd.link_target.size();
+  for (const Node& nd : nodes) string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
   if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
   uint32_t buckets = 16;
   while (buckets < 2ull * n) buckets <<= 1;

@@ -153,9 +153,13 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, con
       st = Status::FromErrno("stat " + src, errno);
       return;
     }
-    if (static_cast<uint64_t>(sst.st_size) != ref.bytes || ref.bytes < format::kHeaderSize + format::kFooterSize) {
+    if (static_cast<uint64_t>(sst.st_size) != ref.bytes) {
       st = Status::Corruption(src + ": size " + std::to_string(sst.st_size) + " differs from the manifest's " +
                               std::to_string(ref.bytes) + " (truncated?)");
+      return;
+    }
+    if (ref.bytes < format::kHeaderSize + format::kFooterSize) {
+      st = Status::Corruption(src + ": truncated shard (" + std::to_string(ref.bytes) + " bytes)");
       return;
     }
     UniqueFD out(::openat(dir.get(), ref.file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
@@ -202,9 +206,10 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, con
   return Status::OK();
 }
 
-Status UseCopies(std::vector<std::unique_ptr<format::ShardFile>>& shards, const std::string& copy_dir) {
+Status UseCopies(const format::Manifest& m, std::vector<std::unique_ptr<format::ShardFile>>& shards,
+                 const std::string& copy_dir) {
   for (auto& sh : shards) {
-    const std::string path = copy_dir + sh->path.substr(sh->path.rfind('/'));
+    const std::string path = copy_dir + "/" + m.shards[sh->header.shard_id].file;  // ids checked at open
     UniqueFD fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd.valid()) return Status::FromErrno("open " + path, errno);
     sh->fd = std::move(fd);

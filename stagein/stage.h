@@ -65,6 +65,7 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, con
 
 // Points each ShardFile (opened in the dataset directory) at its copy in `copy_dir`, so that
 // its files are unpacked later from local storage.
-Status UseCopies(std::vector<std::unique_ptr<format::ShardFile>>& shards, const std::string& copy_dir);
+Status UseCopies(const format::Manifest& m, std::vector<std::unique_ptr<format::ShardFile>>& shards,
+                 const std::string& copy_dir);
 
 }  // namespace fanstore::stage
