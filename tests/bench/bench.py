@@ -1237,7 +1237,7 @@ def wl_x1(ctx):
         add_row(ctx, f"X1-{n}", f"metadata exchange, {n} agent{'s' if n > 1 else ''}, `text` ({entries} entries)", "-", None,
                 meds[n]["t"], "s", "report", None, ratio=None,
                 note=f"{fmt(meds[n]['bytes'] / entries)} B/entry ({fmt(meds[n]['bytes'])} B); slowest agent "
-                     f"{fmt(meds[n]['tmax'])} s including waiting for the others' stage-in")
+                     f"{fmt(meds[n]['tmax'])} s (the first round, which starts once each agent has opened its shards; the staging runs meanwhile)")
 
 
 def wl_j2(ctx, agents):
