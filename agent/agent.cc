@@ -820,7 +820,7 @@ void Agent::PrefetchLoop() {
     for (size_t k = 0; k < holders.size(); k++) {
       uint32_t h = holders[(boot_->rank() + shard + k) % holders.size()];
       if (h == boot_->rank()) continue;
-      bool full = false;
+      bool full = false, skip = false;
       FileCache::Pending pending;  // the file being received, written as its pieces arrive
       Xxh3Stream hash;
       Status st = peers_.FetchShard(
@@ -829,9 +829,14 @@ void Agent::PrefetchLoop() {
             const IndexEntry& e = entries[i];
             if (prefetch_stop_) return false;
             if (off == 0) {
+              // A file the job opened before the stream reached it is cached already: its
+              // bytes are read off the connection, not written again.
+              const uint64_t key = Xxh3(e.path);
+              if ((skip = cache_.Has(key))) return true;
               hash = Xxh3Stream();
-              if (!cache_.Begin(Xxh3(e.path), e.size, /*evict=*/false, &pending).ok()) return !(full = true);
+              if (!cache_.Begin(key, e.size, /*evict=*/false, &pending).ok()) return !(full = true);
             }
+            if (skip) return true;
             hash.Update(piece.data(), piece.size());
             if (!WriteFull(pending.fd.get(), piece.data(), piece.size(), "cache").ok()) return !(full = true);
             if (off + piece.size() < e.size) return true;

@@ -31,6 +31,11 @@ int FileCache::Open(uint64_t key) {
   return ::open(PathOf(key).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 }
 
+bool FileCache::Has(uint64_t key) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return slots_.count(key) != 0;
+}
+
 void FileCache::EvictLocked(uint64_t need) {
   while (!lru_.empty() && used_ + need > capacity_) {
     uint64_t victim = lru_.back();

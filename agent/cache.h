@@ -24,6 +24,8 @@ class FileCache {
   // An open read-only descriptor for `key` when cached (it becomes the most recently used),
   // else -1.
   int Open(uint64_t key);
+  // Whether the file is cached (without touching its place in the LRU order).
+  bool Has(uint64_t key) const;
   // A file being written into the cache, as its content arrives in pieces (a large file is
   // never held in memory whole).
   struct Pending {
