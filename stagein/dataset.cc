@@ -52,12 +52,7 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir_in) {
     const ShardRef& ref = ds->manifest_.shards[i];
     auto& sh = opened[i];
     if (!sh.ok()) return sh.status();
-    if ((*sh)->size != ref.bytes)
-      return Status::Corruption(dir + "/" + ref.file + ": size " + std::to_string((*sh)->size) +
-                                " differs from the manifest's " + std::to_string(ref.bytes) + " (truncated?)");
-    if ((*sh)->header.shard_id != i)
-      return Status::Corruption(dir + "/" + ref.file + ": shard id " + std::to_string((*sh)->header.shard_id) +
-                                " where the manifest expects " + std::to_string(i));
+    FS_RETURN_IF_ERROR(CheckAgainstManifest(**sh, ref, static_cast<uint32_t>(i)));
     for (uint32_t j = 0; j < (*sh)->entries.size(); j++) {
       const auto& e = (*sh)->entries[j];
       if (e.codec == Codec::kZstdDict && !ds->dict_.ddict())

@@ -77,6 +77,18 @@ Status FrameDecoder::Decode(const IndexEntry& e, std::string_view stored, std::s
   return Status::OK();
 }
 
+Status CheckShardSize(const std::string& path, uint64_t size, const ShardRef& ref) {
+  if (size == ref.bytes) return Status::OK();
+  return Status::Corruption(path + ": size " + Num(size) + " differs from the manifest's " + Num(ref.bytes) + " (truncated?)");
+}
+
+Status CheckAgainstManifest(const ShardFile& sh, const ShardRef& ref, uint32_t id) {
+  FS_RETURN_IF_ERROR(CheckShardSize(sh.path, sh.size, ref));
+  if (sh.header.shard_id != id)
+    return Status::Corruption(sh.path + ": holds shard id " + Num(sh.header.shard_id) + " where the manifest expects " + Num(id));
+  return Status::OK();
+}
+
 Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id) {
   auto s = std::make_unique<ShardFile>();
   s->path = path;

@@ -88,6 +88,10 @@ struct ShardFile {
 // Opens a shard and reads its header, footer and index (three preads). When dataset_id is
 // non-zero the shard must belong to that dataset. Errors are prefixed with the path.
 Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id);
+// A shard file `size` bytes long against its manifest entry; errors name `path`.
+Status CheckShardSize(const std::string& path, uint64_t size, const ShardRef& ref);
+// An opened shard against the manifest entry of shard `id`: size, then id.
+Status CheckAgainstManifest(const ShardFile& sh, const ShardRef& ref, uint32_t id);
 // Reads one entry's frame with a single pread from the shard open as `fd` (named `path` in
 // errors), decodes and verifies it.
 Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec, std::string* out);

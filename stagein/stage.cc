@@ -34,19 +34,9 @@ Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::st
   std::vector<Status> results(ids.size());
   ParallelFor(ids.size(), std::min(kInFlight, ids.size()), [&](size_t k) {
     const auto& ref = m.shards[ids[k]];
-    const std::string path = dataset_dir + "/" + ref.file;
-    auto sh = format::OpenShard(path, m.dataset_id);
-    if (!sh.ok()) {
-      results[k] = sh.status();
-    } else if ((*sh)->size != ref.bytes) {
-      results[k] = Status::Corruption(path + ": size " + std::to_string((*sh)->size) + " differs from the manifest's " +
-                                      std::to_string(ref.bytes) + " (truncated?)");
-    } else if ((*sh)->header.shard_id != ids[k]) {
-      results[k] = Status::Corruption(path + ": holds shard id " + std::to_string((*sh)->header.shard_id) + ", expected " +
-                                      std::to_string(ids[k]));
-    } else {
-      out[k] = std::move(sh).value();
-    }
+    auto sh = format::OpenShard(dataset_dir + "/" + ref.file, m.dataset_id);
+    results[k] = sh.ok() ? format::CheckAgainstManifest(**sh, ref, ids[k]) : sh.status();
+    if (results[k].ok()) out[k] = std::move(sh).value();
   });
   for (const Status& st : results)  // the first failure in shard order, as a serial open would report
     if (!st.ok()) return st;
@@ -153,11 +143,8 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, con
       st = Status::FromErrno("stat " + src, errno);
       return;
     }
-    if (static_cast<uint64_t>(sst.st_size) != ref.bytes) {
-      st = Status::Corruption(src + ": size " + std::to_string(sst.st_size) + " differs from the manifest's " +
-                              std::to_string(ref.bytes) + " (truncated?)");
-      return;
-    }
+    st = format::CheckShardSize(src, static_cast<uint64_t>(sst.st_size), ref);
+    if (!st.ok()) return;
     if (ref.bytes < format::kHeaderSize + format::kFooterSize) {
       st = Status::Corruption(src + ": truncated shard (" + std::to_string(ref.bytes) + " bytes)");
       return;
