@@ -16,6 +16,10 @@
 
 namespace fanstore::interceptor {
 
+namespace {
+std::atomic<int> g_root_fd{-1};  // see LocalRootFd()
+}  // namespace
+
 Config g_cfg;
 constinit FdTable g_fds;
 thread_local bool t_in_wrapper __attribute__((tls_model("initial-exec"))) = false;
@@ -84,6 +88,16 @@ void Init() {
     g_cfg.local_root_len = strlen(g_cfg.local_root);
     while (g_cfg.local_root_len > 1 && g_cfg.local_root[g_cfg.local_root_len - 1] == '/')
       g_cfg.local_root[--g_cfg.local_root_len] = '\0';
+    // Moved to a high number, away from the program's own small ones.
+    int fd = Real().open(g_cfg.local_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+      int high = Real().fcntl(fd, F_DUPFD_CLOEXEC, 900);
+      if (high >= 0) {
+        Real().close(fd);
+        fd = high;
+      }
+      g_root_fd.store(fd, std::memory_order_relaxed);
+    }
   }
   {
     std::string dir(table_path);
@@ -366,6 +380,36 @@ bool CachePath(const table::Entry& e, char* out) noexcept {
   table::CacheName(e.hash, out + g_cfg.cache_root_len + 1);
   out[g_cfg.cache_root_len + 17] = '\0';
   return true;
+}
+
+int LocalRootFd() noexcept { return g_root_fd.load(std::memory_order_relaxed); }
+
+void ForgetLocalRootFd(unsigned first, unsigned last) noexcept {
+  int fd = g_root_fd.load(std::memory_order_relaxed);
+  if (fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last)
+    g_root_fd.compare_exchange_strong(fd, -1);  // never closed by us: the number is not ours now
+}
+
+int OpenLocalCopy(const table::Entry& e, int flags) noexcept {
+  char path[PATH_MAX];
+  const int rfd = LocalRootFd();
+  std::string_view rel = Table().Path(e);
+  const bool relative = rfd >= 0 && !rel.empty() && rel.size() < PATH_MAX;
+  if (relative) {
+    memcpy(path, rel.data(), rel.size());
+    path[rel.size()] = '\0';
+  } else if (!LocalPath(e, path)) {
+    return -ENOENT;
+  }
+  auto open_it = [&](int f) { return relative ? Real().openat(rfd, path, f) : Real().open(path, f); };
+  // O_NOATIME: the agent's copies are the job user's own, and nobody needs their atime.
+  int fd = open_it(O_RDONLY | O_NOATIME | flags);
+  if (fd < 0 && errno == EPERM) fd = open_it(O_RDONLY | flags);
+  if (fd < 0 && relative && (errno == EBADF || errno == ENOTDIR)) {
+    ForgetLocalRootFd(static_cast<unsigned>(rfd), static_cast<unsigned>(rfd));  // closed behind our back
+    return OpenLocalCopy(e, flags);
+  }
+  return fd >= 0 ? fd : -errno;
 }
 
 bool LocalPath(const table::Entry& e, char* out) noexcept {

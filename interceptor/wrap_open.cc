@@ -33,17 +33,14 @@ int OpenFileData(const Entry& e, int flags) {
   char path[PATH_MAX];
   // kLocal may be set by the agent after this process mapped the table (lazy unpack).
   const uint32_t eflags = table::EntryFlagsOf(e);
-  if ((eflags & table::kLocal) && LocalPath(e, path)) {
-    // O_NOATIME: the agent's copies are the job user's own, and nobody needs their atime.
-    int fd = Real().open(path, O_RDONLY | O_NOATIME | keep);
-    if (fd < 0 && errno == EPERM) fd = Real().open(path, O_RDONLY | keep);
+  if (eflags & table::kLocal) {
+    int fd = OpenLocalCopy(e, keep);
     if (fd >= 0) {
       if (g_cfg.counters) table::CountOpen(&g_cfg.counters->local_opens, &g_cfg.counters->local_bytes, e.size);
       return fd;
     }
-    int err = errno;
-    if (err == EMFILE || err == ENFILE || err == ENOMEM || err == EINTR) return -err;
-    FS_ILOG(1, "local copy %s: %s; asking the agent", path, strerror(err));
+    if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM || fd == -EINTR) return fd;
+    FS_ILOG(1, "local copy of %.*s: %s; asking the agent", static_cast<int>(rel.size()), rel.data(), strerror(-fd));
   }
   // A path-only descriptor needs no data: do not fetch the file for it.
   if (flags & O_PATH) return OpenDirStandIn(t.at(0), O_PATH | (flags & O_CLOEXEC));
@@ -92,6 +89,7 @@ int FlagsFromMode(const char* mode) {
 
 // Copies the record of `from` to `to` after a successful dup.
 void CopySlot(int from, int to) {
+  if (!InVforkChild()) ForgetLocalRootFd(static_cast<unsigned>(to), static_cast<unsigned>(to));  // dup2 onto it closed it
   uint64_t s = g_fds.Get(from);
   if (s == g_fds.Get(to) || InVforkChild()) return;
   int saved = errno;
@@ -102,8 +100,10 @@ void CopySlot(int from, int to) {
 // Forgets fd before it is closed (before, so that a racing open of the same number that
 // records itself after the close is not erased).
 void BeforeClose(int fd) {
+  if (InVforkChild()) return;
+  ForgetLocalRootFd(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
   uint64_t slot = g_fds.Get(fd);
-  if (slot && !InVforkChild()) g_fds.Untrack(fd, slot);
+  if (slot) g_fds.Untrack(fd, slot);
 }
 
 FILE* FopenAny(const char* path, const char* mode, FILE* (*real)(const char*, const char*)) {
@@ -363,14 +363,18 @@ extern "C" int fanstore_close(int fd) noexcept {
 
 extern "C" int fanstore_close_range(unsigned int first, unsigned int last, int flags) noexcept {
   // Python's subprocess calls this between vfork and exec: the parent's records must stay.
-  if (!t_in_wrapper && !(flags & CLOSE_RANGE_CLOEXEC) && !InVforkChild())
+  if (!t_in_wrapper && !(flags & CLOSE_RANGE_CLOEXEC) && !InVforkChild()) {
+    ForgetLocalRootFd(first, last);
     g_fds.ClearRange(first, last);
+  }
   return Real().close_range(first, last, flags);
 }
 
 extern "C" void fanstore_closefrom(int lowfd) noexcept {
-  if (!t_in_wrapper && lowfd >= 0 && !InVforkChild())
+  if (!t_in_wrapper && lowfd >= 0 && !InVforkChild()) {
+    ForgetLocalRootFd(static_cast<unsigned>(lowfd), ~0u);
     g_fds.ClearRange(static_cast<unsigned>(lowfd), ~0u);
+  }
   Real().closefrom(lowfd);
 }
 

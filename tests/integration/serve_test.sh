@@ -161,6 +161,30 @@ else
   echo "  (errno comparison skipped: needs root for a read-only bind mount)"
 fi
 
+echo "== the program closes the interceptor's descriptors"
+# Local files are opened relative to a descriptor of the local root that the interceptor keeps
+# (a high number). A program that closes every descriptor, then reuses the numbers for its own,
+# must still read the right bytes: the interceptor forgets the descriptor and uses paths.
+cat > closeall.py <<'PY'
+import os, sys
+path = os.path.join(sys.argv[1], "a/hello.txt")
+before = open(path, "rb").read()
+os.closerange(3, 4096)
+# A decoy holding the same relative path: an open relative to a reused number would read it.
+os.makedirs("decoy/a", exist_ok=True)
+open("decoy/a/hello.txt", "w").write("decoy\n")
+d = os.open("decoy", os.O_RDONLY)
+for n in range(3, 1024):
+    try:
+        os.dup2(d, n)
+    except OSError:
+        break
+after = open(path, "rb").read()
+print(before == after == b"hello\n")
+PY
+check "a program that closes all descriptors and reuses the numbers still reads the right file" \
+  test "$(run $PY closeall.py $M)" = "True"
+
 echo "== lazy unpack: ready once the shards are copied; files unpacked in the background or on first open"
 # The background pass held back: every file is unpacked by the first open of it (the agent's
 # path), while later opens take the unpacked file directly (the table's flag).
