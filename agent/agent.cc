@@ -300,7 +300,7 @@ Status Agent::Stage(const Shards* shards) {
   return st;
 }
 
-std::string Agent::EncodeRecords(const Shards& shards, Status* st) {
+Result<std::string> Agent::EncodeRecords(const Shards& shards) {
   const uint32_t size = boot_->size(), rank = boot_->rank();
   std::string blob = BlobHead(Status::OK());
   PutStr(blob, size > 1 && cfg_.peers ? peer_server_.Endpoint() : "");
@@ -318,8 +318,7 @@ std::string Agent::EncodeRecords(const Shards& shards, Status* st) {
     for (const auto& e : sh->entries) {
       if (e.type != EntryType::kSymlink) continue;
       std::string target;
-      *st = format::ReadEntry(*sh, e, &dec, &target);
-      if (!st->ok()) return {};
+      FS_RETURN_IF_ERROR(format::ReadEntry(*sh, e, &dec, &target));
       links.emplace_back(e.path, std::move(target));
     }
     Put32(blob, static_cast<uint32_t>(links.size()));
@@ -437,18 +436,19 @@ Status Agent::StageAndPublish(Status st) {
                             [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get());
   }
   std::string blob;
-  if (st.ok()) blob = EncodeRecords(*shards, &st);
-  if (st.ok() && !lazy_) st = stage_async(&*shards);
-  if (!st.ok()) {
-    blob = BlobHead(st);
-    stage_abort_ = true;
+  if (st.ok()) {
+    auto records = EncodeRecords(*shards);
+    if (records.ok()) blob = std::move(records).value();
+    else st = records.status();
   }
+  if (st.ok() && !lazy_) st = stage_async(&*shards);
+  if (!st.ok()) stage_abort_ = true;
 
   // 2. The indexes are exchanged and the table built while the shards are staged: the
   // staging is bound by the source, the table by one core.
   auto t1 = Clock::now();
   bool fenced = false;
-  auto all = boot_->Exchange(blob, &fenced);
+  auto all = boot_->Exchange(st.ok() ? blob : BlobHead(st), &fenced);
   exchange_seconds_ = Since(t1);
   if (st.ok() && !all.ok()) st = all.status().Prefixed("metadata exchange");
   if (st.ok()) st = DecodeRecords(*all, *shards);

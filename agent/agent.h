@@ -82,7 +82,7 @@ class Agent {
   // Copies this node's shards (lazy) or unpacks `shards` (eager); stops on stage_abort_.
   Status Stage(const Shards* shards);
   // This agent's exchange record: the indexes and symlink targets of the shards it is primary for.
-  std::string EncodeRecords(const Shards& shards, Status* st);
+  Result<std::string> EncodeRecords(const Shards& shards);
   Status DecodeRecords(const std::vector<std::string>& all, const Shards& shards);
   Status BuildTable();
   Status PublishTable();

@@ -21,7 +21,6 @@ class Single : public Bootstrap {
   }
 };
 
-
 std::string PmixError(const char* what, pmix_status_t rc) {
   return std::string(what) + ": " + PMIx_Error_string(rc);
 }
