@@ -37,6 +37,8 @@ struct Config {
   bool peers = true;        // fetch from other agents (else straight from the dataset)
   bool prefetch = true;     // on first use of a remote shard, stream all of it into the cache
   std::string unpack = "auto";  // auto|eager|lazy, see --unpack
+  std::string job_id;       // the Slurm job id, with the PMIx namespace the job's identity
+  std::string peer_addr;    // address or interface for the peer service; "" picks one
 };
 
 // Files in the run directory.

@@ -27,7 +27,7 @@ const char kHelp[] =
     "                      [--bootstrap auto|single|pmix] [--replicas N|all] [--threads N]\n"
     "                      [--cache-size SIZE] [--no-peers] [--no-prefetch] [--node-name NAME]\n"
     "                      [--job-id ID] [--stats-out FILE] [--unpack auto|eager|lazy]\n"
-    "                      [--verbose|--quiet]\n"
+    "                      [--peer-addr ADDR|IFACE] [--verbose|--quiet]\n"
     "\n"
     "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
     "with the other agents of the job (PMIx), publishes the metadata table and serves local\n"
@@ -55,6 +55,10 @@ const char kHelp[] =
     "                     where creating files, not reading the source, bounds stage-in,\n"
     "                     and there is room for this node's shard copies beside its\n"
     "                     files\n"
+    "  --job-id ID        the Slurm job id; with the PMIx namespace it binds the peers'\n"
+    "                     credentials to this job (default: SLURM_JOB_ID)\n"
+    "  --peer-addr A      the IPv4 address, or the interface, the peer service listens on\n"
+    "                     (default: the interface routing to the job's launch node)\n"
     "  --stats-out FILE   at shutdown, append this agent's final counters to FILE as one line\n"
     "                     of JSON (`fanstore stats FILE` summarises the lines of all nodes)\n"
     "\n"
@@ -126,6 +130,7 @@ int main(int argc, char** argv) {
                                  {"no-prefetch", no_argument, nullptr, 'N'},
                                  {"stats-out", required_argument, nullptr, 'S'},
                                  {"unpack", required_argument, nullptr, 'U'},
+                                 {"peer-addr", required_argument, nullptr, 'A'},
                                  {"help", no_argument, nullptr, 'h'},
                                  {nullptr, 0, nullptr, 0}};
   int c;
@@ -148,7 +153,8 @@ int main(int argc, char** argv) {
         break;
       case 't': cfg.threads = static_cast<size_t>(std::max(1L, std::strtol(optarg, nullptr, 10))); break;
       case 'n': cfg.node_name = optarg; break;
-      case 'j': break;
+      case 'j': cfg.job_id = optarg; break;
+      case 'A': cfg.peer_addr = optarg; break;
       case 'v': log::SetLevel(log::kDebug); break;
       case 'q': log::SetLevel(log::kWarn); break;
       case 'c':
@@ -169,6 +175,7 @@ int main(int argc, char** argv) {
   if (optind != argc) return Usage(std::string("unexpected argument '") + argv[optind] + "'");
   if (cfg.dataset.empty() || cfg.local_dir.empty() || cfg.run_dir.empty() || cfg.mount.empty())
     return Usage("--dataset, --local-dir, --run-dir and --mount are required");
+  if (cfg.job_id.empty() && std::getenv("SLURM_JOB_ID")) cfg.job_id = std::getenv("SLURM_JOB_ID");
   if (cfg.node_name.empty()) {
     const char* n = std::getenv("SLURMD_NODENAME");
     char host[256] = "localhost";

@@ -48,6 +48,7 @@ class Pmix : public Bootstrap {
   }
   uint32_t rank() const override { return me_.rank; }
   uint32_t size() const override { return size_; }
+  std::string nspace() const override { return me_.nspace; }
 
   Result<std::vector<std::string>> Exchange(const std::string& mine, bool* fenced) override {
     if (fenced) *fenced = false;

@@ -15,6 +15,9 @@ class Bootstrap {
   virtual ~Bootstrap() = default;
   virtual uint32_t rank() const = 0;
   virtual uint32_t size() const = 0;
+  // The namespace the launcher gave this job step ("" without one): it names the job in the
+  // peers' handshake.
+  virtual std::string nspace() const { return ""; }
   // Publishes `mine` and returns every agent's blob, indexed by rank. Collective: every agent
   // calls it the same number of times (the agent: twice). With `fenced`, says whether this
   // agent met the others (an error after that still leaves them expecting the next round).

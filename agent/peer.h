@@ -1,23 +1,17 @@
 // The peer data service: agents of one job fetch files from each other over TCP.
 //
-// Wire protocol (little-endian), one request then one reply per turn on a persistent
-// connection:
-//   request  PeerRequest  {magic, op, a, b, len} + len payload bytes
-//   reply    PeerReply    {magic, op, status, 0, len} + len bytes
-//   kAuth:  payload = a MUNGE credential made by the client. The server decodes it with the
-//           local munged and accepts only the job's uid (its own). Nothing else is served on a
-//           connection before a successful kAuth; a failed one closes it.
-//   kGet:   a = shard, b = entry index within the shard's index. Reply: the raw file content
-//           (sent with sendfile from the holder's staged copy), or status = errno.
-//   kGetShard: a = shard. Replies, one per regular file of the shard, in index order:
-//           {magic, op, 0, entry index, len} + content; then {magic, op, status, ~0u, 0} to
-//           end (status 0, or errno when the stream stopped early). Bulk prefetch: one round
-//           trip and large transfers instead of one request per file.
-// The client always checks the XXH3 of what it receives against the index, so a peer can
-// withhold data but never corrupt it.
+// Messages, the handshake and message authentication are in agent/peer_wire.h. After the
+// handshake, one request then its reply (or replies) per turn on a persistent connection:
+//   kGet:      a = shard, b = entry index within the shard's index. Reply: a = status (0 or
+//              errno), b = entry, len = the file's size, then its content.
+//   kGetShard: a = shard. Replies, one per regular file of the shard, in index order, as for
+//              kGet; then {a = status, b = kEndOfShard, len = 0} to end (status 0, or errno when
+//              the stream stopped early). Bulk prefetch: one request, large transfers.
+// Every message after the handshake carries its tag. The client also checks the XXH3 of what it
+// receives against the index that came through PMIx.
 //
-// Threads: an epoll thread accepts and watches idle connections (EPOLLONESHOT); each ready
-// request runs on a small pool, so a slow request never blocks others.
+// Threads: one epoll thread accepts, reads each request whole without blocking (so a slow
+// client holds no thread), enforces the deadlines, and hands complete requests to a small pool.
 #pragma once
 
 #include <atomic>
@@ -25,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -35,18 +30,10 @@
 
 namespace fanstore::agent {
 
-inline constexpr uint32_t kPeerMagic = 0x31505346;  // "FSP1"
-enum PeerOp : uint32_t { kPeerAuth = 1, kPeerGet = 2, kPeerGetShard = 3 };
-inline constexpr uint32_t kEndOfShard = 0xffffffffu;
-
-struct PeerRequest {
-  uint32_t magic, op, a, b, len;
-};
-struct PeerReply {
-  uint32_t magic, op;
-  int32_t status;
-  uint32_t pad;
-  uint64_t len;
+// Who this agent is, for the handshake: the job's key (wire::JobKey) and the agent's rank.
+struct PeerIdentity {
+  std::string job;
+  uint32_t rank = 0;
 };
 
 // Resolves (shard, entry) to an open read-only descriptor of the staged file and its size;
@@ -55,33 +42,56 @@ using LocalFileFn = std::function<int(uint32_t shard, uint32_t entry, int* fd, u
 // The entry indexes of the regular files of a shard held here (empty when not held).
 using ShardFilesFn = std::function<std::vector<uint32_t>(uint32_t shard)>;
 
+// The IPv4 address the peer service listens on: `want` (an address or an interface name)
+// when given; else the local address of the route to the job's launch node
+// (SLURM_LAUNCH_NODE_IPADDR), the interface the job uses; else the first non-loopback
+// address; else loopback.
+Result<std::string> PeerListenAddress(const std::string& want);
+
 class PeerServer {
  public:
-  ~PeerServer() { Stop(); }
-  // Listens on every IPv4 address, on an ephemeral port. `pool` runs the requests.
-  Status Start(LocalFileFn local, ShardFilesFn shard_files, ThreadPool* pool);
+  // Limits against a flood of connections that never authenticate.
+  static constexpr int kMaxUnauthenticated = 64;
+  static constexpr int kMaxConnections = 512;
+  static constexpr int kHandshakeMs = 5000;  // from accept to the end of the handshake
+  static constexpr int kRequestMs = 10000;   // from a request's first byte to its last
+
+  PeerServer();
+  ~PeerServer();
+  // Listens on `addr`, on an ephemeral port. `pool` runs the handshakes and the requests.
+  Status Start(const std::string& addr, PeerIdentity me, LocalFileFn local, ShardFilesFn shard_files,
+               ThreadPool* pool);
   void Stop();
-  // "addr1,addr2,...:port": this host's non-loopback IPv4 addresses (loopback if none).
-  std::string Endpoint() const;  // "" before Start
+  std::string Endpoint() const;  // "addr:port"; "" before Start
   uint64_t refused() const { return refused_.load(); }
 
  private:
+  struct Conn;
   void Loop();
-  void ServeOne(int conn);
-  void Rearm(int conn);
-  void Drop(int conn);
+  void Accept();
+  void OnReadable(int fd);
+  int NextTimeoutMs();
+  void Serve(Conn* c);
+  bool Handshake(Conn* c);
+  bool Request(Conn* c);
+  void Refuse(Conn* c, const std::string& why);
+  void Rearm(Conn* c);
+  void Drop(int fd);
+  bool SendFile(Conn* c, uint32_t op, uint32_t entry, int fd, uint64_t size);
 
-  bool SendFile(int conn, uint32_t op, uint32_t entry, int fd, uint64_t size);
-
+  PeerIdentity me_;
   LocalFileFn local_;
   ShardFilesFn shard_files_;
   ThreadPool* pool_ = nullptr;
+  std::string addr_;
   int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
   uint16_t port_ = 0;
+  bool accept_paused_ = false;
+  std::chrono::steady_clock::time_point accept_resume_;
   std::thread loop_;
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
-  std::unordered_map<int, bool> authed_;  // connection -> authenticated
+  std::unordered_map<int, std::unique_ptr<Conn>> conns_;
   std::atomic<int> busy_{0};
   std::atomic<uint64_t> refused_{0};
 };
@@ -89,7 +99,9 @@ class PeerServer {
 // Connections to the other agents, kept open between requests.
 class PeerClient {
  public:
+  PeerClient();
   ~PeerClient();
+  void SetIdentity(PeerIdentity me) { me_ = std::move(me); }
   void SetEndpoints(std::vector<std::string> endpoints) { endpoints_ = std::move(endpoints); }
   // Streams the raw content of (shard, entry), `size` bytes, from agent `rank` to `sink` in
   // pieces of at most 1 MiB; an error from the sink stops the transfer. Transport errors mark
@@ -99,27 +111,36 @@ class PeerClient {
   // Streams every file of `shard` from agent `rank`; `fn` gets (entry, offset, piece) for
   // consecutive pieces of each file, in index order (a file of up to 4 MiB in one piece at
   // offset 0; an empty file as one empty piece), and may stop the stream by returning false.
-  // `size_of(entry)` is what the peer must send for it.
-  Status FetchShard(uint32_t rank, uint32_t shard, const std::function<uint64_t(uint32_t)>& size_of,
+  // `size_of(entry)` is what the peer must send for it, or nullopt when the entry is not one
+  // the shard's stream may hold.
+  Status FetchShard(uint32_t rank, uint32_t shard, const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
                     const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn);
   bool IsDown(uint32_t rank);
 
  private:
+  struct Session;
   // An idle connection to `rank`, or a new authenticated one; failures mark the peer down.
-  Result<int> Connect(uint32_t rank);
-  Result<int> Dial(uint32_t rank);
-  void Release(uint32_t rank, int fd);
+  Result<std::unique_ptr<Session>> Connect(uint32_t rank);
+  Result<std::unique_ptr<Session>> Dial(uint32_t rank);
+  Status Handshake(Session* s, uint32_t rank);
+  void Release(uint32_t rank, std::unique_ptr<Session> s);
   void MarkDown(uint32_t rank);
 
+  PeerIdentity me_;
   std::vector<std::string> endpoints_;
   std::mutex mu_;
-  std::unordered_map<uint32_t, std::vector<int>> idle_;
+  std::unordered_map<uint32_t, std::vector<std::unique_ptr<Session>>> idle_;
   std::unordered_map<uint32_t, std::chrono::steady_clock::time_point> down_until_;
 };
 
-// Makes a MUNGE credential for this process's uid ("" and an error when munged is not there).
-Result<std::string> MungeCredential();
-// Decodes a credential; returns the uid it certifies.
-Result<uid_t> MungeVerify(const std::string& cred);
+// A MUNGE credential for this process's uid carrying `payload`, decodable by this uid only
+// (an error when munged is not there).
+Result<std::string> MungeCredential(const std::string& payload);
+struct MungeDecoded {
+  uid_t uid;
+  std::string payload;
+};
+// Decodes a credential: the uid it certifies and its payload.
+Result<MungeDecoded> MungeVerify(const std::string& cred);
 
 }  // namespace fanstore::agent

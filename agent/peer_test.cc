@@ -1,0 +1,309 @@
+// The peer service and client over loopback, with the node's real munged: the handshake binds
+// job, ranks, nonces and endpoints; lengths are checked before allocation; slow and flooding
+// clients hold no thread; a relay between client and server is refused.
+#include "agent/peer.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "agent/peer_wire.h"
+#include "common/unique_fd.h"
+
+namespace fanstore::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool MungeWorks() { return std::system("munge -n 2>/dev/null | unmunge >/dev/null 2>&1") == 0; }
+
+// The file served for (shard, entry): its content is a pattern of its own, `entry * 1000` bytes.
+std::string Content(uint32_t shard, uint32_t entry) {
+  std::string s(entry * 1000, '\0');
+  for (size_t i = 0; i < s.size(); i++) s[i] = static_cast<char>('a' + (i * 7 + shard + entry) % 26);
+  return s;
+}
+
+class PeerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Root (CI) starts the node's munged the way tests/lib.sh does; others need it running.
+    if (!MungeWorks() && ::getuid() == 0)
+      (void)std::system(
+          "mkdir -p /run/munge /var/log/munge /var/lib/munge && chown munge:munge /run/munge /var/log/munge "
+          "/var/lib/munge && runuser -u munge -- /usr/sbin/munged --force >/dev/null 2>&1; "
+          "for i in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done");
+  }
+  void SetUp() override {
+    if (!MungeWorks()) GTEST_SKIP() << "munged is not running";
+    char tmpl[] = "/tmp/fanstore-peer-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    for (uint32_t e = 0; e < 8; e++) {
+      std::string p = dir_ + "/" + std::to_string(e);
+      UniqueFD fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600));
+      std::string c = Content(0, e);
+      ASSERT_EQ(::write(fd.get(), c.data(), c.size()), static_cast<ssize_t>(c.size()));
+    }
+  }
+  void TearDown() override {
+    server_.reset();
+    if (!dir_.empty()) (void)std::system(("rm -rf " + dir_).c_str());
+  }
+  // A server of rank `rank` of job `job` on loopback.
+  void StartServer(const std::string& job = "job-a", uint32_t rank = 1) {
+    server_ = std::make_unique<PeerServer>();
+    ASSERT_TRUE(server_
+                    ->Start(
+                        "127.0.0.1", PeerIdentity{job, rank},
+                        [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) {
+                          if (s != 0 || e >= 8) return ENOENT;
+                          *fd = ::open((dir_ + "/" + std::to_string(e)).c_str(), O_RDONLY | O_CLOEXEC);
+                          *n = Content(s, e).size();
+                          return 0;
+                        },
+                        [](uint32_t s) { return s == 0 ? std::vector<uint32_t>{1, 2, 3, 0, 7} : std::vector<uint32_t>{}; },
+                        &pool_)
+                    .ok());
+  }
+  // A client of rank 0 that knows rank 1 at `endpoint`.
+  std::unique_ptr<PeerClient> Client(const std::string& job = "job-a", std::string endpoint = "") {
+    auto c = std::make_unique<PeerClient>();
+    c->SetIdentity(PeerIdentity{job, 0});
+    c->SetEndpoints({"", endpoint.empty() ? server_->Endpoint() : endpoint});
+    return c;
+  }
+  static Status FetchInto(PeerClient& c, uint32_t entry, std::string* out) {
+    out->clear();
+    return c.Fetch(1, 0, entry, Content(0, entry).size(), [&](std::string_view p) {
+      out->append(p);
+      return Status::OK();
+    });
+  }
+
+ public:
+  static UniqueFD Raw(const std::string& endpoint) {
+    const size_t colon = endpoint.rfind(':');
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1)));
+    ::inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &sa.sin_addr);
+    UniqueFD fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return UniqueFD();
+    return fd;
+  }
+
+ protected:
+  // Bytes the server sends before it closes the connection (or `ms` of silence).
+  static std::string Drain(int fd, int ms = 3000) {
+    std::string out;
+    char buf[4096];
+    struct pollfd p = {fd, POLLIN, 0};
+    while (::poll(&p, 1, ms) == 1) {
+      ssize_t r = ::recv(fd, buf, sizeof buf, 0);
+      if (r <= 0) break;
+      out.append(buf, static_cast<size_t>(r));
+    }
+    return out;
+  }
+
+  std::string dir_;
+  ThreadPool pool_{4};
+  std::unique_ptr<PeerServer> server_;
+};
+
+TEST_F(PeerTest, FetchesFilesAndShardsOverAnAuthenticatedSession) {
+  StartServer();
+  auto c = Client();
+  std::string got;
+  for (uint32_t e : {3u, 0u, 7u, 3u}) {  // the connection is kept and reused
+    ASSERT_TRUE(FetchInto(*c, e, &got).ok());
+    EXPECT_EQ(got, Content(0, e));
+  }
+  EXPECT_EQ(FetchInto(*c, 9, &got).code(), Status::Code::kNotFound);  // ENOENT, and the session goes on
+  ASSERT_TRUE(FetchInto(*c, 2, &got).ok());
+  std::map<uint32_t, std::string> files;
+  Status st = c->FetchShard(
+      1, 0, [](uint32_t e) -> std::optional<uint64_t> { return e < 8 ? std::optional<uint64_t>(Content(0, e).size()) : std::nullopt; },
+      [&](uint32_t e, uint64_t off, std::string_view piece) {
+        EXPECT_EQ(off, files[e].size());
+        files[e].append(piece);
+        return true;
+      });
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(files.size(), 5u);
+  for (auto& [e, content] : files) EXPECT_EQ(content, Content(0, e));
+  EXPECT_EQ(server_->refused(), 0u);
+}
+
+TEST_F(PeerTest, AnEntryOutsideTheShardIsRefusedNotIndexed) {
+  StartServer();
+  auto c = Client();
+  // F9: the stream names entries the client does not know; the client must not look them up.
+  Status st = c->FetchShard(
+      1, 0, [](uint32_t e) -> std::optional<uint64_t> { return e == 1 ? std::optional<uint64_t>(1000) : std::nullopt; },
+      [&](uint32_t, uint64_t, std::string_view) { return true; });
+  EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+}
+
+TEST_F(PeerTest, AnotherJobOrRankIsRefusedBeforeAnyCredentialIsSent) {
+  StartServer("job-a", 1);
+  std::string got;
+  // A server of another job (same user): the client refuses its proof.
+  auto other_job = Client("job-b");
+  Status st = FetchInto(*other_job, 1, &got);
+  EXPECT_EQ(st.code(), Status::Code::kPermission) << st.ToString();
+  EXPECT_NE(st.ToString().find("job"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(got.empty());
+  // A server that is not the rank dialled (an agent on a dead agent's endpoint).
+  PeerServer rank2;
+  ASSERT_TRUE(rank2
+                  .Start(
+                      "127.0.0.1", PeerIdentity{"job-a", 2},
+                      [](uint32_t, uint32_t, int*, uint64_t*) { return ENOENT; },
+                      [](uint32_t) { return std::vector<uint32_t>{}; }, &pool_)
+                  .ok());
+  auto wrong = Client("job-a", rank2.Endpoint());
+  st = FetchInto(*wrong, 1, &got);
+  EXPECT_EQ(st.code(), Status::Code::kPermission) << st.ToString();
+  EXPECT_TRUE(wrong->IsDown(1));
+}
+
+TEST_F(PeerTest, HostileLengthsAndEarlyRequestsAreDroppedWithoutAllocating) {
+  StartServer();
+  // F2: an unauthenticated 4 GiB length.
+  for (auto h : {wire::Header{wire::kMagic, wire::kHello, 0, 1, 0xffffffffull},
+                 wire::Header{wire::kMagic, wire::kAuth, 0, 1, 0x100000000ull},
+                 wire::Header{wire::kMagic, wire::kGet, 0, 1, 0},  // a request before the handshake
+                 wire::Header{0x31505346, 1, 0, 0, 200}}) {          // the old protocol's kAuth
+    UniqueFD fd = Raw(server_->Endpoint());
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::send(fd.get(), &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+    EXPECT_EQ(Drain(fd.get()), "");  // closed, nothing sent
+  }
+  EXPECT_EQ(server_->refused(), 4u);
+  auto c = Client();
+  std::string got;
+  EXPECT_TRUE(FetchInto(*c, 5, &got).ok());  // still serving
+}
+
+TEST_F(PeerTest, AForeignCredentialIsRefused) {
+  StartServer();
+  UniqueFD fd = Raw(server_->Endpoint());
+  wire::Header hello{wire::kMagic, wire::kHello, 0, 1, wire::kNonceLen};
+  std::string msg(reinterpret_cast<const char*>(&hello), sizeof hello);
+  msg += std::string(wire::kNonceLen, 'n');
+  ASSERT_EQ(::send(fd.get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+  wire::Header rp;
+  ASSERT_EQ(::recv(fd.get(), &rp, sizeof rp, MSG_WAITALL), static_cast<ssize_t>(sizeof rp));
+  std::string cred(rp.len, '\0');
+  ASSERT_EQ(::recv(fd.get(), cred.data(), cred.size(), MSG_WAITALL), static_cast<ssize_t>(cred.size()));
+  // A credential of the right uid but without our binding (as `munge -n` makes).
+  auto own = MungeCredential("not a binding");
+  ASSERT_TRUE(own.ok());
+  wire::Header auth{wire::kMagic, wire::kAuth, 0, 1, own->size()};
+  msg.assign(reinterpret_cast<const char*>(&auth), sizeof auth);
+  msg += *own;
+  ASSERT_EQ(::send(fd.get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+  const std::string reply = Drain(fd.get());
+  ASSERT_EQ(reply.size(), sizeof(wire::Header));  // a refusal, then the end
+  std::memcpy(&rp, reply.data(), sizeof rp);
+  EXPECT_EQ(rp.a, static_cast<uint32_t>(EACCES));
+  EXPECT_EQ(server_->refused(), 1u);
+}
+
+TEST_F(PeerTest, SlowAndFloodingClientsHoldNoThreadAndTimeOut) {
+  StartServer();
+  // F3, F10: more half-open connections than the cap, each one byte into its hello.
+  std::vector<UniqueFD> slow;
+  for (int i = 0; i < PeerServer::kMaxUnauthenticated + 20; i++) {
+    slow.push_back(Raw(server_->Endpoint()));
+    ASSERT_TRUE(slow.back().valid());
+    ASSERT_EQ(::send(slow.back().get(), "F", 1, 0), 1);
+  }
+  // The job's own client still gets in once the deadlines have closed the slow ones, and
+  // no serving thread waited on them meanwhile.
+  std::this_thread::sleep_for(std::chrono::milliseconds(PeerServer::kHandshakeMs + 700));
+  for (auto& fd : slow) EXPECT_EQ(Drain(fd.get(), 100), "");
+  auto c = Client();
+  std::string got;
+  Status st = FetchInto(*c, 4, &got);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(got, Content(0, 4));
+  EXPECT_GE(server_->refused(), static_cast<uint64_t>(PeerServer::kMaxUnauthenticated + 20));
+}
+
+// Forwards bytes both ways between an accepted connection and the server: what a user who bound
+// a dead agent's port could do with the job's connections.
+class Relay {
+ public:
+  explicit Relay(std::string target) : target_(std::move(target)) {
+    listen_.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    ::bind(listen_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    ::listen(listen_.get(), 4);
+    ::getsockname(listen_.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+    endpoint_ = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Relay() {
+    ::shutdown(listen_.get(), SHUT_RDWR);
+    thread_.join();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  void Run() {
+    UniqueFD a(::accept(listen_.get(), nullptr, nullptr));
+    if (!a.valid()) return;
+    UniqueFD b = PeerTest::Raw(target_);
+    struct pollfd p[2] = {{a.get(), POLLIN, 0}, {b.get(), POLLIN, 0}};
+    char buf[65536];
+    while (::poll(p, 2, 3000) > 0) {
+      for (int i = 0; i < 2; i++) {
+        if (!(p[i].revents & (POLLIN | POLLHUP))) continue;
+        ssize_t r = ::recv(p[i].fd, buf, sizeof buf, 0);
+        if (r <= 0 || ::send(p[1 - i].fd, buf, static_cast<size_t>(r), MSG_NOSIGNAL) != r) return;
+      }
+    }
+  }
+  std::string target_, endpoint_;
+  UniqueFD listen_;
+  std::thread thread_;
+};
+
+TEST_F(PeerTest, ARelayedHandshakeFailsOnTheEndpoints) {
+  StartServer();
+  Relay relay(server_->Endpoint());
+  auto c = Client("job-a", relay.endpoint());
+  std::string got;
+  Status st = FetchInto(*c, 3, &got);
+  EXPECT_EQ(st.code(), Status::Code::kPermission) << st.ToString();
+  EXPECT_NE(st.ToString().find("endpoint"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(got.empty());
+}
+
+TEST(PeerListenAddress, TakesAnAddressOrAnInterfaceAndRefusesOthers) {
+  EXPECT_EQ(PeerListenAddress("127.0.0.1").value(), "127.0.0.1");
+  EXPECT_EQ(PeerListenAddress("lo").value(), "127.0.0.1");
+  EXPECT_FALSE(PeerListenAddress("no-such-interface0").ok());
+  ::setenv("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1", 1);
+  EXPECT_EQ(PeerListenAddress("").value(), "127.0.0.1");  // the route to the launch node
+  ::unsetenv("SLURM_LAUNCH_NODE_IPADDR");
+  EXPECT_TRUE(PeerListenAddress("").ok());
+}
+
+}  // namespace
+}  // namespace fanstore::agent
