@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/peer_wire.h"
 #include "agent/placement.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -432,8 +433,14 @@ Status Agent::StageAndPublish(Status st) {
   // Files held here are served to the other agents once every agent is ready.
   if (st.ok() && size > 1 && cfg_.peers) {
     peer_pool_ = std::make_unique<ThreadPool>(8);
-    st = peer_server_.Start([this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
-                            [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get());
+    const PeerIdentity me{wire::JobKey(boot_->nspace(), cfg_.job_id), rank};
+    peers_.SetIdentity(me);
+    auto addr = PeerListenAddress(cfg_.peer_addr);
+    st = addr.status();
+    if (st.ok())
+      st = peer_server_.Start(
+          *addr, me, [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
+          [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get());
   }
   std::string blob;
   if (st.ok()) {
@@ -824,7 +831,11 @@ void Agent::PrefetchLoop() {
       FileCache::Pending pending;  // the file being received, written as its pieces arrive
       Xxh3Stream hash;
       Status st = peers_.FetchShard(
-          h, shard, [&](uint32_t i) { return i < entries.size() && entries[i].type == EntryType::kFile ? entries[i].size : UINT64_MAX; },
+          h, shard,
+          [&](uint32_t i) -> std::optional<uint64_t> {
+            if (i < entries.size() && entries[i].type == EntryType::kFile) return entries[i].size;
+            return std::nullopt;
+          },
           [&](uint32_t i, uint64_t off, std::string_view piece) {
             const IndexEntry& e = entries[i];
             if (prefetch_stop_) return false;
