@@ -4,7 +4,8 @@
 # the cache, then, with the peer killed, from the dataset directory. Another user gets nothing
 # from an agent's port. A frame corrupted on the "parallel file system" gives EIO, never bad
 # bytes. Runs as root (it switches to the test users). Usage: peer_test.sh BUILD_DIR
-source "$(dirname "$0")/../lib.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/../lib.sh"
 B=$1
 F="$B/bin/fanstore"
 PY=/usr/bin/python3
@@ -100,13 +101,18 @@ check "the cache evicts least recently used files" test "$(field "$s0b" "['cache
 
 echo "== another user gets nothing"
 ep=$(field "$(cat $RD.1/status.json)" "['endpoint']")
-port=${ep##*:}
-cp "$(dirname "$0")/../peer_probe.py" attack.py
-out=$(runuser -u fsbob -- $PY attack.py "$port" 2>&1)
+cp "$HERE/../peer_probe.py" attack.py
+out=$(runuser -u fsbob -- $PY attack.py "$ep" 1 2>&1)
+echo "$out" | sed 's/^/  fsbob: /'
+check "the agent listens on one address, not every interface ($ep)" bash -c "[[ '${ep%:*}' != 0.0.0.0 ]] && ! ss -Htln | grep -q '0.0.0.0:${ep##*:} '"
+check "fsbob cannot decode the agent's proof (its credential is for the job's uid only)" grep -q "decode the server's proof: exit [1-9]" <<<"$out"
 check "fsbob's valid MUNGE credential is refused (EACCES) and nothing follows" grep -q "own credential: status 13 bytes after 0" <<<"$out"
 check "a request without authentication gets no data" grep -q "no credential: bytes 0" <<<"$out"
-check "a forged credential is refused" grep -qE "forged credential: status 13 bytes 24$" <<<"$out" || echo "$out"
+check "a forged credential is refused" grep -qE "forged credential: status 13 bytes after 0$" <<<"$out"
+check "a 4 GiB length is dropped at once (F2)" grep -q "4 GiB length: bytes 0" <<<"$out"
+check "slow connections are closed at their deadline (F3, F10)" grep -qE "slow connections: opened 200 closed by the agent 200" <<<"$out"
 check "the agent counted the refusals" test "$(field "$(stats 1)" "['peers']['refused_connections']")" -ge 3
+check "the attacked agent still serves: every file reads through agent 0" diff <(hashes src) <(client 0 bash -c "$(declare -f hashes); hashes $M")
 expect_fail "fsbob cannot reach the agent's socket or table" 1 "Permission denied" runuser -u fsbob -- cat "$RD.0/table"
 
 echo "== a dead peer"
@@ -120,6 +126,17 @@ check "with the peer dead, every other file still reads correctly (from the data
   diff <(hashes src | grep -v "$vpath") <(client 0 bash -c "$(declare -f hashes); hashes $M" | grep -v "$vpath")
 s0=$(stats 0)
 check "those reads were fallbacks ($(field "$s0" "['opens']"))" test "$(field "$s0" "['opens']['fallback']")" -gt 0
+# F1: fsbob takes over the dead agent's endpoint (once the kernel lets go of the port: its closed
+# connections hold it up to a minute, longer than agent 0's 10 s down window).
+# Agent 0 dials it, gets fsbob's credential as the proof, refuses it, and sends none of its own.
+runuser -u fsbob -- $PY attack.py --listen "$ep" 8 >fake.out 2>&1 &
+fake=$!
+for _ in $(seq 300); do grep -q "bound" fake.out && break; sleep 0.2; done
+check "with an impostor on the dead agent's endpoint, every file still reads correctly" \
+  diff <(hashes src | grep -v "$vpath") <(client 0 bash -c "$(declare -f hashes); hashes $M" | grep -v "$vpath")
+wait "$fake"
+sed 's/^/  fsbob: /' fake.out
+check "agent 0 dialled the impostor and sent it no credential (F1)" grep -qE "hellos [1-9][0-9]* credentials received 0$" fake.out
 printf '\xff\xfe' | dd of="ds.fs/$vshard" bs=1 seek=$((voff + vlen / 2)) conv=notrunc status=none
 out=$(client 0 $PY -c "
 import errno
