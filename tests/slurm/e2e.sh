@@ -886,20 +886,18 @@ case_auth() {
   if wait_for "$j" "$jd/started" 60 && wait_ready "$j" node2; then
     run=$(run_dir_of "$j" node2)
     ep=$(jget "$(status_of "$j" node2)" "['endpoint']")
-    port=${ep##*:}
     say "node2's agent: endpoint $ep (read by root from $run/status.json); shard $shard is held there"
-    # A control: the job user's own credential gets the shard, so the port does serve.
-    out=$(runuser -u "$TUSER" -- timeout 20 "$PY" "$jd/attack.py" "$port" "$shard" 2>&1)
-    echo "$out" | sed "s/^/  $TUSER: /"
-    grep -qE "^own credential: status 0 bytes after [1-9][0-9]{4,}" <<<"$out" \
-      && ok "$TUSER (the job user) authenticates and streams shard $shard: $(grep '^own' <<<"$out")" \
-      || bad "$TUSER could not fetch from her own agent"
-    out=$(runuser -u fsbob -- timeout 20 "$PY" "$jd/attack.py" "$port" "$shard" 2>&1)
+    out=$(runuser -u fsbob -- timeout 60 "$PY" "$jd/attack.py" "$ep" 1 "$shard" 2>&1)
     echo "$out" | sed 's/^/  fsbob: /'
+    grep -q "decode the server's proof: exit [1-9]" <<<"$out" \
+      && ok "fsbob cannot decode the agent's proof (a credential for the job's uid only)" || bad "fsbob decoded the agent's proof"
     grep -qx "own credential: status 13 bytes after 0" <<<"$out" \
       && ok "fsbob's own valid MUNGE credential is refused (EACCES) and nothing follows" || bad "fsbob's credential was not refused"
     grep -qx "no credential: bytes 0" <<<"$out" && ok "fsbob without a credential gets no byte" || bad "fsbob got data without a credential"
-    grep -qx "forged credential: status 13 bytes 24" <<<"$out" && ok "a forged credential is refused" || bad "a forged credential was not refused"
+    grep -qx "forged credential: status 13 bytes after 0" <<<"$out" && ok "a forged credential is refused" || bad "a forged credential was not refused"
+    grep -qx "4 GiB length: bytes 0" <<<"$out" && ok "a 4 GiB length is dropped (F2)" || bad "4 GiB length"
+    grep -qx "slow connections: opened 200 closed by the agent 200" <<<"$out" \
+      && ok "200 slow connections are closed at their deadline (F3, F10)" || bad "slow connections were not all closed"
     launch_log "$j" | grep -m1 "credential of uid $(id -u fsbob)" | sed 's/^/  agent: /'
     stats=$(agent_stats "$j" node2)
     (($(jget "$stats" "['peers']['refused_connections']") >= 3)) \
