@@ -161,7 +161,7 @@ std::string Agent::StatusJson() const {
   j["pid"] = ::getpid();
   j["shards"] = mine_;
   if (boot_ && boot_->size() > 1 && cfg_.peers) j["endpoint"] = peer_server_.Endpoint();
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
 }
 
 std::string Agent::StatsJson() const {
@@ -195,7 +195,7 @@ std::string Agent::StatsJson() const {
   j["unpack"] = {{"mode", lazy_ ? "lazy" : "eager"}, {"done", unpacked_.load()}, {"on_demand", unpacked_on_demand_.load()},
                  {"seconds", unpack_seconds_.load()}};
   j["prefetch"] = {{"shards", prefetched_shards_.load()}, {"files", prefetched_files_.load()}, {"bytes", prefetched_bytes_.load()}};
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
 }
 
 Status Agent::Prepare() {
@@ -233,7 +233,10 @@ Status Agent::ChooseUnpack() {
   // Free space is measured once, before anything is written: the copy may run while the
   // exact check (PlanStage) is made.
   struct statvfs vfs;
-  free_bytes_ = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
+  const bool measured = ::statvfs(cfg_.local_dir.c_str(), &vfs) == 0;
+  free_bytes_ = measured ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
+  // A file system without an inode limit (tmpfs with nr_inodes=0) reports no inodes at all.
+  free_inodes_ = measured && vfs.f_files > 0 ? static_cast<uint64_t>(vfs.f_favail) : UINT64_MAX;
   // Lazy unpack pays off where creating many small files, not reading the source, bounds
   // stage-in. It is decided from the manifest, so that the copy starts at once. It needs room
   // for the shard copies and the files side by side until the background unpack is done;
@@ -259,13 +262,24 @@ Status Agent::ChooseUnpack() {
   return Status::OK();
 }
 
+// Inodes kept free beyond the share: the cache's files, the table's temporary, status.json.
+constexpr uint64_t kSpareInodes = 64;
+
 Status Agent::PlanStage(const Shards& shards, bool* lazy_fits) {
-  uint64_t need = 0, files = 0, stored = 0;
+  uint64_t need = 0, files = 0, stored = 0, inodes = 0;
   for (const auto& sh : shards) {
     stored += sh->size;
+    inodes += sh->entries.size();  // files, and the directories they need
     for (const auto& e : sh->entries)
       if (e.type == EntryType::kFile) files++, need += e.size;
   }
+  // Every file is created before the job reads it (eager) or while it does (lazy): short of
+  // inodes, reads would fail with ENOSPC after "ready".
+  inodes += (lazy_ ? mine_.size() : 0) + kSpareInodes;
+  if (inodes > free_inodes_)
+    return Status::NoSpace("local directory " + cfg_.local_dir + " has " + std::to_string(free_inodes_) +
+                           " free inodes; this node's share of the dataset (" + std::to_string(mine_.size()) + " of " +
+                           std::to_string(manifest_.shards.size()) + " shards) needs " + std::to_string(inodes));
   if (need > free_bytes_)
     return Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes_) + " free; this node's share of the dataset (" +
                            std::to_string(mine_.size()) + " of " + std::to_string(manifest_.shards.size()) + " shards) needs " + HumanBytes(need));

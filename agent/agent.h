@@ -119,6 +119,7 @@ class Agent {
   std::vector<uint32_t> mine_;                           // shards staged here
   uint32_t replicas_ = 1;                                // copies of each shard among the agents
   uint64_t free_bytes_ = 0;                              // in the local directory, before stage-in
+  uint64_t free_inodes_ = UINT64_MAX;
   uint64_t cache_capacity_ = 0;
   std::atomic<bool> stage_abort_{false}, stop_requested_{false};
   std::vector<std::vector<format::IndexEntry>> index_;   // every shard's entries, from the exchange

@@ -395,15 +395,18 @@ void PeerServer::OnReadable(int fd) {
 }
 
 void PeerServer::Rearm(Conn* c) {
-  int fd = c->fd.get();
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    c->busy = false;
-  }
+  const int fd = c->fd.get();
   struct epoll_event ev = {};
   ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
   ev.data.fd = fd;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0) Drop(fd);
+  bool armed;
+  {
+    // Under the lock: once not busy, the loop may drop (and close) it at its deadline.
+    std::lock_guard<std::mutex> l(mu_);
+    c->busy = false;
+    armed = ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) == 0;
+  }
+  if (!armed) Drop(fd);
 }
 
 void PeerServer::Drop(int fd) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #include "common/log.h"
@@ -74,12 +75,25 @@ void LocalServer::AcceptLoop() {
       ::close(conn);
       continue;
     }
+    // One thread per connection, up to a bound: a runaway client cannot exhaust the node's
+    // threads (each process keeps at most 4 connections).
+    if (active_.load() >= kMaxConnections) {
+      LOG_WARN("local socket: %d connections open, refusing another", kMaxConnections);
+      ::close(conn);
+      continue;
+    }
     active_++;
-    std::thread([this, conn] {
-      Serve(conn);
+    try {
+      std::thread([this, conn] {
+        Serve(conn);
+        ::close(conn);
+        active_--;
+      }).detach();
+    } catch (const std::system_error& e) {  // no thread to be had (ulimit -u, pids cgroup)
+      LOG_WARN("local socket: %s; refusing a connection", e.what());
       ::close(conn);
       active_--;
-    }).detach();
+    }
   }
 }
 

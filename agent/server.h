@@ -25,6 +25,7 @@ using Handler = std::function<Reply(proto::Op op, const std::string& payload)>;
 
 class LocalServer {
  public:
+  static constexpr int kMaxConnections = 1024;  // connection threads at once
   ~LocalServer() { Stop(); }
   // Binds `path` (which must not exist) and starts accepting.
   Status Start(const std::string& path, Handler handler);

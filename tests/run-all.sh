@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's second command: install everything, build from scratch, and pass every test:
 # unit, integration, real-Slurm end-to-end and the quick benchmark; then the unit tests and
-# the interceptor/agent integration tests under ASan+UBSan, and a fuzzing run of the format
-# parsers (clang libFuzzer). Run as root on Debian 12. CI calls exactly this.
+# the interceptor/agent integration tests under ASan+UBSan, the agent's unit tests (peer
+# service included) under TSan, and a fuzzing run of the format and peer-request parsers (clang
+# libFuzzer). Run as root on Debian 12. CI calls exactly this.
 #   --no-asan   skip the sanitizer pass (faster local iteration)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,11 +30,16 @@ if [[ $asan -eq 1 ]]; then
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFANSTORE_ENABLE_ASAN=ON -DFANSTORE_ENABLE_UBSAN=ON >/dev/null
   cmake --build build-asan -j2 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
   ctest --test-dir build-asan --output-on-failure -L 'unit|asan' || rc=1
+  echo "== the agent's unit tests, peer service included, under TSan (gcc) in build-tsan/"
+  rm -rf build-tsan
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DFANSTORE_ENABLE_TSAN=ON >/dev/null
+  cmake --build build-tsan -j2 --target agent_test 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/bin/agent_test --gtest_brief=1 || rc=1
   echo "== fuzzing the format parsers (clang libFuzzer, ASan+UBSan) in build-fuzz/"
   rm -rf build-fuzz
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DFANSTORE_ENABLE_ASAN=ON \
     -DFANSTORE_ENABLE_UBSAN=ON -DFANSTORE_ENABLE_FUZZ=ON >/dev/null
-  cmake --build build-fuzz -j2 --target format_fuzz fanstore 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
+  cmake --build build-fuzz -j2 --target format_fuzz peer_fuzz fanstore 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
   ctest --test-dir build-fuzz --output-on-failure -L fuzz || rc=1
 fi
 echo "== all done in $(( $(date +%s) - start )) s: $([[ $rc -eq 0 ]] && echo PASSED || echo FAILED)"
