@@ -525,6 +525,8 @@ Status Agent::BuildTable() {
       switch (e.type) {
         case EntryType::kFile:
           n.mode = S_IFREG | e.mode;
+          n.source_shard = s;  // clients read it from the dataset if this agent dies
+          n.source_index = static_cast<uint32_t>(&e - index_[s].data());
           n.flags = local_shard_[s] && !lazy_ ? uint32_t{table::kLocal} : 0u;
           break;
         case EntryType::kDir: n.mode = S_IFDIR | e.mode; break;
@@ -548,6 +550,10 @@ Status Agent::BuildTable() {
   bo.dataset_id = manifest_.dataset_id;
   bo.uid = ::getuid();
   bo.gid = ::getgid();
+  char buf[PATH_MAX];
+  if (::realpath(cfg_.dataset.c_str(), buf)) bo.dataset = buf;
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n > 0) bo.tool.assign(buf, static_cast<size_t>(n));
   std::vector<uint32_t> entry_of;
   auto image = table::Build(std::move(nodes), bo, &entry_of);
   if (!image.ok()) return image.status().Prefixed("metadata table");

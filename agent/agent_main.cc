@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/read_entry.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
@@ -111,6 +112,7 @@ void TuneAllocator(char** argv) {
 
 int main(int argc, char** argv) {
   using namespace fanstore;
+  if (argc > 1 && !std::strcmp(argv[1], "--read-entry")) return agent::ReadEntryMain(argc, argv);
   TuneAllocator(argv);
   agent::Config cfg;
   std::string stats_out;

@@ -112,7 +112,7 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
   index_dirs();
 
   // The layout, then the image, written in place.
-  size_t string_bytes = opts.local_root.size() + opts.cache_root.size();
+  size_t string_bytes = opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
   for (const Node& nd : nodes) string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
   if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
   uint32_t buckets = 16;
@@ -133,6 +133,10 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
   h.local_root_len = static_cast<uint32_t>(opts.local_root.size());
   h.cache_root_off = opts.local_root.size();
   h.cache_root_len = static_cast<uint32_t>(opts.cache_root.size());
+  h.dataset_off = h.cache_root_off + h.cache_root_len;
+  h.dataset_len = static_cast<uint32_t>(opts.dataset.size());
+  h.tool_off = h.dataset_off + h.dataset_len;
+  h.tool_len = static_cast<uint32_t>(opts.tool.size());
   h.dev = opts.dev;
   h.dataset_id = opts.dataset_id;
   h.uid = opts.uid;
@@ -152,6 +156,8 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
   };
   put_string(opts.local_root);
   put_string(opts.cache_root);
+  put_string(opts.dataset);
+  put_string(opts.tool);
 
   for (uint32_t i = 0; i < n; i++) {
     const Node& nd = nodes[order[i]];
@@ -165,6 +171,7 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
     e.path_off = static_cast<uint32_t>(str_off);
     e.path_len = static_cast<uint32_t>(nd.path.size());
     put_string(nd.path);
+    if (S_ISREG(nd.mode)) e.aux = nd.source_shard;
     if (S_ISLNK(nd.mode)) {
       e.aux = static_cast<uint32_t>(str_off);
       e.size = nd.link_target.size();
@@ -188,6 +195,8 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
     children[p.first_child + p.child_count++] = i;
     if (S_ISDIR(entries[i].mode)) p.aux++;
   }
+  for (uint32_t i = 0; i < n; i++)  // a file has no children: first_child holds its source index
+    if (S_ISREG(entries[i].mode)) entries[i].first_child = nodes[order[i]].source_index;
   std::memset(table, 0xff, uint64_t{buckets} * 4);  // kNone
   for (uint32_t i = 0; i < n; i++) {
     uint32_t b = static_cast<uint32_t>(entries[i].hash) & (buckets - 1);
@@ -316,7 +325,9 @@ Status TableView::Validate(size_t len, bool check_entries) {
       !fits(h.entries_off, uint64_t{h.entry_count} * sizeof(Entry)) ||
       !fits(h.children_off, h.children_count * 4) || !fits(h.strings_off, h.strings_size) ||
       h.entries_off % 8 != 0 || h.buckets_off % 4 != 0 || h.children_off % 4 != 0 ||
-      h.local_root_off + h.local_root_len > h.strings_size || h.cache_root_off + h.cache_root_len > h.strings_size)
+      h.local_root_off + h.local_root_len > h.strings_size || h.cache_root_off + h.cache_root_len > h.strings_size ||
+      h.dataset_off > h.strings_size || h.dataset_len > h.strings_size - h.dataset_off || h.tool_off > h.strings_size ||
+      h.tool_len > h.strings_size - h.tool_off)
     return Status::Corruption("table: inconsistent header");
   buckets_ = reinterpret_cast<const uint32_t*>(base_ + h.buckets_off);
   entries_ = reinterpret_cast<const Entry*>(base_ + h.entries_off);
@@ -327,7 +338,8 @@ Status TableView::Validate(size_t len, bool check_entries) {
   for (uint32_t i = 0; i < h.entry_count; i++) {
     const Entry& e = entries_[i];
     if (uint64_t{e.path_off} + e.path_len > h.strings_size || e.parent >= h.entry_count ||
-        uint64_t{e.first_child} + e.child_count > h.children_count ||
+        (!S_ISREG(e.mode) && uint64_t{e.first_child} + e.child_count > h.children_count) ||
+        (S_ISREG(e.mode) && e.child_count != 0) ||
         (S_ISLNK(e.mode) && uint64_t{e.aux} + e.size > h.strings_size))
       return Status::Corruption("table: entry out of bounds");
   }

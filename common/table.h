@@ -27,7 +27,7 @@
 namespace fanstore::table {
 
 inline constexpr char kMagic[8] = {'F', 'S', 'T', 'A', 'B', 'L', 'E', '1'};
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;  // 2: the source of each file, dataset and reader paths
 inline constexpr uint32_t kNone = 0xffffffffu;
 
 enum EntryFlags : uint32_t {
@@ -50,10 +50,16 @@ struct Header {
   uint64_t local_root_off;  // into strings
   uint64_t cache_root_off;  // into strings: where the agent caches files fetched from peers
   uint32_t cache_root_len;
-  uint32_t reserved;
+  uint32_t dataset_len;
   uint64_t dev;             // st_dev reported for every entry
   uint64_t dataset_id;
   uint32_t uid, gid;        // owner reported for every entry
+  // Where a file can be read without the agent: the dataset directory, and a program that
+  // prints one file of it (`TOOL --read-entry DATASET SHARD INDEX`). Both into strings.
+  uint64_t dataset_off;
+  uint64_t tool_off;
+  uint32_t tool_len;
+  uint32_t pad;
   // A process-shared robust mutex the agent holds while it serves (see AgentLock). Clients
   // read its lock word without a syscall: when the agent dies, even by SIGKILL, the kernel
   // marks the word FUTEX_OWNER_DIED; after a clean shutdown it is 0.
@@ -72,7 +78,8 @@ struct Entry {
   uint32_t child_count;
   uint32_t mode;      // full st_mode, type bits included
   uint32_t flags;     // EntryFlags
-  uint32_t aux;       // symlink: target offset in strings; directory: number of subdirectories
+  uint32_t aux;       // symlink: target offset in strings; directory: number of subdirectories;
+                      // file: its shard (kNone: unknown), with its index there in first_child
 };
 static_assert(sizeof(Entry) == 64);
 
@@ -85,6 +92,8 @@ struct Node {
   int64_t mtime_ns = 0;
   uint32_t flags = 0;
   std::string_view link_target;  // symlinks only
+  uint32_t source_shard = kNone;  // files: where the dataset holds them
+  uint32_t source_index = kNone;
 };
 
 struct BuildOptions {
@@ -95,6 +104,8 @@ struct BuildOptions {
   uint64_t dev = 0;
   uint64_t dataset_id = 0;
   uint32_t uid = 0, gid = 0;
+  std::string dataset;  // the dataset directory
+  std::string tool;     // reads one file of it (see Header::tool_off)
 };
 
 // Serialises `nodes` into a table image. Fails on duplicate or non-canonical paths, or a
@@ -178,9 +189,22 @@ class TableView {
   std::string_view LinkTarget(const Entry& e) const { return {strings_ + e.aux, e.size}; }
   std::string_view LocalRoot() const { return {strings_ + hdr_->local_root_off, hdr_->local_root_len}; }
   std::string_view CacheRoot() const { return {strings_ + hdr_->cache_root_off, hdr_->cache_root_len}; }
-  std::span<const uint32_t> Children(const Entry& e) const { return {children_ + e.first_child, e.child_count}; }
+  std::string_view Dataset() const { return {strings_ + hdr_->dataset_off, hdr_->dataset_len}; }
+  std::string_view Tool() const { return {strings_ + hdr_->tool_off, hdr_->tool_len}; }
+  // Where the dataset holds regular file e; false when the table does not say.
+  bool Source(const Entry& e, uint32_t* shard, uint32_t* index) const {
+    if (!IsRegular(e) || e.aux == kNone) return false;
+    *shard = e.aux;
+    *index = e.first_child;
+    return true;
+  }
+  std::span<const uint32_t> Children(const Entry& e) const {
+    if (e.child_count == 0) return {};  // files keep their source index in first_child
+    return {children_ + e.first_child, e.child_count};
+  }
 
   void FillStat(const Entry& e, struct stat* st) const;
+  static bool IsRegular(const Entry& e) { return S_ISREG(e.mode); }
   // True while the agent that built this table is alive and serving. A plain memory load.
   bool AgentAlive() const;
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "interceptor/agent_client.h"
+#include "interceptor/orphan.h"
 #include "interceptor/wrappers.h"
 
 namespace fanstore::interceptor {
@@ -25,10 +26,15 @@ int Passed(int dirfd, const char* path, int fd) {
 // Opens the data of regular file e: its local copy, else a descriptor from the agent.
 int OpenFileData(const Entry& e, int flags) {
   const table::TableView& t = Table();
-  // The agent died or shut down: new opens fail rather than serve a dataset nobody tends
-  // (descriptors already open keep working). One memory load, no syscall.
-  if (!t.AgentAlive()) return -EIO;
   const int keep = flags & (O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_PATH | O_LARGEFILE);
+  // The agent died or shut down (one memory load, no syscall): the file comes from where it
+  // still is, its staged copy, the cache or the dataset itself.
+  if (!t.AgentAlive()) {
+    if (flags & O_PATH) return OpenDirStandIn(t.at(0), O_PATH | (flags & O_CLOEXEC));
+    int fd = OpenWithoutAgent(e, keep);
+    if (fd >= 0 && !(flags & O_CLOEXEC)) Real().fcntl(fd, F_SETFD, 0);
+    return fd;
+  }
   std::string_view rel = t.Path(e);
   char path[PATH_MAX];
   // kLocal may be set by the agent after this process mapped the table (lazy unpack).
