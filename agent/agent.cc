@@ -200,6 +200,10 @@ std::string Agent::StatsJson() const {
 
 Status Agent::Prepare() {
   FS_RETURN_IF_ERROR(EnsurePrivateDir(cfg_.run_dir, &created_run_));
+  // Held until exit: readers of status.json tell a dead agent from a live one by it.
+  auto alive = run_dir::HoldAlive(cfg_.run_dir);
+  if (!alive.ok()) return alive.status();
+  alive_lock_ = std::move(alive).value();
   WriteStatus("starting", "");
   bool made_local = false;
   FS_RETURN_IF_ERROR(EnsurePrivateDir(cfg_.local_dir, &made_local).Prefixed("local directory"));

@@ -15,6 +15,7 @@
 #include "agent/cache.h"
 #include "agent/peer.h"
 #include "agent/server.h"
+#include "common/run_dir.h"
 #include "common/status.h"
 #include "common/table.h"
 #include "common/unique_fd.h"
@@ -41,10 +42,9 @@ struct Config {
   std::string peer_addr;    // address or interface for the peer service; "" picks one
 };
 
-// Files in the run directory.
-inline constexpr char kSocketName[] = "agent.sock";
-inline constexpr char kTableName[] = "table";
-inline constexpr char kStatusName[] = "status.json";
+using run_dir::kSocketName;
+using run_dir::kStatusName;
+using run_dir::kTableName;
 
 class Agent {
  public:
@@ -120,6 +120,7 @@ class Agent {
   uint32_t replicas_ = 1;                                // copies of each shard among the agents
   uint64_t free_bytes_ = 0;                              // in the local directory, before stage-in
   uint64_t free_inodes_ = UINT64_MAX;
+  UniqueFD alive_lock_;                                  // the run directory's lock (run_dir::HoldAlive)
   uint64_t cache_capacity_ = 0;
   std::atomic<bool> stage_abort_{false}, stop_requested_{false};
   std::vector<std::vector<format::IndexEntry>> index_;   // every shard's entries, from the exchange

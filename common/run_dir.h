@@ -1,0 +1,37 @@
+// The run directory's contract, shared by the agent (which writes it) and everything that reads
+// it: the launchers (`fanstore run`, the SPANK plugin), the tools and the tests.
+//
+//   <run dir>/agent.sock    the local service (mode 0600)
+//   <run dir>/table         the metadata table (0600), mapped by clients
+//   <run dir>/counters      clients' open counters (0600)
+//   <run dir>/status.json   {"state": "starting|staging|ready|failed", "error": ..., ...}
+//
+// status.json is written atomically and cannot change when its writer dies, so the agent also
+// holds an exclusive lock on the run directory for as long as it lives (the kernel drops it
+// when the process ends, even by SIGKILL). A reader that can take the lock knows that no agent
+// stands behind the file, whatever it says.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+
+namespace fanstore::run_dir {
+
+inline constexpr char kSocketName[] = "agent.sock";
+inline constexpr char kTableName[] = "table";
+inline constexpr char kStatusName[] = "status.json";
+
+// Takes the directory's lock for the calling agent; keep the descriptor open until exit. Fails
+// when another live agent holds it.
+Result<UniqueFD> HoldAlive(const std::string& dir);
+
+// True while an agent holds `dir`'s lock.
+bool AgentAlive(const std::string& dir);
+
+// status.json's state, with "dead" in place of a live state ("starting", "staging",
+// "ready") when no agent holds the directory. Empty when there is no status file.
+std::string State(const std::string& dir);
+
+}  // namespace fanstore::run_dir
