@@ -191,6 +191,7 @@ std::string Agent::StatsJson() const {
   j["bytes"] = {{"local", c.local_bytes}, {"remote", bytes_remote_.load()}, {"cached", bytes_cached_.load() + c.cached_bytes},
                 {"fallback", bytes_fallback_.load()}};
   j["peers"] = {{"fetch_errors", peer_errors_.load()}, {"refused_connections", peer_server_.refused()}};
+  j["source_reads"] = {{"in_flight_peak", source_peak_.load()}, {"limit", kMaxSourceReads}};
   j["cache"] = {{"used", cache_.used()}, {"capacity", cache_.capacity()}, {"evictions", cache_.evictions()}};
   j["unpack"] = {{"mode", lazy_ ? "lazy" : "eager"}, {"done", unpacked_.load()}, {"on_demand", unpacked_on_demand_.load()},
                  {"seconds", unpack_seconds_.load()}};
@@ -1047,6 +1048,14 @@ Status Agent::ReadFromDataset(const FileRef& ref, const std::function<Status(std
     }
     shard_fd = it->second;
   }
+  source_slots_.acquire();
+  const int now = ++source_in_flight_;
+  for (int peak = source_peak_.load(); now > peak && !source_peak_.compare_exchange_weak(peak, now);) {
+  }
+  ScopeExit release([this] {
+    source_in_flight_--;
+    source_slots_.release();
+  });
   return format::StreamFrame(shard_fd, shard_path, e, &dict_, sink);
 }
 

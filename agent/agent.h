@@ -7,6 +7,7 @@
 #include <thread>
 #include <memory>
 #include <mutex>
+#include <semaphore>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -145,6 +146,11 @@ class Agent {
   std::vector<FileRef> file_refs_;                        // by table entry; shard UINT32_MAX: no file
   std::unordered_map<std::string, std::string> links_;   // symlink targets by path
   std::mutex shard_fd_mu_;
+  // Reads from the dataset at once: when a peer stalls or dies, this node's opens of its files
+  // fall back to the parallel file system, never more than this many at a time.
+  static constexpr std::ptrdiff_t kMaxSourceReads = 4;
+  std::counting_semaphore<kMaxSourceReads> source_slots_{kMaxSourceReads};
+  std::atomic<int> source_in_flight_{0}, source_peak_{0};
   std::unordered_map<uint32_t, int> shard_fds_;          // shards opened for fallback reads
   LocalServer server_;
   std::string data_root_;                                 // <local_dir>/data: staged files

@@ -115,6 +115,18 @@ check "the agent counted the refusals" test "$(field "$(stats 1)" "['peers']['re
 check "the attacked agent still serves: every file reads through agent 0" diff <(hashes src) <(client 0 bash -c "$(declare -f hashes); hashes $M")
 expect_fail "fsbob cannot reach the agent's socket or table" 1 "Permission denied" runuser -u fsbob -- cat "$RD.0/table"
 
+echo "== a stalled peer"
+# SIGSTOP: agent 1 holds its connections but answers nothing. Agent 0 gives up on it after 3 s
+# without progress and reads its files from the dataset, at most 4 at a time, so that 16
+# readers at once do not become 16 streams on the parallel file system.
+kill -STOP "$(field "$(cat $RD.1/status.json)" "['pid']")"
+check "with the peer stalled, 16 parallel readers still read every file correctly" \
+  diff <(hashes src) <(client 0 bash -c "cd $M && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 -n 4 -P 16 md5sum | LC_ALL=C sort -k2")
+kill -CONT "$(field "$(cat $RD.1/status.json)" "['pid']")"
+s0=$(stats 0)
+check "reads from the dataset stayed within their bound ($(field "$s0" "['source_reads']"))" \
+  test "$(field "$s0" "['source_reads']['in_flight_peak']")" -le 4 -a "$(field "$s0" "['source_reads']['in_flight_peak']")" -ge 1
+
 echo "== a dead peer"
 agent1=$(field "$(cat $RD.1/status.json)" "['pid']")
 # The first file of rank 1's shards: corrupt its frame on the "parallel file system".
