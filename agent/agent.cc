@@ -305,7 +305,17 @@ Status Agent::PlanStage(const Shards& shards, bool* lazy_fits) {
   return lazy ? stage::MakeParentDirs(data_root_fd_.get(), data_root_, shards) : Status::OK();
 }
 
+// Tests hold the agent at a phase (FANSTORE_TEST_PAUSE=staging:MS or exchange:MS) to kill it or
+// its peer there; the log line tells them it got there.
+void Agent::TestPause(const std::string& phase) {
+  const char* v = std::getenv("FANSTORE_TEST_PAUSE");
+  if (!v || std::strncmp(v, phase.c_str(), phase.size()) != 0 || v[phase.size()] != ':') return;
+  LOG_WARN("test pause: %s", phase.c_str());
+  for (long ms = std::strtol(v + phase.size() + 1, nullptr, 10); ms > 0 && !stop_requested_; ms -= 10) ::usleep(10000);
+}
+
 Status Agent::Stage(const Shards* shards) {
+  TestPause("staging");
   auto t0 = Clock::now();
   stage::Options so;
   so.pool = pool_.get();
@@ -474,6 +484,7 @@ Status Agent::StageAndPublish(Status st) {
   // staging is bound by the source, the table by one core.
   auto t1 = Clock::now();
   bool fenced = false;
+  TestPause("exchange");
   auto all = boot_->Exchange(st.ok() ? blob : BlobHead(st), &fenced);
   exchange_seconds_ = Since(t1);
   if (st.ok() && !all.ok()) st = all.status().Prefixed("metadata exchange");

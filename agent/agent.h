@@ -96,6 +96,7 @@ class Agent {
   // opens), else straight from the shard in the dataset directory. Returns a descriptor.
   Result<int> RemoteOpen(const FileRef& ref);
   Status FetchInto(const FileRef& ref, int out, bool* local_error);
+  void TestPause(const std::string& phase);
   Status ReadFromDataset(const FileRef& ref, const std::function<Status(std::string_view)>& sink);
   int ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size);
   std::vector<uint32_t> ShardFiles(uint32_t shard);
