@@ -636,6 +636,12 @@ Status Agent::Start() {
   return Status::OK();
 }
 
+void Agent::RemoveAll() {
+  for (const char* name : {kTableName, table::kCountersName, kSocketName}) ::unlink((cfg_.run_dir + "/" + name).c_str());
+  if (created_local_) (void)RemoveTree(cfg_.local_dir);
+  if (created_run_) (void)RemoveTree(cfg_.run_dir);
+}
+
 void Agent::Shutdown() {
   unpack_stop_ = true;
   if (unpacker_.joinable()) unpacker_.join();

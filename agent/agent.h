@@ -59,6 +59,9 @@ class Agent {
   void Cancel();
   // Removes everything the agent created: socket, table, local data and the run directory.
   void Shutdown();
+  // Only the files, from any thread, while other threads may be stuck: the last thing before
+  // the process exits.
+  void RemoveAll();
   // A JSON summary of the counters (also served as kStats).
   std::string StatsJson() const;
 

@@ -204,15 +204,25 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   agent::Agent a(cfg);
-  std::atomic<bool> stop{false};
-  std::thread([&set, &stop, &a] {
+  std::atomic<bool> stop{false}, starting{true};
+  std::thread([&set, &stop, &starting, &a] {
     int sig = 0;
     sigwait(&set, &sig);
+    LOG_INFO("%s: stopping", strsignal(sig));
     stop = true;
     a.Cancel();
+    // Start may sit in a collective that can no longer complete (a peer died during the
+    // exchange), where no flag reaches it: then clean up from here, before the launcher's
+    // SIGKILL would leave the staged files behind.
+    for (int i = 0; i < 20 && starting; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!starting) return;
+    LOG_WARN("stopped while waiting for the other agents; removing this agent's files");
+    a.RemoveAll();
+    ::_exit(1);
   }).detach();
 
   Status st = a.Start();
+  starting = false;
   if (!st.ok()) {
     if (stop) {
       LOG_INFO("stopped during stage-in");

@@ -230,7 +230,15 @@ int CmdRun(int argc, char** argv) {
     if (state == "ready") break;
     int ws;
     if (state == "failed" || Exited(agent_pid, &ws)) {
-      if (state != "failed") agent_pid = -1;
+      if (state != "failed") {
+        agent_pid = -1;
+        // Died without a word (SIGKILL, the OOM killer, a crash): say how.
+        if (error.empty() && WIFSIGNALED(ws))
+          error = std::string("the agent was killed by signal ") + std::to_string(WTERMSIG(ws)) + " (" +
+                  strsignal(WTERMSIG(ws)) + ") during stage-in";
+        else if (error.empty() && WIFEXITED(ws))
+          error = "the agent exited with status " + std::to_string(WEXITSTATUS(ws)) + " during stage-in";
+      }
       std::fprintf(stderr, "fanstore: run: the agent could not serve %s%s%s\n", ds.c_str(), error.empty() ? "" : ": ",
                    error.c_str());
       teardown();
