@@ -86,6 +86,11 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
   char bufs[2][PATH_MAX];
   int which = 0;
   std::string_view pending = rel;
+  // The tail of `pending` that is the caller's own text; what precedes it came from symlink
+  // targets. A target may never take the walk above the mount (EXDEV, as openat2's
+  // RESOLVE_BENEATH): a chain like `x/esc -> up/../..` with `x/up -> .` passes every
+  // per-link check of the dataset and would otherwise escape.
+  size_t user_len = rel.size();
   const Entry* cur = &start;
   int links = 0;
   w.trailing_slash = !rel.empty() && rel.back() == '/';
@@ -93,6 +98,7 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
     size_t skip = pending.find_first_not_of('/');
     if (skip == std::string_view::npos) break;
     pending.remove_prefix(skip);
+    const bool from_link = pending.size() > user_len;
     size_t slash = pending.find('/');
     std::string_view comp = pending.substr(0, slash);
     std::string_view rest =
@@ -108,6 +114,10 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
     if (comp == "..") {
       w.last = LastKind::kDotDot;
       if (cur == &root()) {
+        if (from_link) {
+          w.err = EXDEV;
+          return w;
+        }
         // Leaves the namespace: continue in the real directory above the mount.
         std::string_view head = mount_parent_;
         if (head == "/" && !rest.empty()) head = {};
@@ -148,11 +158,8 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
         return w;
       }
       if (target.front() == '/') {
-        // An absolute target leaves the namespace (pack never writes one, but be exact).
-        if (!Concat(target, rest, out))
-          w.err = ENAMETOOLONG;
-        else
-          w.escaped = true;
+        // An absolute target leaves the namespace: no dataset may hold one.
+        w.err = EXDEV;
         return w;
       }
       which ^= 1;
@@ -161,6 +168,7 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
         return w;
       }
       pending = std::string_view(bufs[which], target.size() + rest.size());
+      if (rest.size() < user_len) user_len = rest.size();
       continue;  // cur stays: the target is relative to the link's directory
     }
     if ((!last || trailing) && !table::IsDir(*next)) {

@@ -7,8 +7,10 @@
 // Semantics follow path_resolution(7): "." and ".." are physical (".." of a symlinked
 // directory is the target's parent); symlinks are expanded relative to their directory, at
 // most 40 of them; a trailing slash requires a directory and follows a final symlink; ".."
-// from the mount root, or an absolute symlink target, leaves the namespace: Resolve() then
-// reports the real path to continue with, which the caller locates again (it may re-enter).
+// from the mount root in the caller's path leaves the namespace: Resolve() then reports the
+// real path to continue with, which the caller locates again (it may re-enter). A symlink's
+// target never leaves it: an absolute target, or one whose ".." climbs above the root, even
+// through other symlinks, fails with EXDEV.
 //
 // Thread safety: a Resolver is immutable after construction.
 #pragma once
@@ -26,7 +28,8 @@ namespace fanstore::interceptor {
 enum class LastKind : uint8_t { kNone, kName, kDot, kDotDot };
 
 struct Walk {
-  int err = 0;                           // 0, ENOENT, ENOTDIR, ELOOP or ENAMETOOLONG
+  int err = 0;                           // 0, ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, or EXDEV
+                                         // when a symlink's target leaves the mount
   const table::Entry* entry = nullptr;   // err == 0: what the path names
   const table::Entry* parent = nullptr;  // err == ENOENT and only the last component is
                                          // missing: the directory that would hold it

@@ -115,10 +115,43 @@ TEST_F(ResolverTest, EscapesAboveTheMount) {
   EXPECT_STREQ(out_, "/");
   w = Go("../x/", true, "/ds");
   EXPECT_STREQ(out_, "/x/");
+  // A symlink's target never leaves the mount (EXDEV), even when the caller's own ".." may.
   w = Go("abs/passwd");
-  EXPECT_TRUE(w.escaped);
-  EXPECT_STREQ(out_, "/etc/passwd");
+  EXPECT_FALSE(w.escaped);
+  EXPECT_EQ(w.err, EXDEV);
   EXPECT_FALSE(Go("abs", false).escaped);
+  EXPECT_EQ(Go("abs", false).err, 0);
+}
+
+// F16: each link of this chain stays inside when checked on its own (lexically), but
+// x/esc -> up/../.. with x/up -> . climbs above the root when resolved.
+TEST(ResolverChain, SymlinkChainCannotLeaveTheMount) {
+  std::vector<table::Node> nodes = {
+      {"x", S_IFDIR | 0755, 0, 1, 0, {}},
+      {"x/up", S_IFLNK | 0777, 0, 2, 0, "."},
+      {"x/esc", S_IFLNK | 0777, 0, 3, 0, "up/../.."},
+      {"x/ok", S_IFLNK | 0777, 0, 4, 0, "up/../y"},
+      {"y", S_IFDIR | 0755, 0, 5, 0, {}},
+      {"y/f", S_IFREG | 0644, 1, 6, table::kLocal, {}},
+  };
+  auto img = table::Build(nodes, {});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  table::TableView view;
+  ASSERT_TRUE(view.Attach(*img).ok());
+  Resolver r(&view, "/fanstore/ds");
+  char out[PATH_MAX] = "";
+  Walk w = r.Resolve(r.root(), "x/esc/etc/passwd", true, out);
+  EXPECT_FALSE(w.escaped) << out;
+  EXPECT_EQ(w.err, EXDEV);
+  w = r.Resolve(r.root(), "x/esc", true, out);
+  EXPECT_EQ(w.err, EXDEV);
+  w = r.Resolve(r.root(), "x/ok/f", true, out);
+  ASSERT_EQ(w.err, 0);
+  EXPECT_EQ(view.Path(*w.entry), "y/f");
+  // The caller's own ".." after a link may still leave, as it would on any file system.
+  w = r.Resolve(r.root(), "x/up/../..", true, out);
+  EXPECT_TRUE(w.escaped);
+  EXPECT_STREQ(out, "/fanstore");
 }
 
 TEST_F(ResolverTest, RelativeToADirectory) {

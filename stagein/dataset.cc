@@ -71,6 +71,35 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir_in) {
       return Status::Corruption(dir + "/" + ds->manifest_.shards[r.shard].file + ": '" + path +
                                 "' has no parent directory entry");
   }
+  // Symlinks must stay inside when resolved through each other, not only each on its own:
+  // `x/esc -> up/../..` with `x/up -> .` leaves the root. Targets are tiny frames in shard 0.
+  struct Link {
+    size_t shard;
+    const IndexEntry* e;
+    std::string target;
+  };
+  std::vector<Link> links;
+  std::unordered_map<std::string_view, size_t> link_of;
+  FrameDecoder dec(&ds->dict_);
+  for (size_t i = 0; i < ds->shards_.size(); i++)
+    for (const auto& e : ds->shards_[i]->entries) {
+      if (e.type != EntryType::kSymlink) continue;
+      std::string target;
+      FS_RETURN_IF_ERROR(ReadEntry(*ds->shards_[i], e, &dec, &target));
+      links.push_back({i, &e, std::move(target)});
+    }
+  for (size_t k = 0; k < links.size(); k++) link_of.emplace(links[k].e->path, k);
+  const LookupFn lookup = [&](const std::string& p, std::string* target) {
+    const IndexEntry* e = ds->Find(p);
+    if (!e || e->type == EntryType::kFile) return NodeKind::kOther;
+    if (e->type == EntryType::kDir) return NodeKind::kDir;
+    *target = links[link_of.at(e->path)].target;
+    return NodeKind::kLink;
+  };
+  for (const Link& l : links)
+    if (!LinkStaysInside(l.e->path, l.target, lookup))
+      return Status::Corruption(ds->shards_[l.shard]->path + ": symlink '" + l.e->path + "' -> '" + l.target +
+                                "' leads outside the dataset through its symlinks");
   return ds;
 }
 
@@ -99,7 +128,7 @@ uint64_t TotalBytes(const Dataset& ds) {
 }
 
 Status ScanAll(const Dataset& ds, size_t threads, const std::function<void(uint64_t, uint64_t)>& progress,
-               const FrameFn& fn) {
+               const FrameFn& fn, const StreamFn& stream) {
   ThreadPool pool(threads ? threads : ThreadPool::DefaultThreads());
   const uint64_t total = TotalBytes(ds);
   std::vector<const ShardFile*> shards;
@@ -111,7 +140,7 @@ Status ScanAll(const Dataset& ds, size_t threads, const std::function<void(uint6
     if (!progress) return;
     std::lock_guard<std::mutex> l(progress_mu);
     progress(now, total);
-  }, nullptr, fn);
+  }, nullptr, fn, stream, &ds.dict());
 }
 
 }  // namespace
@@ -121,7 +150,7 @@ Status Verify(const Dataset& ds, const VerifyOptions& opts) {
   return ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) {
     std::string_view raw;
     return decoders.Get()->Decode(e, stored, nullptr, &raw);
-  });
+  }, [](const IndexEntry&, const DecodeFn&) { return Status::OK(); });  // the scan decodes it
 }
 
 namespace {
@@ -164,20 +193,37 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
   }
   // 2. File content, decoded and verified on all cores while the shards stream in.
   DecoderPool decoders(&ds.dict());
-  Status st = ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) -> Status {
-    if (e.type != EntryType::kFile) return Status::OK();
-    std::string_view raw;
-    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
+  // Extracted files are the extracting user's: never setuid or setgid (a dataset could plant
+  // a setuid copy of a program in DEST), and the sticky bit means nothing on a file.
+  auto finish = [&](int fd, const IndexEntry& e) -> Status {
+    if (::fchmod(fd, e.mode & 0777) != 0) return Status::FromErrno("chmod " + e.path, errno);
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {e.mtime_ns / 1000000000, e.mtime_ns % 1000000000}};
+    if (::futimens(fd, ts) != 0) return Status::FromErrno("set time of " + e.path, errno);
+    return Status::OK();
+  };
+  auto create = [&](const IndexEntry& e) -> Result<UniqueFD> {
     std::string leaf;
     auto parent = OpenParentDir(root.get(), e.path, &leaf);
     if (!parent.ok()) return parent.status();
     UniqueFD fd(::openat(parent->get(), leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.valid()) return Status::FromErrno("create " + dest + "/" + e.path, errno);
-    FS_RETURN_IF_ERROR(WriteFull(fd.get(), raw.data(), raw.size(), dest + "/" + e.path));
-    if (::fchmod(fd.get(), e.mode) != 0) return Status::FromErrno("chmod " + e.path, errno);
-    struct timespec ts[2] = {{0, UTIME_OMIT}, {e.mtime_ns / 1000000000, e.mtime_ns % 1000000000}};
-    if (::futimens(fd.get(), ts) != 0) return Status::FromErrno("set time of " + e.path, errno);
-    return Status::OK();
+    return fd;
+  };
+  Status st = ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) -> Status {
+    if (e.type != EntryType::kFile) return Status::OK();
+    std::string_view raw;
+    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
+    auto fd = create(e);
+    if (!fd.ok()) return fd.status();
+    FS_RETURN_IF_ERROR(WriteFull(fd->get(), raw.data(), raw.size(), dest + "/" + e.path));
+    return finish(fd->get(), e);
+  }, [&](const IndexEntry& e, const DecodeFn& decode) -> Status {
+    // A large file is written as it is decoded, in bounded memory.
+    auto fd = create(e);
+    if (!fd.ok()) return fd.status();
+    const std::string what = dest + "/" + e.path;
+    FS_RETURN_IF_ERROR(decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), what); }));
+    return finish(fd->get(), e);
   });
   if (!st.ok()) return st;
   // 3. Symlinks, after everything else, so none can redirect a write.
@@ -202,11 +248,11 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
     std::string leaf;
     auto parent = OpenParentDir(root.get(), e->path, &leaf);
     if (!parent.ok()) return parent.status();
-    if (::fchmodat(parent->get(), leaf.c_str(), e->mode, 0) != 0) return Status::FromErrno("chmod " + e->path, errno);
+    if (::fchmodat(parent->get(), leaf.c_str(), e->mode & 01777, 0) != 0) return Status::FromErrno("chmod " + e->path, errno);
     FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, false, e->path));
   }
   const Manifest& m = ds.manifest();
-  if (::fchmod(root.get(), m.root_mode) != 0) return Status::FromErrno("chmod " + dest, errno);
+  if (::fchmod(root.get(), m.root_mode & 01777) != 0) return Status::FromErrno("chmod " + dest, errno);
   struct timespec ts[2] = {{0, UTIME_OMIT}, {m.root_mtime_ns / 1000000000, m.root_mtime_ns % 1000000000}};
   if (::futimens(root.get(), ts) != 0) return Status::FromErrno("set time of " + dest, errno);
   return Status::OK();

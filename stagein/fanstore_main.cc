@@ -99,7 +99,9 @@ const char kLsHelp[] =
 const char kCatHelp[] =
     "Usage: fanstore cat DS.fs PATH\n"
     "\n"
-    "Writes the content of the file PATH in the dataset to standard output, after checking it.\n";
+    "Writes the content of the file PATH in the dataset to standard output, after checking it.\n"
+    "A file larger than 4 MiB is written as it is decoded and checked at the end: when the\n"
+    "check fails, cat exits 1 and what it wrote must be discarded.\n";
 
 const char kExtractHelp[] =
     "Usage: fanstore extract DS.fs DEST [--threads N] [-q]\n"
@@ -367,11 +369,20 @@ int CmdCat(int argc, char** argv) {
   const IndexEntry* e = (*ds)->Find(path, &r);
   if (!e) return Fail(Status::NotFound(path + ": no such file in the dataset"));
   if (e->type == EntryType::kDir) return Fail(Status::InvalidArgument(path + " is a directory"));
-  format::FrameDecoder dec(&(*ds)->dict());
-  std::string data;
-  Status s = format::ReadEntry((*ds)->shard(r.shard), *e, &dec, &data);
-  if (!s.ok()) return Fail(s);
-  s = WriteFull(STDOUT_FILENO, data.data(), data.size(), "standard output");
+  const format::ShardFile& sh = (*ds)->shard(r.shard);
+  Status s;
+  if (e->size <= format::kStreamAbove && e->stored_len <= format::kStreamAbove) {
+    // Checked whole before a byte is written.
+    format::FrameDecoder dec(&(*ds)->dict());
+    std::string data;
+    s = format::ReadEntry(sh, *e, &dec, &data);
+    if (s.ok()) s = WriteFull(STDOUT_FILENO, data.data(), data.size(), "standard output");
+  } else {
+    // Streamed, in bounded memory; its hash is checked at the end (exit status 1 if it fails).
+    s = format::StreamFrame(sh.fd.get(), sh.path, *e, &(*ds)->dict(), [](std::string_view piece) {
+      return WriteFull(STDOUT_FILENO, piece.data(), piece.size(), "standard output");
+    });
+  }
   if (!s.ok()) return Fail(s);
   return kExitOk;
 }
@@ -459,6 +470,20 @@ const char kStatsHelp[] =
     "  --json   print the raw counters (with FILE: a JSON array of the nodes' counters)\n";
 
 double Num(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : 0.0; }
+// obj[k] as a string; "?" when absent or not a string (the counters may come from any file).
+std::string Str(const nlohmann::json& obj, const char* k) {
+  if (!obj.is_object()) return "?";
+  auto it = obj.find(k);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "?";
+}
+// obj[k] when it is an object, else an empty object.
+nlohmann::json Obj(const nlohmann::json& obj, const char* k) {
+  if (!obj.is_object()) return nlohmann::json::object();
+  auto it = obj.find(k);
+  return it != obj.end() && it->is_object() ? *it : nlohmann::json::object();
+}
+// Never throws: file names that are not UTF-8 come out with U+FFFD in their place.
+std::string Dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 // obj[k] as a number; 0 when absent.
 double At(const nlohmann::json& obj, const char* k) { return obj.is_object() && obj.contains(k) ? Num(obj[k]) : 0.0; }
 
@@ -472,19 +497,20 @@ void PrintSources(const nlohmann::json& o, const nlohmann::json& b) {
 }
 
 void PrintNodeStats(const nlohmann::json& j) {
-  std::printf("%s (rank %d of %d): staged %s (%.0f files, %.0f shards) in %.2f s; metadata exchange %.3f s\n",
-              j.value("node", "?").c_str(), static_cast<int>(At(j, "rank")), static_cast<int>(At(j, "size")),
+  std::printf("%s (rank %.0f of %.0f): staged %s (%.0f files, %.0f shards) in %.2f s; metadata exchange %.3f s\n",
+              Str(j, "node").c_str(), At(j, "rank"), At(j, "size"),
               HumanBytes(At(j, "bytes_staged")).c_str(), At(j, "files_staged"), At(j, "shards_staged"),
               At(j, "stage_in_seconds"), At(j, "exchange_seconds"));
-  PrintSources(j.value("opens", nlohmann::json::object()), j.value("bytes", nlohmann::json::object()));
+  PrintSources(Obj(j, "opens"), Obj(j, "bytes"));
 }
 
 // Sums the numbers of `from` into `into`, key by key (nested objects too).
 void AddCounters(nlohmann::json& into, const nlohmann::json& from) {
   if (!into.is_object()) into = nlohmann::json::object();
+  if (!from.is_object()) return;
   for (auto it = from.begin(); it != from.end(); ++it) {
     if (it.value().is_number() && (!into.contains(it.key()) || into[it.key()].is_number()))
-      into[it.key()] = Num(into.value(it.key(), nlohmann::json(0))) + Num(it.value());
+      into[it.key()] = At(into, it.key().c_str()) + Num(it.value());
     else if (it.value().is_object())
       AddCounters(into[it.key()], it.value());
   }
@@ -504,17 +530,17 @@ int StatsFromFile(const std::string& path, bool json) {
   }
   if (nodes.empty()) return Fail(Status::Corruption(path + ": no agent counters in it"));
   if (json) {
-    std::printf("%s\n", nodes.dump().c_str());
+    std::printf("%s\n", Dump(nodes).c_str());
     return kExitOk;
   }
   nlohmann::json total = nlohmann::json::object();
   for (const auto& j : nodes) {
     PrintNodeStats(j);
-    nlohmann::json counters = {{"bytes_staged", j.value("bytes_staged", nlohmann::json(0))},
-                               {"files_staged", j.value("files_staged", nlohmann::json(0))},
-                               {"shards_staged", j.value("shards_staged", nlohmann::json(0))},
-                               {"opens", j.value("opens", nlohmann::json::object())},
-                               {"bytes", j.value("bytes", nlohmann::json::object())}};
+    nlohmann::json counters = {{"bytes_staged", At(j, "bytes_staged")},
+                               {"files_staged", At(j, "files_staged")},
+                               {"shards_staged", At(j, "shards_staged")},
+                               {"opens", Obj(j, "opens")},
+                               {"bytes", Obj(j, "bytes")}};
     AddCounters(total, counters);
   }
   double slowest = 0;
@@ -553,7 +579,7 @@ int CmdStats(int argc, char** argv) {
   auto j = nlohmann::json::parse(buf.substr(0, rep.len), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Fail(Status::Corruption("the agent sent bad stats"));
   if (json)
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", Dump(j).c_str());
   else
     PrintNodeStats(j);
   return kExitOk;
@@ -595,4 +621,14 @@ int Main(int argc, char** argv) {
 
 }  // namespace fanstore::cli
 
-int main(int argc, char** argv) { return fanstore::cli::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // The last line of defence: whatever a command's input holds, it ends with a message.
+  try {
+    return fanstore::cli::Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "fanstore: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fanstore: internal error: %s\n", e.what());
+  }
+  return fanstore::cli::kExitBad;
+}

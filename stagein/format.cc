@@ -3,6 +3,7 @@
 
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -92,9 +93,17 @@ Status DecodeFooter(std::string_view b, uint64_t file_size, Footer* f) {
                               Num(f->index_stored_len) + " does not fit a file of " + Num(file_size) + " bytes");
   if (f->index_raw_len > kMaxIndexRaw)
     return Status::Corruption("absurd index size " + Num(f->index_raw_len));
-  if (uint64_t{f->entry_count} * kEntryFixedSize > f->index_raw_len)
+  if (uint64_t{f->entry_count} * kEntryFixedSize > f->index_raw_len ||
+      f->index_raw_len > uint64_t{f->entry_count} * (kEntryFixedSize + kMaxPath))
     return Status::Corruption("absurd entry count " + Num(f->entry_count) + " for an index of " +
                               Num(f->index_raw_len) + " bytes");
+  if (f->entry_count > kMaxEntries)
+    return Status::Corruption("absurd entry count " + Num(f->entry_count) + " (at most " +
+                              Num(kMaxEntries) + " per shard)");
+  // A zstd frame is never much larger than its content: a longer index is not one.
+  if (f->index_stored_len > ZSTD_COMPRESSBOUND(f->index_raw_len) + 64)
+    return Status::Corruption("index of " + Num(f->index_stored_len) + " stored bytes is too long for " +
+                              Num(f->index_raw_len) + " bytes of entries");
   return Status::OK();
 }
 
@@ -151,60 +160,111 @@ bool IsContainedLink(std::string_view link_path, std::string_view target) {
   return true;
 }
 
+IndexParser::IndexParser(uint64_t data_end, uint32_t expected_count)
+    : data_end_(data_end), expected_(expected_count) {
+  // The count is the footer's claim: reserve only what a real index of that size would hold,
+  // never what a hostile count asks for.
+  out_.reserve(std::min<uint32_t>(expected_count, 1u << 16));
+}
+
+Status IndexParser::ParseOne(const char* p, size_t path_len) {
+  const uint32_t i = static_cast<uint32_t>(out_.size());
+  // Error context, built only on the error path (this runs once per file at start-up).
+  auto at = [&] { return "index entry " + Num(i) + " (index byte " + Num(consumed_) + ")"; };
+  IndexEntry e;
+  uint8_t type = static_cast<uint8_t>(p[0]);
+  uint8_t codec = static_cast<uint8_t>(p[1]);
+  e.mode = Get32(p + 4);
+  e.size = Get64(p + 8);
+  e.mtime_ns = static_cast<int64_t>(Get64(p + 16));
+  e.offset = Get64(p + 24);
+  e.stored_len = Get64(p + 32);
+  e.xxh3 = Get64(p + 40);
+  e.path.assign(p + kEntryFixedSize, path_len);
+  if (!IsSafePath(e.path))
+    return Status::Corruption(at() + ": unsafe path '" + e.path.substr(0, 200) + "'");
+  auto where = [&] { return at() + " '" + e.path + "'"; };
+  if (type < 1 || type > 3) return Status::Corruption(where() + ": bad type " + Num(type));
+  if (codec > 2) return Status::Corruption(where() + ": bad codec " + Num(codec));
+  e.type = static_cast<EntryType>(type);
+  e.codec = static_cast<Codec>(codec);
+  if (e.mode & ~07777u) return Status::Corruption(where() + ": bad mode");
+  if (e.type == EntryType::kDir) {
+    if (e.size != 0 || e.stored_len != 0 || e.codec != Codec::kRaw)
+      return Status::Corruption(where() + ": directory with data");
+    out_.push_back(std::move(e));
+    return Status::OK();
+  }
+  if (e.size > kMaxFileSize) return Status::Corruption(where() + ": absurd size " + Num(e.size));
+  if (e.type == EntryType::kSymlink && (e.codec != Codec::kRaw || e.size == 0 || e.size > kMaxPath))
+    return Status::Corruption(where() + ": bad symlink entry");
+  if (e.codec == Codec::kRaw && e.stored_len != e.size)
+    return Status::Corruption(where() + ": raw frame length " + Num(e.stored_len) + " differs from size " + Num(e.size));
+  if (e.offset < kHeaderSize || e.offset > data_end_ || e.stored_len > data_end_ - e.offset)
+    return Status::Corruption(where() + ": frame at offset " + Num(e.offset) + " length " +
+                              Num(e.stored_len) + " lies outside the data area [" + Num(kHeaderSize) +
+                              ", " + Num(data_end_) + ")");
+  out_.push_back(std::move(e));
+  return Status::OK();
+}
+
+Status IndexParser::Feed(std::string_view in) {
+  auto path_len_of = [](const char* p) {
+    return static_cast<size_t>(static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8));
+  };
+  auto more = [&]() -> Status {
+    if (out_.size() < expected_) return Status::OK();
+    return Status::Corruption("index has trailing bytes after its " + Num(expected_) + " entries (index byte " +
+                              Num(consumed_) + ")");
+  };
+  // First complete an entry split across the previous piece and this one.
+  while (!partial_.empty() && !in.empty()) {
+    size_t need = kEntryFixedSize;
+    if (partial_.size() >= kEntryFixedSize) need += path_len_of(partial_.data());
+    const size_t take = std::min(need - partial_.size(), in.size());
+    partial_.append(in.data(), take);
+    in.remove_prefix(take);
+    if (partial_.size() < kEntryFixedSize) continue;
+    need = kEntryFixedSize + path_len_of(partial_.data());
+    if (partial_.size() < need) continue;
+    FS_RETURN_IF_ERROR(ParseOne(partial_.data(), need - kEntryFixedSize));
+    consumed_ += need;
+    partial_.clear();
+  }
+  // Then whole entries straight from the piece, without copying.
+  while (!in.empty()) {
+    FS_RETURN_IF_ERROR(more());
+    if (in.size() < kEntryFixedSize) break;
+    const size_t len = kEntryFixedSize + path_len_of(in.data());
+    if (in.size() < len) break;
+    FS_RETURN_IF_ERROR(ParseOne(in.data(), len - kEntryFixedSize));
+    consumed_ += len;
+    in.remove_prefix(len);
+  }
+  if (!in.empty()) {
+    FS_RETURN_IF_ERROR(more());
+    partial_.assign(in.data(), in.size());
+  }
+  return Status::OK();
+}
+
+Result<std::vector<IndexEntry>> IndexParser::Finish() {
+  if (out_.size() < expected_) {
+    const std::string at = "index entry " + Num(out_.size()) + " (index byte " + Num(consumed_) + ")";
+    if (partial_.size() >= kEntryFixedSize) return Status::Corruption(at + ": path runs past the index");
+    return Status::Corruption(at + ": truncated");
+  }
+  if (!partial_.empty()) return Status::Corruption("index has " + Num(partial_.size()) + " trailing bytes");
+  return std::move(out_);
+}
+
 Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t data_end,
                                               uint32_t expected_count) {
-  std::vector<IndexEntry> out;
   if (uint64_t{expected_count} * kEntryFixedSize > raw.size())
     return Status::Corruption("absurd entry count " + Num(expected_count));
-  out.reserve(expected_count);
-  size_t pos = 0;
-  for (uint32_t i = 0; i < expected_count; i++) {
-    // Error context, built only on the error path (this loop runs once per file at start-up).
-    const size_t entry_pos = pos;
-    auto at = [&] { return "index entry " + Num(i) + " (index byte " + Num(entry_pos) + ")"; };
-    if (raw.size() - pos < kEntryFixedSize) return Status::Corruption(at() + ": truncated");
-    const char* p = raw.data() + pos;
-    IndexEntry e;
-    uint8_t type = static_cast<uint8_t>(p[0]);
-    uint8_t codec = static_cast<uint8_t>(p[1]);
-    size_t path_len = static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8);
-    e.mode = Get32(p + 4);
-    e.size = Get64(p + 8);
-    e.mtime_ns = static_cast<int64_t>(Get64(p + 16));
-    e.offset = Get64(p + 24);
-    e.stored_len = Get64(p + 32);
-    e.xxh3 = Get64(p + 40);
-    pos += kEntryFixedSize;
-    if (raw.size() - pos < path_len) return Status::Corruption(at() + ": path runs past the index");
-    e.path.assign(raw.data() + pos, path_len);
-    pos += path_len;
-    if (!IsSafePath(e.path))
-      return Status::Corruption(at() + ": unsafe path '" + e.path.substr(0, 200) + "'");
-    auto where = [&] { return at() + " '" + e.path + "'"; };
-    if (type < 1 || type > 3) return Status::Corruption(where() + ": bad type " + Num(type));
-    if (codec > 2) return Status::Corruption(where() + ": bad codec " + Num(codec));
-    e.type = static_cast<EntryType>(type);
-    e.codec = static_cast<Codec>(codec);
-    if (e.mode & ~07777u) return Status::Corruption(where() + ": bad mode");
-    if (e.type == EntryType::kDir) {
-      if (e.size != 0 || e.stored_len != 0 || e.codec != Codec::kRaw)
-        return Status::Corruption(where() + ": directory with data");
-      out.push_back(std::move(e));
-      continue;
-    }
-    if (e.size > kMaxFileSize) return Status::Corruption(where() + ": absurd size " + Num(e.size));
-    if (e.type == EntryType::kSymlink && (e.codec != Codec::kRaw || e.size == 0 || e.size > kMaxPath))
-      return Status::Corruption(where() + ": bad symlink entry");
-    if (e.codec == Codec::kRaw && e.stored_len != e.size)
-      return Status::Corruption(where() + ": raw frame length " + Num(e.stored_len) + " differs from size " + Num(e.size));
-    if (e.offset < kHeaderSize || e.offset > data_end || e.stored_len > data_end - e.offset)
-      return Status::Corruption(where() + ": frame at offset " + Num(e.offset) + " length " +
-                                Num(e.stored_len) + " lies outside the data area [" + Num(kHeaderSize) +
-                                ", " + Num(data_end) + ")");
-    out.push_back(std::move(e));
-  }
-  if (pos != raw.size()) return Status::Corruption("index has " + Num(raw.size() - pos) + " trailing bytes");
-  return out;
+  IndexParser parser(data_end, expected_count);
+  FS_RETURN_IF_ERROR(parser.Feed(raw));
+  return parser.Finish();
 }
 
 Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Footer& f) {
@@ -215,12 +275,86 @@ Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Foote
   if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content != f.index_raw_len)
     return Status::Corruption("index at offset " + Num(f.index_offset) + " is not a zstd frame of " +
                               Num(f.index_raw_len) + " bytes");
-  std::string raw(f.index_raw_len, '\0');
-  size_t n = ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size());
-  if (ZSTD_isError(n) || n != raw.size())
-    return Status::Corruption(std::string("index does not decompress: ") +
-                              (ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short"));
-  return ParseIndexRaw(raw, f.index_offset, f.entry_count);
+  // Decompressed in pieces straight into the parser: a footer that claims 2 GiB costs nothing
+  // until the bytes are really there, and a bad entry stops the decoding at once.
+  std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
+  if (!dctx) return Status::IOError("zstd: out of memory");
+  ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, kMaxWindowLog);
+  IndexParser parser(f.index_offset, f.entry_count);
+  constexpr size_t kPiece = 256u << 10;
+  std::unique_ptr<char[]> out(new char[kPiece]);
+  ZSTD_inBuffer ib{stored.data(), stored.size(), 0};
+  uint64_t produced = 0;
+  size_t last = 1;
+  auto fail = [&](const std::string& why) {
+    return Status::Corruption("index at offset " + Num(f.index_offset) + " does not decompress: " + why);
+  };
+  while (true) {
+    ZSTD_outBuffer ob{out.get(), kPiece, 0};
+    last = ZSTD_decompressStream(dctx.get(), &ob, &ib);
+    if (ZSTD_isError(last)) return fail(ZSTD_getErrorName(last));
+    produced += ob.pos;
+    if (produced > f.index_raw_len) return fail("more than " + Num(f.index_raw_len) + " bytes");
+    FS_RETURN_IF_ERROR(parser.Feed(std::string_view(out.get(), ob.pos)));
+    if (last == 0) break;
+    if (ob.pos == 0 && ib.pos == ib.size) return fail("truncated");
+  }
+  if (ib.pos != ib.size) return fail("bytes after the end of the zstd frame");
+  if (produced != f.index_raw_len) return fail("short");
+  return parser.Finish();
+}
+
+bool LinkStaysInside(std::string_view link_path, std::string_view target, const LookupFn& lookup) {
+  // The directory being walked, as components from the root, and what is left of the walk as
+  // a stack (next component last).
+  std::vector<std::string> dir, rest;
+  auto push_components = [&](std::string_view text) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    while (start <= text.size()) {
+      size_t end = text.find('/', start);
+      if (end == std::string_view::npos) end = text.size();
+      parts.emplace_back(text.substr(start, end - start));
+      start = end + 1;
+    }
+    rest.insert(rest.end(), parts.rbegin(), parts.rend());
+  };
+  push_components(link_path);
+  rest.erase(rest.begin());  // the link's own name: the walk starts in its directory
+  for (auto it = rest.rbegin(); it != rest.rend(); ++it) dir.push_back(*it);
+  rest.clear();
+  if (target.empty() || target.front() == '/') return false;
+  push_components(target);
+  int links = 0;
+  std::string path, next_target;
+  while (!rest.empty()) {
+    std::string c = std::move(rest.back());
+    rest.pop_back();
+    if (c.empty() || c == ".") continue;
+    if (c == "..") {
+      if (dir.empty()) return false;
+      dir.pop_back();
+      continue;
+    }
+    // The last component is not followed: every symlink is checked on its own.
+    if (rest.empty()) return true;
+    path.clear();
+    for (const auto& d : dir) path += d + "/";
+    path += c;
+    switch (lookup(path, &next_target)) {
+      case NodeKind::kDir:
+        dir.push_back(std::move(c));
+        break;
+      case NodeKind::kLink:
+        if (++links > 40) return true;  // ELOOP: resolves to nothing
+        if (next_target.empty() || next_target.front() == '/') return false;
+        push_components(next_target);  // relative to the link's directory, which is `dir`
+        break;
+      case NodeKind::kOther:
+        return true;  // ENOENT or ENOTDIR: the walk ends inside
+    }
+  }
+  return true;
 }
 
 const char* TypeName(EntryType t) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,19 @@ inline constexpr size_t kMaxPath = 4096;
 inline constexpr size_t kMaxName = 255;
 inline constexpr uint64_t kMaxFileSize = uint64_t{1} << 40;   // 1 TiB
 inline constexpr uint64_t kMaxIndexRaw = uint64_t{1} << 31;   // 2 GiB of index per shard
+// Limits on what a hostile dataset can make a reader allocate (docs/format.md, "Limits").
+inline constexpr uint32_t kMaxEntries = uint32_t{1} << 24;      // index entries per shard
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{128} << 20;
+inline constexpr uint64_t kMaxShards = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxDictBytes = uint64_t{8} << 20;
+// zstd frames may use a window of at most 2^kMaxWindowLog bytes: a streaming decoder holds
+// one window, so this bounds the memory of decoding any file (writers at levels <= 19 stay
+// within it; higher levels are capped).
+inline constexpr int kMaxWindowLog = 23;
+// Files larger than this (raw or stored) are decoded as a stream in pieces, never whole.
+inline constexpr uint64_t kStreamAbove = uint64_t{4} << 20;
+// The most FrameDecoder::Decode decodes in memory; larger files must be streamed.
+inline constexpr uint64_t kMaxWholeFrame = uint64_t{256} << 20;
 inline constexpr char kManifestName[] = "manifest.json";
 inline constexpr char kDictName[] = "dict.zstd";
 inline constexpr char kFormatName[] = "fanstore";
@@ -75,8 +89,26 @@ std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries);
 // Parses and validates a raw (decompressed) index. Frames must lie in [kHeaderSize, data_end).
 Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t data_end,
                                               uint32_t expected_count);
-// Checks the stored index against the footer (hash, lengths), decompresses and parses it.
+// Checks the stored index against the footer (hash, lengths), decompresses and parses it as a
+// stream: the raw index is never held whole, and memory grows only with the entries actually
+// decoded, whatever the footer claims.
 Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Footer& f);
+
+// Incremental ParseIndexRaw: Feed() the raw index in pieces of any size, then Finish().
+class IndexParser {
+ public:
+  IndexParser(uint64_t data_end, uint32_t expected_count);
+  Status Feed(std::string_view piece);
+  Result<std::vector<IndexEntry>> Finish();
+
+ private:
+  Status ParseOne(const char* p, size_t path_len);
+  uint64_t data_end_;
+  uint32_t expected_;
+  uint64_t consumed_ = 0;  // raw bytes of the complete entries parsed so far
+  std::string partial_;    // an entry split across pieces
+  std::vector<IndexEntry> out_;
+};
 
 // True for a relative, canonical path: no leading or trailing '/', no empty, "." or ".."
 // component, no NUL, within kMaxPath and kMaxName.
@@ -84,6 +116,15 @@ bool IsSafePath(std::string_view p);
 // For a symlink at `link_path` with `target`: true when the target is relative and, resolved
 // lexically from the link's directory, stays inside the dataset.
 bool IsContainedLink(std::string_view link_path, std::string_view target);
+
+// What a path of a namespace is, for LinkStaysInside.
+enum class NodeKind { kDir, kLink, kOther };  // kOther: a file, or nothing at all
+// Looks `path` up; for a symlink sets *target.
+using LookupFn = std::function<NodeKind(const std::string& path, std::string* target)>;
+// Resolves the target of the symlink at `link_path` from the link's directory through the
+// namespace, expanding its symlinks as the kernel does: true when no step leaves the root.
+// IsContainedLink is lexical only: `x/esc -> up/../..` passes it when `x/up -> .`.
+bool LinkStaysInside(std::string_view link_path, std::string_view target, const LookupFn& lookup);
 
 const char* TypeName(EntryType t);
 

@@ -18,7 +18,9 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) return Status::Corruption(path + " is too large");
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    return Status::Corruption(path + " is too large: " + std::to_string(st.st_size) + " bytes, at most " +
+                              std::to_string(max_bytes) + " accepted");
   std::string out(st.st_size, '\0');
   FS_RETURN_IF_ERROR(PreadFull(fd.get(), out.data(), out.size(), 0, path));
   return out;

@@ -44,6 +44,54 @@ bool GetHex(const json& j, const char* key, uint64_t* out) {
   return true;
 }
 
+// Counts a document's values and nesting without building it: a hostile manifest (a 100 MB
+// array of zeros, or 100,000 nested brackets) is refused before the DOM costs ten times its
+// size, or the recursion of its destruction the stack.
+class ShapeCheck : public nlohmann::json_sax<json> {
+ public:
+  explicit ShapeCheck(uint64_t max_values) : max_values_(max_values) {}
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override { return Open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    syntax_ = true;
+    return false;
+  }
+  // Empty when the shape is acceptable, else why not.
+  std::string Problem() const {
+    if (syntax_) return "not valid JSON";
+    if (depth_exceeded_) return "nested deeper than " + std::to_string(kMaxDepth) + " levels";
+    if (values_ > max_values_) return "more than " + std::to_string(max_values_) + " values";
+    return "";
+  }
+
+ private:
+  static constexpr int kMaxDepth = 4;  // manifest { shards [ { ... } ] }, dict and root { }
+  bool Value() { return ++values_ <= max_values_; }
+  bool Open() {
+    if (++depth_ > kMaxDepth) depth_exceeded_ = true;
+    return !depth_exceeded_ && Value();
+  }
+  bool Close() {
+    depth_--;
+    return true;
+  }
+  uint64_t max_values_;
+  uint64_t values_ = 0;
+  int depth_ = 0;
+  bool depth_exceeded_ = false;
+  bool syntax_ = false;
+};
+
 }  // namespace
 
 std::string ManifestToJson(const Manifest& m) {
@@ -74,6 +122,16 @@ std::string ManifestToJson(const Manifest& m) {
 }
 
 Result<Manifest> ManifestFromJson(const std::string& text) {
+  if (text.size() > kMaxManifestBytes)
+    return Status::Corruption("manifest of " + std::to_string(text.size()) + " bytes is larger than the " +
+                              std::to_string(kMaxManifestBytes) + " a reader accepts");
+  {
+    // Six values per shard, a few dozen for the rest.
+    ShapeCheck shape(kMaxShards * 6 + 64);
+    const bool ok = json::sax_parse(text, &shape, json::input_format_t::json, /*strict=*/true);
+    const std::string problem = shape.Problem();
+    if (!ok || !problem.empty()) return Status::Corruption(problem.empty() ? "not valid JSON" : problem);
+  }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption("not valid JSON");
   Manifest m;
@@ -107,13 +165,15 @@ Result<Manifest> ManifestFromJson(const std::string& text) {
     uint64_t id = 0;
     if (!d->is_object() || !GetStr(*d, "file", &m.dict.file) || !IsPlainName(m.dict.file) ||
         !GetU64(*d, "bytes", &m.dict.bytes) || !GetHex(*d, "xxh3", &m.dict.xxh3) ||
-        !GetU64(*d, "id", &id) || id > 0xffffffffu || m.dict.bytes > (64u << 20))
+        !GetU64(*d, "id", &id) || id > 0xffffffffu || m.dict.bytes > kMaxDictBytes)
       return Status::Corruption("bad \"dict\" entry");
     m.dict.id = static_cast<uint32_t>(id);
   }
   auto s = j.find("shards");
   if (s == j.end() || !s->is_array()) return Status::Corruption("missing \"shards\" array");
-  if (s->size() > 10000000) return Status::Corruption("absurd shard count");
+  if (s->size() > kMaxShards)
+    return Status::Corruption("absurd shard count " + std::to_string(s->size()) + " (at most " +
+                              std::to_string(kMaxShards) + ")");
   for (const auto& e : *s) {
     ShardRef r;
     if (!e.is_object() || !GetStr(e, "file", &r.file) || !GetU64(e, "bytes", &r.bytes) ||
@@ -135,7 +195,7 @@ Result<Manifest> LoadManifest(const std::string& dataset_dir) {
   }
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dataset_dir + " is not a FanStore dataset (not a directory)");
   const std::string path = dataset_dir + "/" + kManifestName;
-  auto text = ReadSmallFile(path, 256u << 20);
+  auto text = ReadSmallFile(path, kMaxManifestBytes);
   if (!text.ok()) {
     if (text.status().IsNotFound())
       return Status::NotFound(dataset_dir + " is not a FanStore dataset (no " + kManifestName + ")");

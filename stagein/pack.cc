@@ -18,6 +18,7 @@
 #include <optional>
 #include <queue>
 #include <thread>
+#include <unordered_map>
 
 #include "common/hash.h"
 #include "common/unique_fd.h"
@@ -65,7 +66,9 @@ class Walker {
     if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("source " + root_ + " is not a directory");
     root_mode_ = st.st_mode & 07777;
     root_mtime_ns_ = MtimeNs(st);
-    return Dir("", out);
+    FS_RETURN_IF_ERROR(Dir("", out));
+    DropEscapingLinks(out);
+    return Status::OK();
   }
   uint64_t skipped() const { return skipped_; }
   uint32_t root_mode() const { return root_mode_; }
@@ -122,6 +125,42 @@ class Walker {
     return Status::OK();
   }
 
+  // Each symlink was checked on its own (lexically); resolved through the others, a chain such
+  // as `x/esc -> up/../..` with `x/up -> .` still leaves the tree. Such links are skipped.
+  void DropEscapingLinks(std::vector<SrcEntry>* out) {
+    std::unordered_map<std::string_view, size_t> at;
+    bool any = false;
+    for (size_t i = 0; i < out->size(); i++) {
+      at.emplace((*out)[i].rel, i);
+      any |= (*out)[i].type == EntryType::kSymlink;
+    }
+    if (!any) return;
+    std::vector<bool> drop(out->size(), false);
+    const format::LookupFn lookup = [&](const std::string& p, std::string* target) {
+      auto it = at.find(p);
+      if (it == at.end() || drop[it->second]) return format::NodeKind::kOther;
+      const SrcEntry& e = (*out)[it->second];
+      if (e.type == EntryType::kDir) return format::NodeKind::kDir;
+      if (e.type != EntryType::kSymlink) return format::NodeKind::kOther;
+      *target = e.target;
+      return format::NodeKind::kLink;
+    };
+    for (size_t i = 0; i < out->size(); i++) {
+      const SrcEntry& e = (*out)[i];
+      if (e.type != EntryType::kSymlink || format::LinkStaysInside(e.rel, e.target, lookup)) continue;
+      Warn("skipping symlink " + Join(root_, e.rel) + " -> " + e.target +
+           ": points outside the dataset through other symlinks");
+      drop[i] = true;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < out->size(); i++)
+      if (!drop[i]) {
+        if (k != i) (*out)[k] = std::move((*out)[i]);
+        k++;
+      }
+    out->resize(k);
+  }
+
   Status Link(const std::string& cpath, SrcEntry e, std::vector<SrcEntry>* out) {
     char buf[format::kMaxPath + 1];
     ssize_t n = ::readlink(cpath.c_str(), buf, sizeof buf);
@@ -165,6 +204,7 @@ struct Batch {
   uint32_t shard;
   std::vector<uint32_t> files;  // indices into the entry list
   uint64_t bytes = 0;
+  bool big = false;  // one file too large to hold: streamed by the writer (WriteBig)
 };
 
 struct BatchOut {
@@ -206,6 +246,7 @@ class Packer {
   Status TrainDict();
   BatchOut Process(const Batch& b);
   Status WriteShards();
+  Status WriteBig(class ShardOut& shard, const SrcEntry& e, IndexEntry* ie);
 
   std::string src_, tmp_;
   const Options& opts_;
@@ -252,6 +293,13 @@ void Packer::Plan() {
     shard_files_[s] = v.size();
     Batch b{s, {}, 0};
     for (uint32_t f : v) {
+      if (entries_[f].size > format::kStreamAbove) {
+        // Streamed straight into the shard by the writer, in bounded memory.
+        if (!b.files.empty()) batches_.push_back(std::move(b));
+        batches_.push_back(Batch{s, {f}, entries_[f].size, true});
+        b = Batch{s, {}, 0};
+        continue;
+      }
       b.files.push_back(f);
       b.bytes += entries_[f].size;
       if (b.bytes >= (4u << 20) || b.files.size() >= 256) {
@@ -259,7 +307,8 @@ void Packer::Plan() {
         b = Batch{s, {}, 0};
       }
     }
-    if (!b.files.empty() || v.empty()) batches_.push_back(std::move(b));
+    if (!b.files.empty() || v.empty() || batches_.empty() || batches_.back().shard != s)
+      batches_.push_back(std::move(b));
   }
 }
 
@@ -290,7 +339,8 @@ Status Packer::TrainDict() {
   }
   dict.resize(n);
   dict_ = std::move(dict);
-  cdict_ = ZSTD_createCDict(dict_.data(), dict_.size(), std::max(opts_.level, 1));
+  // At most level 19: higher levels use windows larger than a reader accepts (kMaxWindowLog).
+  cdict_ = ZSTD_createCDict(dict_.data(), dict_.size(), std::min(std::max(opts_.level, 1), 19));
   FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kDictName, dict_, 0644));
   manifest_.dict = {format::kDictName, dict_.size(), Xxh3(dict_), ZDICT_getDictID(dict_.data(), dict_.size())};
   return Status::OK();
@@ -299,6 +349,7 @@ Status Packer::TrainDict() {
 BatchOut Packer::Process(const Batch& b) {
   thread_local ZstdCtx ctx;
   BatchOut out;
+  if (b.big) return out;  // the writer streams it
   std::string raw, comp;
   for (uint32_t f : b.files) {
     const SrcEntry& e = entries_[f];
@@ -346,6 +397,20 @@ class ShardOut {
   }
   uint64_t pos() const { return pos_; }
   std::vector<IndexEntry>& entries() { return entries_; }
+  // A point to come back to: what has been written since is dropped.
+  struct Mark {
+    uint64_t pos;
+    Xxh3Stream hash;
+  };
+  Mark GetMark() const { return {pos_, hash_}; }
+  Status Rollback(const Mark& m) {
+    if (::ftruncate(fd_.get(), static_cast<off_t>(m.pos)) != 0 ||
+        ::lseek(fd_.get(), static_cast<off_t>(m.pos), SEEK_SET) < 0)
+      return Status::FromErrno("truncate " + path_, errno);
+    pos_ = m.pos;
+    hash_ = m.hash;
+    return Status::OK();
+  }
   Status Finish(bool sync, format::ShardRef* ref) {
     std::string raw = format::EncodeIndexRaw(entries_);
     std::string stored(ZSTD_compressBound(raw.size()), '\0');
@@ -383,6 +448,108 @@ std::string ShardName(uint32_t i) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "shard-%05u.fsd", i);
   return buf;
+}
+
+// A file larger than kStreamAbove, read, hashed, compressed and written in 1 MiB pieces (one
+// zstd frame, content size set), so its size never shows in memory. Compressed when its first
+// 128 KiB compress; if the whole frame then turns out no smaller, it is written again raw.
+Status Packer::WriteBig(ShardOut& shard, const SrcEntry& e, IndexEntry* ie) {
+  const std::string path = Join(src_, e.rel);
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return Status::IOError(path + " vanished while packing");
+    return Status::FromErrno("cannot read " + path, errno);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("cannot stat " + path, errno);
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != e.size)
+    return Status::IOError(path + " changed while packing (size " + std::to_string(e.size) + " became " +
+                           std::to_string(st.st_size) + ")");
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  ie->type = EntryType::kFile;
+  ie->mode = e.mode;
+  ie->size = e.size;
+  ie->mtime_ns = e.mtime_ns;
+  ie->path = e.rel;
+  ie->offset = shard.pos();
+  constexpr size_t kPiece = 1u << 20;
+  std::unique_ptr<char[]> in(new char[kPiece]);
+  auto read_at = [&](uint64_t off, size_t n) {
+    Status rs = PreadFull(fd.get(), in.get(), n, off, path);
+    return rs.ok() ? rs : Status::IOError(path + " changed while packing: " + rs.message());
+  };
+  bool compress = false;
+  if (opts_.level > 0) {
+    // Try a sample first: an incompressible file (media) is not compressed twice.
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(e.size, 128u << 10));
+    FS_RETURN_IF_ERROR(read_at(0, n));
+    thread_local ZstdCtx ctx;
+    std::string comp(ZSTD_compressBound(n), '\0');
+    size_t c = cdict_ ? ZSTD_compress_usingCDict(ctx.c, comp.data(), comp.size(), in.get(), n, cdict_)
+                      : ZSTD_compressCCtx(ctx.c, comp.data(), comp.size(), in.get(), n, opts_.level);
+    compress = !ZSTD_isError(c) && c < n;
+  }
+  if (compress) {
+    const ShardOut::Mark mark = shard.GetMark();
+    std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+    if (!cctx) return Status::IOError("zstd: out of memory");
+    ZSTD_CCtx* c = cctx.get();
+    if (cdict_) {
+      ZSTD_CCtx_refCDict(c, cdict_);
+    } else {
+      ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, opts_.level);
+      // A reader's streaming decoder accepts windows up to 2^kMaxWindowLog (levels up to 19
+      // stay within it).
+      if (opts_.level > 19) ZSTD_CCtx_setParameter(c, ZSTD_c_windowLog, format::kMaxWindowLog);
+    }
+    ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 1);
+    ZSTD_CCtx_setPledgedSrcSize(c, e.size);
+    std::unique_ptr<char[]> out(new char[ZSTD_CStreamOutSize()]);
+    Xxh3Stream hash;
+    Status ws;
+    // One call of the compressor; what it produced goes to the shard. Returns what remains to flush.
+    auto step = [&](ZSTD_inBuffer* ib, ZSTD_EndDirective mode, size_t* left) {
+      ZSTD_outBuffer ob{out.get(), ZSTD_CStreamOutSize(), 0};
+      *left = ZSTD_compressStream2(c, &ob, ib, mode);
+      if (ZSTD_isError(*left)) return Status::IOError(path + ": zstd: " + ZSTD_getErrorName(*left));
+      return ob.pos ? shard.Write(std::string_view(out.get(), ob.pos)) : Status::OK();
+    };
+    size_t left = 0;
+    for (uint64_t off = 0; off < e.size && ws.ok();) {
+      if (Cancelled()) return Status::Aborted("interrupted");
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, e.size - off));
+      FS_RETURN_IF_ERROR(read_at(off, n));
+      hash.Update(in.get(), n);
+      ZSTD_inBuffer ib{in.get(), n, 0};
+      while (ib.pos < ib.size && ws.ok()) ws = step(&ib, ZSTD_e_continue, &left);
+      off += n;
+    }
+    do {
+      ZSTD_inBuffer none{nullptr, 0, 0};
+      if (ws.ok()) ws = step(&none, ZSTD_e_end, &left);
+    } while (ws.ok() && left != 0);
+    FS_RETURN_IF_ERROR(ws);
+    if (shard.pos() - ie->offset < e.size) {
+      ie->codec = cdict_ ? Codec::kZstdDict : Codec::kZstd;
+      ie->stored_len = shard.pos() - ie->offset;
+      ie->xxh3 = hash.Digest();
+      return Status::OK();
+    }
+    FS_RETURN_IF_ERROR(shard.Rollback(mark));  // no smaller: stored raw after all
+  }
+  Xxh3Stream hash;
+  for (uint64_t off = 0; off < e.size;) {
+    if (Cancelled()) return Status::Aborted("interrupted");
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, e.size - off));
+    FS_RETURN_IF_ERROR(read_at(off, n));
+    hash.Update(in.get(), n);
+    FS_RETURN_IF_ERROR(shard.Write(std::string_view(in.get(), n)));
+    off += n;
+  }
+  ie->codec = Codec::kRaw;
+  ie->stored_len = e.size;
+  ie->xxh3 = hash.Digest();
+  return Status::OK();
 }
 
 Status Packer::WriteShards() {
@@ -477,7 +644,15 @@ Status Packer::WriteShards() {
       break;
     }
     const uint64_t base = shard.pos();
-    st = shard.Write(out.data);
+    if (b.big) {
+      IndexEntry ie;
+      st = WriteBig(shard, entries_[b.files[0]], &ie);
+      if (!st.ok()) break;
+      ie.offset -= base;  // relative, like a batch's (made absolute below)
+      out.entries.push_back(std::move(ie));
+    } else {
+      st = shard.Write(out.data);
+    }
     for (auto& e : out.entries) {
       e.offset += base;
       done_bytes += e.size;

@@ -24,7 +24,10 @@ Dictionary::~Dictionary() { ZSTD_freeDDict(ddict_); }
 Status Dictionary::Load(const std::string& dataset_dir, const DictRef& ref) {
   if (ref.file.empty()) return Status::OK();
   const std::string path = dataset_dir + "/" + ref.file;
-  auto bytes = ReadSmallFile(path, 64u << 20);
+  if (ref.bytes > kMaxDictBytes)
+    return Status::Corruption(path + ": dictionary of " + Num(ref.bytes) + " bytes is larger than the " +
+                              Num(kMaxDictBytes) + " a reader accepts");
+  auto bytes = ReadSmallFile(path, kMaxDictBytes);
   if (!bytes.ok()) return bytes.status();
   if (bytes->size() != ref.bytes || Xxh3(*bytes) != ref.xxh3)
     return Status::Corruption(path + ": dictionary checksum or size mismatch");
@@ -43,6 +46,10 @@ Status FrameDecoder::Decode(const IndexEntry& e, std::string_view stored, std::s
     return Status::Corruption("file '" + e.path + "' (frame at offset " + Num(e.offset) + "): " + why);
   };
   if (stored.size() != e.stored_len) return fail("frame length mismatch");
+  // The size is the index's claim: larger files are streamed (StreamFrame), never allocated.
+  if (e.size > kMaxWholeFrame)
+    return fail("file of " + Num(e.size) + " bytes is larger than the " + Num(kMaxWholeFrame) +
+                " decoded in memory (stream it)");
   if (e.codec == Codec::kRaw) {
     *raw = stored;
   } else {
@@ -132,6 +139,9 @@ FrameDecoder* DecoderPool::Get() {
 }
 
 Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
+  if (e.stored_len > kMaxWholeFrame || e.size > kMaxWholeFrame)
+    return Status::Corruption(path + ": file '" + e.path + "' (frame at offset " + Num(e.offset) + "): " +
+                              Num(std::max(e.size, e.stored_len)) + " bytes is too large to read in memory");
   std::string stored(e.stored_len, '\0');
   FS_RETURN_IF_ERROR(PreadFull(fd, stored.data(), stored.size(), e.offset, path));
   std::string scratch;
@@ -144,7 +154,7 @@ Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDeco
 }
 
 Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const Dictionary* dict,
-                   const std::function<Status(std::string_view)>& sink) {
+                   const Sink& sink, const std::function<void(uint64_t, std::string_view)>& on_stored) {
   auto fail = [&](const std::string& why) {
     return Status::Corruption(path + ": file '" + e.path + "' (frame at offset " + Num(e.offset) + "): " + why);
   };
@@ -162,6 +172,7 @@ Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const D
     for (uint64_t off = 0; off < e.stored_len;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(in.size(), e.stored_len - off));
       FS_RETURN_IF_ERROR(PreadFull(fd, in.data(), n, e.offset + off, path));
+      if (on_stored) on_stored(e.offset + off, std::string_view(in.data(), n));
       FS_RETURN_IF_ERROR(emit(in.data(), n));
       off += n;
     }
@@ -171,6 +182,8 @@ Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const D
     std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
     if (!dctx) return Status::IOError("zstd: out of memory");
     if (e.codec == Codec::kZstdDict) ZSTD_DCtx_refDDict(dctx.get(), dict->ddict());
+    // The window is what a streaming decoder allocates: a frame may not ask for more.
+    ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, kMaxWindowLog);
     std::vector<char> out(std::min<uint64_t>(std::max<uint64_t>(e.size, 1), kPiece));
     size_t last = 1;  // ZSTD_decompressStream's hint: 0 once the frame is complete
     // One call of the decoder on `ib`; what it produced goes to the sink.
@@ -184,6 +197,7 @@ Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const D
     for (uint64_t off = 0; off < e.stored_len;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(in.size(), e.stored_len - off));
       FS_RETURN_IF_ERROR(PreadFull(fd, in.data(), n, e.offset + off, path));
+      if (on_stored) on_stored(e.offset + off, std::string_view(in.data(), n));
       off += n;
       ZSTD_inBuffer ib{in.data(), n, 0};
       while (ib.pos < ib.size) {
@@ -266,7 +280,14 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
   order.reserve(shard.entries.size());
   for (const auto& e : shard.entries)
     if (e.type != EntryType::kDir) order.push_back(&e);
-  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  // Empty frames first at a shared offset, so that none sorts after a large frame it precedes.
+  std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->stored_len < b->stored_len;
+  });
+  // Large files are streamed on this thread, the rest decoded from the chunks on the pool.
+  auto big = [&](const IndexEntry* e) {
+    return opts.stream && (e->size > kStreamAbove || e->stored_len > kStreamAbove);
+  };
 
   std::mutex mu;
   Status first;
@@ -292,15 +313,56 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
   uint64_t buf_start = 0, pos = 0;  // buf holds [buf_start, pos)
   size_t next = 0;
   while (pos < shard.size && !failed()) {
+    if (next < order.size() && big(order[next]) && order[next]->offset <= pos) {
+      // A large frame: read, hashed and decoded piece by piece, never held whole.
+      const IndexEntry& e = *order[next++];
+      hasher.Wait();  // the whole-shard hash is fed here, in order, from now on
+      uint64_t hashed = pos;  // bytes before this are in the whole-shard hash already
+      auto on_stored = [&](uint64_t off, std::string_view piece) {
+        const uint64_t end = off + piece.size();
+        if (end <= hashed) return;
+        const size_t skip = static_cast<size_t>(hashed > off ? hashed - off : 0);
+        if (opts.check_file_hash) file_hash.Update(piece.data() + skip, piece.size() - skip);
+        if (opts.on_read) opts.on_read(piece.size() - skip);
+        hashed = end;
+      };
+      bool decoded = false;
+      auto decode = [&](const Sink& sink) {
+        decoded = true;
+        return StreamFrame(shard.fd.get(), shard.path, e, opts.dict, sink, on_stored);
+      };
+      Status st = opts.stream(e, decode);
+      if (st.ok() && !decoded) st = decode([](std::string_view) { return Status::OK(); });
+      if (!st.ok()) {
+        // StreamFrame's errors already name the shard.
+        std::lock_guard<std::mutex> l(mu);
+        if (first.ok()) first = st.message().compare(0, shard.path.size(), shard.path) == 0 ? st : st.Prefixed(shard.path);
+        break;
+      }
+      buf.reset();
+      pos = std::max(pos, e.offset + e.stored_len);
+      buf_start = pos;
+      // A writer never overlaps frames; the chunks after this one carry nothing from before.
+      if (next < order.size() && !big(order[next]) && order[next]->stored_len > 0 && order[next]->offset < pos) {
+        record(Status::Corruption("frame at offset " + std::to_string(order[next]->offset) + " of '" +
+                                  order[next]->path + "' overlaps the frame of '" + e.path + "'"));
+        break;
+      }
+      continue;
+    }
     // Carry the unfinished tail (from the next frame's start) into a fresh buffer.
-    uint64_t keep_from = next < order.size() ? std::max(order[next]->offset, buf_start) : pos;
+    uint64_t keep_from = next < order.size() && !big(order[next]) ? std::max(order[next]->offset, buf_start) : pos;
     if (keep_from > pos) keep_from = pos;
     // End the read at a frame boundary: the last frame that fits in a chunk, or the next frame
     // whole when it alone is larger. The next read then starts at a frame, with nothing to carry.
+    // A large frame is never read into a chunk: the read stops where it starts.
     uint64_t want = opts.chunk_bytes;
-    if (next < order.size()) {
+    if (next < order.size() && big(order[next])) {
+      want = std::min<uint64_t>(want, order[next]->offset - pos);
+    } else if (next < order.size()) {
       uint64_t end = order[next]->offset + order[next]->stored_len;
       for (size_t k = next + 1; k < order.size(); k++) {
+        if (big(order[k])) break;
         uint64_t e = order[k]->offset + order[k]->stored_len;
         if (e > pos + opts.chunk_bytes || e < end) break;
         end = e;
@@ -326,11 +388,15 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
     // Every frame this chunk completes goes to the pool as one task: a task per small file
     // would cost more in hand-offs than the work itself.
     std::vector<const IndexEntry*> batch;
-    while (next < order.size() && order[next]->offset + order[next]->stored_len <= pos) batch.push_back(order[next++]);
+    while (next < order.size() && !big(order[next]) && order[next]->offset + order[next]->stored_len <= pos)
+      batch.push_back(order[next++]);
     if (!batch.empty()) {
       group.Add([&, batch = std::move(batch), base = buf_start, hold = buf] {
         for (const IndexEntry* e : batch) {
-          Status st = fn(*e, std::string_view(hold->data.get() + (e->offset - base), e->stored_len));
+          // An empty frame may sit anywhere; it has no bytes in the chunk.
+          std::string_view stored = e->stored_len == 0 ? std::string_view()
+                                                       : std::string_view(hold->data.get() + (e->offset - base), e->stored_len);
+          Status st = fn(*e, stored);
           if (!st.ok()) {
             record(st);
             return;
@@ -350,7 +416,8 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
 }
 
 Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
-                  const std::atomic<bool>* cancel, const FrameFn& fn) {
+                  const std::atomic<bool>* cancel, const FrameFn& fn, const StreamFn& stream,
+                  const Dictionary* dict) {
   const size_t n = shards.size(), threads = pool ? pool->size() : 1;
   auto options = [&](size_t i, ThreadPool* p) {
     ScanOptions so;
@@ -359,6 +426,8 @@ Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards
     so.check_file_hash = true;
     so.expect_file_xxh3 = m.shards[shards[i]->header.shard_id].xxh3;  // ids checked at open
     so.on_read = on_read;
+    so.stream = stream;
+    so.dict = dict;
     return so;
   };
   auto cancelled = [&] { return cancel && cancel->load(); };

@@ -95,18 +95,28 @@ Status CheckAgainstManifest(const ShardFile& sh, const ShardRef& ref, uint32_t i
 // Reads one entry's frame with a single pread from the shard open as `fd` (named `path` in
 // errors), decodes and verifies it.
 Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec, std::string* out);
+// The content of a file, piece by piece, in order.
+using Sink = std::function<Status(std::string_view piece)>;
 // The same for a file of any size, without holding it in memory: reads the frame in 1 MiB
-// pieces, decompresses as a stream, and hands the content to `sink` piece by piece; the
-// length and XXH3 are checked at the end, so on an error (a Corruption naming the file and
-// frame offset, or the sink's own) the caller must discard what the sink received.
+// pieces, decompresses as a stream (window at most 2^kMaxWindowLog), and hands the content to
+// `sink` piece by piece; the length and XXH3 are checked at the end, so on an error (a
+// Corruption naming the file and frame offset, or the sink's own) the caller must discard what
+// the sink received. `on_stored`, when set, sees each stored piece read, with its shard offset.
 Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const Dictionary* dict,
-                   const std::function<Status(std::string_view)>& sink);
+                   const Sink& sink,
+                   const std::function<void(uint64_t off, std::string_view)>& on_stored = nullptr);
 inline Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
   return ReadFrame(shard.fd.get(), shard.path, e, dec, out);
 }
 
 // Called for each file or symlink entry with its stored frame bytes; may run on pool threads.
 using FrameFn = std::function<Status(const IndexEntry& e, std::string_view stored)>;
+// For a file too large to hold (raw or stored size above kStreamAbove): called on the scanning
+// thread, in shard order, with `decode`, which reads the frame in pieces (feeding the
+// whole-shard hash) and streams the verified content to its sink (StreamFrame). When the
+// callback does not call decode, the scan does, with a sink that drops the content.
+using DecodeFn = std::function<Status(const Sink& sink)>;
+using StreamFn = std::function<Status(const IndexEntry& e, const DecodeFn& decode)>;
 
 struct ScanOptions {
   ThreadPool* pool = nullptr;       // null: callbacks run on the calling thread
@@ -115,6 +125,10 @@ struct ScanOptions {
   uint64_t expect_file_xxh3 = 0;    // checked when check_file_hash is set
   bool check_file_hash = false;
   std::function<void(uint64_t bytes)> on_read;  // progress, called from the scanning thread
+  // Large files: with `stream` set they go to it (decoded with `dict`), never to the FrameFn;
+  // without, they reach the FrameFn whole like any other (memory grows with the file).
+  StreamFn stream;
+  const Dictionary* dict = nullptr;
 };
 
 // Reads the shard front to back with large sequential reads, hashing the whole file, and hands
@@ -128,7 +142,10 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
 // with fewer, one shard at a time is spread over the pool. on_read (thread-safe) reports
 // progress; `cancel` stops between shards. The error returned is that of the lowest-numbered
 // failing shard, whatever the thread timing.
+// `stream` and `dict` as in ScanOptions: with a stream callback, memory stays bounded whatever
+// the size of the files.
 Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
-                  const std::atomic<bool>* cancel, const FrameFn& fn);
+                  const std::atomic<bool>* cancel, const FrameFn& fn, const StreamFn& stream = nullptr,
+                  const Dictionary* dict = nullptr);
 
 }  // namespace fanstore::format
