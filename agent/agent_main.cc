@@ -153,7 +153,14 @@ int main(int argc, char** argv) {
           cfg.replicas = static_cast<uint32_t>(v);
         }
         break;
-      case 't': cfg.threads = static_cast<size_t>(std::max(1L, std::strtol(optarg, nullptr, 10))); break;
+      case 't': {
+        char* end;
+        errno = 0;
+        const long v = std::strtol(optarg, &end, 10);
+        if (errno || end == optarg || *end || v < 1 || v > 1024) return Usage(std::string("bad --threads '") + optarg + "' (1 to 1024)");
+        cfg.threads = static_cast<size_t>(v);
+        break;
+      }
       case 'n': cfg.node_name = optarg; break;
       case 'j': cfg.job_id = optarg; break;
       case 'A': cfg.peer_addr = optarg; break;

@@ -100,4 +100,12 @@ sleep 0.5; kill -KILL $pid; wait $pid 2>/dev/null
 check "SIGKILL leaves no valid-looking dataset" bash -c '! test -e kill.fs'
 for t in kill.fs.tmp-*; do expect_fail "the leftover temporary is not a dataset" 1 "not a FanStore dataset" "$F" verify "$t"; done
 
+echo "== the agent's numbers are checked"
+A="$(dirname "$F")/fanstore-agent"
+for bad in "--threads 0" "--threads x" "--threads 99999999999999999999" "--replicas 0" "--replicas 2x"; do
+  # shellcheck disable=SC2086
+  expect_fail "fanstore-agent $bad" 2 "bad ${bad%% *}" "$A" --dataset ds.fs --local-dir l --run-dir r --mount /m $bad
+done
+expect_fail "fanstore-agent --read-entry with a bad index" 2 "usage" "$A" --read-entry ds.fs 0 x
+
 finish
