@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -293,6 +295,64 @@ TEST_F(PeerTest, ARelayedHandshakeFailsOnTheEndpoints) {
   EXPECT_EQ(st.code(), Status::Code::kPermission) << st.ToString();
   EXPECT_NE(st.ToString().find("endpoint"), std::string::npos) << st.ToString();
   EXPECT_TRUE(got.empty());
+}
+
+TEST_F(PeerTest, OutOfDescriptorsTheServiceWaitsInsteadOfSpinning) {
+  // F3: a server whose process has run out of descriptors. A listening socket with pending
+  // connections stays readable; accept fails with EMFILE; the old loop spun on it.
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ThreadPool pool(2);
+    PeerServer s;
+    bool ok = s.Start("127.0.0.1", PeerIdentity{"job-a", 1},
+                      [this](uint32_t, uint32_t e, int* fd, uint64_t* n) {
+                        *fd = ::open((dir_ + "/" + std::to_string(e)).c_str(), O_RDONLY | O_CLOEXEC);
+                        *n = Content(0, e).size();
+                        return *fd >= 0 ? 0 : ENOENT;
+                      },
+                      [](uint32_t) { return std::vector<uint32_t>{}; }, &pool)
+                  .ok();
+    struct rlimit rl;
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = static_cast<rlim_t>(::dup(0)) + 4;  // room for a few more descriptors only
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    const std::string ep = ok ? s.Endpoint() : "";
+    (void)!::write(to_parent[1], ep.c_str(), ep.size() + 1);
+    char c;
+    (void)!::read(to_child[0], &c, 1);  // until the parent has flooded and let go
+    struct rusage ru;
+    ::getrusage(RUSAGE_SELF, &ru);
+    const long cpu_ms = ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000 + ru.ru_stime.tv_sec * 1000 +
+                        ru.ru_stime.tv_usec / 1000;
+    (void)!::write(to_parent[1], &cpu_ms, sizeof cpu_ms);
+    (void)!::read(to_child[0], &c, 1);  // until the parent's client is done
+    ::_exit(0);
+  }
+  char ep[64] = {};
+  ASSERT_GT(::read(to_parent[0], ep, sizeof ep), 1);
+  std::vector<UniqueFD> flood;
+  for (int i = 0; i < 40; i++) flood.push_back(Raw(ep));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  flood.clear();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  (void)!::write(to_child[1], "x", 1);
+  long cpu_ms = -1;
+  ASSERT_EQ(::read(to_parent[0], &cpu_ms, sizeof cpu_ms), static_cast<ssize_t>(sizeof cpu_ms));
+  EXPECT_LT(cpu_ms, 1000) << "the server used " << cpu_ms << " ms of CPU in 2 s out of descriptors";
+  // Once descriptors are free again, the job's own client is served.
+  PeerClient c;
+  c.SetIdentity(PeerIdentity{"job-a", 0});
+  c.SetEndpoints({"", ep});
+  std::string got;
+  Status st = FetchInto(c, 6, &got);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(got, Content(0, 6));
+  (void)!::write(to_child[1], "x", 1);
+  ::waitpid(pid, nullptr, 0);
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }
 
 TEST(PeerListenAddress, TakesAnAddressOrAnInterfaceAndRefusesOthers) {
