@@ -198,6 +198,11 @@ Status IndexParser::ParseOne(const char* p, size_t path_len) {
   if (e.size > kMaxFileSize) return Status::Corruption(where() + ": absurd size " + Num(e.size));
   if (e.type == EntryType::kSymlink && (e.codec != Codec::kRaw || e.size == 0 || e.size > kMaxPath))
     return Status::Corruption(where() + ": bad symlink entry");
+  // A zstd block is at least 3 bytes and decodes to at most 128 KiB: a size beyond that is a
+  // claim no frame of this length can back (it would only make a reader allocate).
+  if (e.codec != Codec::kRaw && e.size / (128u << 10) > e.stored_len / 3 + 1)
+    return Status::Corruption(where() + ": size " + Num(e.size) + " is more than a frame of " + Num(e.stored_len) +
+                              " bytes can hold");
   if (e.codec == Codec::kRaw && e.stored_len != e.size)
     return Status::Corruption(where() + ": raw frame length " + Num(e.stored_len) + " differs from size " + Num(e.size));
   if (e.offset < kHeaderSize || e.offset > data_end_ || e.stored_len > data_end_ - e.offset)
