@@ -49,13 +49,14 @@ bool WaitFor(int fd, short events) {
   return r == 1;
 }
 
-// Sends every byte of `iov` (modified), waiting while the socket is full.
+// Sends every byte of `iov` (modified). On the server's non-blocking sockets it waits while
+// the socket is full, at most kIoTimeoutMs each time; client sockets block with SO_SNDTIMEO.
 bool SendIov(int fd, struct iovec* iov, int n, int flags = 0) {
   while (n > 0) {
     struct msghdr m = {};
     m.msg_iov = iov;
     m.msg_iovlen = static_cast<size_t>(n);
-    ssize_t w = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT | flags);
+    ssize_t w = ::sendmsg(fd, &m, MSG_NOSIGNAL | flags);
     if (w < 0) {
       if (errno == EINTR) continue;
       if ((errno == EAGAIN || errno == EWOULDBLOCK) && WaitFor(fd, POLLOUT)) continue;
@@ -76,12 +77,13 @@ bool SendAll(int fd, const void* buf, size_t len, int flags = 0) {
   return SendIov(fd, &v, 1, flags);
 }
 
+// Client side: blocking receives on a socket with SO_RCVTIMEO (one system call per receive
+// where a poll first would make it three; a timeout fails the receive).
 bool RecvAll(int fd, void* buf, size_t len) {
   char* p = static_cast<char*>(buf);
   while (len) {
-    ssize_t r = ::recv(fd, p, len, MSG_DONTWAIT);
+    ssize_t r = ::recv(fd, p, len, 0);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && WaitFor(fd, POLLIN)) continue;
     if (r <= 0) return false;
     p += r;
     len -= static_cast<size_t>(r);
@@ -102,9 +104,8 @@ class RecvBuffer {
       pos_ = 0;
       if (buf_.size() < std::max(n, kMin)) buf_.resize(std::max(n, kMin));
       while (end_ < n) {
-        ssize_t r = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, MSG_DONTWAIT);
+        ssize_t r = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && WaitFor(fd_, POLLIN)) continue;
         if (r <= 0) return nullptr;
         end_ += static_cast<size_t>(r);
       }
@@ -140,6 +141,15 @@ std::string SocketEndpoint(int fd, bool peer) {
 void SetNoDelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+// A client connection: blocking, with a bound on each wait.
+void SetBlockingWithTimeouts(int fd) {
+  ::fcntl(fd, F_SETFL, 0);
+  struct timeval tv = {kIoTimeoutMs / 1000, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  SetNoDelay(fd);
 }
 
 std::string Rank(uint32_t r) { return "peer " + std::to_string(r); }
@@ -672,7 +682,7 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
   } else if (rc != 0) {
     return Status::FromErrno("connect " + ep, errno);
   }
-  SetNoDelay(s->fd.get());
+  SetBlockingWithTimeouts(s->fd.get());
   FS_RETURN_IF_ERROR(Handshake(s.get(), rank));
   return s;
 }
