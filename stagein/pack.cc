@@ -235,13 +235,16 @@ Status ReadWhole(const std::string& path, const SrcEntry& e, std::string* out) {
 
 class Packer {
  public:
-  Packer(std::string src, std::string tmp, const Options& o) : src_(std::move(src)), tmp_(std::move(tmp)), opts_(o) {}
+  Packer(std::string src, std::string tmp, const Options& o, mode_t dir_mode)
+      : src_(std::move(src)), tmp_(std::move(tmp)), opts_(o), dir_mode_(dir_mode) {}
   ~Packer() { ZSTD_freeCDict(cdict_); }
 
   Status Run(Stats* stats);
 
  private:
   bool Cancelled() const { return opts_.cancel && opts_.cancel->load(); }
+  // The dataset's files are readable by whom its directory is (no execute bits).
+  mode_t FileMode() const { return (dir_mode_ & 0644) | 0600; }
   void Plan();
   Status TrainDict();
   BatchOut Process(const Batch& b);
@@ -250,6 +253,7 @@ class Packer {
 
   std::string src_, tmp_;
   const Options& opts_;
+  mode_t dir_mode_;
   std::vector<SrcEntry> entries_;
   std::vector<uint32_t> files_;  // indices of regular files
   uint32_t nshards_ = 1;
@@ -341,7 +345,7 @@ Status Packer::TrainDict() {
   dict_ = std::move(dict);
   // At most level 19: higher levels use windows larger than a reader accepts (kMaxWindowLog).
   cdict_ = ZSTD_createCDict(dict_.data(), dict_.size(), std::min(std::max(opts_.level, 1), 19));
-  FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kDictName, dict_, 0644));
+  FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kDictName, dict_, FileMode()));
   manifest_.dict = {format::kDictName, dict_.size(), Xxh3(dict_), ZDICT_getDictID(dict_.data(), dict_.size())};
   return Status::OK();
 }
@@ -382,11 +386,12 @@ BatchOut Packer::Process(const Batch& b) {
 
 class ShardOut {
  public:
+  explicit ShardOut(mode_t mode = 0600) : mode_(mode) {}
   Status Open(const std::string& path, uint32_t id, uint64_t dataset_id) {
     path_ = path;
     id_ = id;
     dataset_id_ = dataset_id;
-    fd_.Reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    fd_.Reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_));
     if (!fd_.valid()) return Status::FromErrno("create " + path, errno);
     return Write(format::EncodeHeader({format::kVersion, id, dataset_id}));
   }
@@ -436,6 +441,7 @@ class ShardOut {
 
  private:
   std::string path_;
+  mode_t mode_;
   uint32_t id_ = 0;
   uint64_t dataset_id_ = 0;
   UniqueFD fd_;
@@ -590,14 +596,14 @@ Status Packer::WriteShards() {
 
   Status st;
   uint64_t done_bytes = 0, done_files = 0;
-  ShardOut shard;
+  ShardOut shard(FileMode());
   uint32_t open_shard = UINT32_MAX;
   for (size_t i = 0; i < batches_.size() && st.ok(); i++) {
     const Batch& b = batches_[i];
     if (b.shard != open_shard) {
       if (open_shard != UINT32_MAX) st = shard.Finish(opts_.sync, &manifest_.shards[open_shard]);
       if (!st.ok()) break;
-      shard = ShardOut();
+      shard = ShardOut(FileMode());
       open_shard = b.shard;
       manifest_.shards[open_shard].file = ShardName(open_shard);
       manifest_.shards[open_shard].files = shard_files_[open_shard];
@@ -696,7 +702,7 @@ Status Packer::Run(Stats* stats) {
   manifest_.raw_bytes = raw_total_;
   manifest_.root_mode = w.root_mode();
   manifest_.root_mtime_ns = w.root_mtime_ns();
-  FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kManifestName, format::ManifestToJson(manifest_), 0644));
+  FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kManifestName, format::ManifestToJson(manifest_), FileMode()));
   if (stats) {
     stats->files = manifest_.files;
     stats->dirs = manifest_.dirs;
@@ -718,8 +724,12 @@ Status Pack(const std::string& src, const std::string& dst, const Options& opts,
   struct stat st;
   if (::lstat(d.c_str(), &st) == 0) return Status::InvalidArgument(d + " already exists; remove it or choose another name");
   const std::string tmp = d + ".tmp-" + std::to_string(::getpid());
-  if (::mkdir(tmp.c_str(), 0755) != 0) return Status::FromErrno("create " + tmp, errno);
-  Packer p(src, tmp, opts);
+  // The dataset is readable by no more users than the tree it packs: a private source tree
+  // (0700) gives a private dataset, whatever the destination directory (the umask applies too).
+  struct stat sst;
+  const mode_t dir_mode = ::stat(src.c_str(), &sst) == 0 ? ((sst.st_mode & 0755) | 0700) : 0700;
+  if (::mkdir(tmp.c_str(), dir_mode) != 0) return Status::FromErrno("create " + tmp, errno);
+  Packer p(src, tmp, opts, dir_mode);
   Status s = p.Run(stats);
   if (s.ok() && opts.sync) {
     UniqueFD dfd(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

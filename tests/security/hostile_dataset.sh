@@ -56,6 +56,10 @@ chmod 6755 su/bin/tool
 "$F" pack su su.fs -q --no-sync
 "$F" extract su.fs su.out -q
 check "extract strips setuid and setgid" test "$(stat -c %a su.out/bin/tool)" = 755
+mkdir -p priv && printf 'secret\n' > priv/s && chmod 700 priv
+(umask 022 && "$F" pack priv priv.fs -q --no-sync)
+check "a private tree packs into a private dataset" \
+  test "$(stat -c %a priv.fs) $(stat -c %a priv.fs/manifest.json priv.fs/shard-00000.fsd | sort -u)" = "700 600"
 
 echo "== manifests with hostile sizes (F6)"
 fresh() { rm -rf bad.fs; cp -r ds.fs bad.fs; }
