@@ -798,6 +798,19 @@ void Agent::UnpackLoop() {
       so.pool = &workers;
       so.check_file_hash = true;
       so.expect_file_xxh3 = manifest_.shards[s].xxh3;
+      // A large file goes to disk as it is decoded: memory stays bounded whatever its size.
+      so.dict = &dict_;
+      so.stream = [&](const IndexEntry& e, const format::DecodeFn& decode) -> Status {
+        if (unpack_stop_) return Status::Aborted("shutting down");
+        const uint32_t i = static_cast<uint32_t>(&e - copy.entries.data());
+        if (!ClaimUnpack(s, i, /*wait=*/false)) return Status::OK();  // the scan drops its bytes
+        auto fd = stage::CreateStaged(data_root_fd_.get(), data_root_, e.path);
+        Status fs = fd.status();
+        if (fs.ok())
+          fs = decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), data_root_ + "/" + e.path); });
+        FinishUnpack(s, i, fs.ok());
+        return fs;
+      };
       Status st = format::ScanShard(copy, so, [&](const IndexEntry& e, std::string_view stored) -> Status {
         if (unpack_stop_) return Status::Aborted("shutting down");
         if (e.type != EntryType::kFile) return Status::OK();

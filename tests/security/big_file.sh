@@ -54,4 +54,12 @@ kb=$(head -1 agent.kb)
 if [[ -n $kb && $kb -le $LIMIT_KB ]]; then ok "stage: the agent's peak RSS $((kb / 1024)) MiB"
 else bad "stage: the agent's peak RSS '${kb}' KiB (want <= 64 MiB)"; fi
 check "the staged copy is removed" bash -c '[ -z "$(ls -A local)" ]'
+# Lazy: the shard copies are unpacked in the background after ready, large files as streams.
+rss stage-lazy "$F" run ds.fs --mount /fanstore/bigfile --local-dir "$T/local" --unpack lazy -- \
+  bash -c 'for i in $(seq 600); do grep -q "\"unpacked\":true" "$(dirname "$FANSTORE_TABLE")/status.json" && break; sleep 0.1; done
+    grep -q "\"unpacked\":true" "$(dirname "$FANSTORE_TABLE")/status.json" && cmp /fanstore/bigfile/d/big.bin "$1" && bash "$2" "$3" > "$4"' \
+  sh "$T/src/d/big.bin" "$T/agent_peak.sh" "$T/local" "$T/agent.kb"
+kb=$(head -1 agent.kb)
+if [[ -n $kb && $kb -le $LIMIT_KB ]]; then ok "stage-lazy: the agent's peak RSS after the background unpack $((kb / 1024)) MiB"
+else bad "stage-lazy: the agent's peak RSS '${kb}' KiB (want <= 64 MiB)"; fi
 finish
