@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <future>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -404,6 +405,23 @@ Status Agent::DecodeRecords(const std::vector<std::string>& all, const Shards& s
   }
   for (uint32_t s = 0; s < nshards; s++)
     if (!seen[s]) return Status::Corruption("metadata exchange: no agent published shard " + std::to_string(s));
+  // Each target stays inside when resolved through the other links too, not only lexically.
+  if (!links_.empty()) {
+    std::unordered_set<std::string_view> dirs;
+    for (const auto& entries : index_)
+      for (const auto& e : entries)
+        if (e.type == EntryType::kDir) dirs.insert(e.path);
+    auto lookup = [&](const std::string& path, std::string* target) {
+      if (path.empty() || dirs.count(path)) return format::NodeKind::kDir;
+      auto it = links_.find(path);
+      if (it == links_.end()) return format::NodeKind::kOther;
+      *target = it->second;
+      return format::NodeKind::kLink;
+    };
+    for (const auto& [path, target] : links_)
+      if (!format::LinkStaysInside(path, target, lookup))
+        return Status::Corruption("metadata exchange: symlink '" + path + "' leads out of the dataset");
+  }
   peers_.SetEndpoints(std::move(endpoints));
   return Status::OK();
 }
