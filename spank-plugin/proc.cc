@@ -132,42 +132,6 @@ pid_t ReadPidFile(const std::string& path) {
   return v > 0 ? static_cast<pid_t>(v) : -1;
 }
 
-Status RemoveContents(int dirfd, const std::string& where) {
-  ::fchmod(dirfd, 0700);  // best effort: read-only staged directories
-  int dup = ::dup(dirfd);
-  if (dup < 0) return Status::FromErrno(where, errno);
-  DIR* d = ::fdopendir(dup);
-  if (d == nullptr) {
-    ::close(dup);
-    return Status::FromErrno(where, errno);
-  }
-  std::vector<std::string> names;
-  while (struct dirent* e = ::readdir(d)) {
-    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
-  }
-  ::closedir(d);
-  Status first;
-  for (const auto& name : names) {
-    struct stat st;
-    if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    const std::string path = where + "/" + name;
-    if (S_ISDIR(st.st_mode)) {
-      ::fchmodat(dirfd, name.c_str(), 0700, 0);
-      int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (fd >= 0) {
-        Status s = RemoveContents(fd, path);
-        ::close(fd);
-        if (!s.ok() && first.ok()) first = s;
-      }
-      if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT && first.ok())
-        first = Status::FromErrno("rmdir " + path, errno);
-    } else if (::unlinkat(dirfd, name.c_str(), 0) != 0 && errno != ENOENT && first.ok()) {
-      first = Status::FromErrno("unlink " + path, errno);
-    }
-  }
-  return first;
-}
-
 }  // namespace
 
 Result<pid_t> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
@@ -397,22 +361,6 @@ int TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms) {
   }
   for (pid_t p : alive) ::kill(p, SIGKILL);
   return static_cast<int>(alive.size());
-}
-
-Status RemoveTree(const std::string& path) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::OK() : Status::FromErrno(path, errno);
-  if (!S_ISDIR(st.st_mode)) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("unlink " + path, errno);
-    return Status::OK();
-  }
-  ::chmod(path.c_str(), 0700);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(path, errno);
-  Status s = RemoveContents(fd, path);
-  ::close(fd);
-  if (::rmdir(path.c_str()) != 0 && errno != ENOENT && s.ok()) s = Status::FromErrno("rmdir " + path, errno);
-  return s;
 }
 
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {

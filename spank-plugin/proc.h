@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/remove_tree.h"
 #include "common/status.h"
 
 namespace fanstore::spank {
@@ -56,9 +57,7 @@ std::vector<pid_t> FindProcesses(uid_t uid, const std::vector<std::string>& env_
 // SIGTERM, up to grace_ms for them to go, then SIGKILL. Returns how many were still alive for SIGKILL.
 int TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms);
 
-// Removes path and everything below it without following symlinks; directories are made writable by
-// their owner on the way down so that read-only staged trees go too. A missing path is not an error.
-[[nodiscard]] Status RemoveTree(const std::string& path);
+using fanstore::RemoveTree;  // common/remove_tree.h
 
 // Reads a small file (at most max_bytes). NotFound when it does not exist.
 [[nodiscard]] Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);

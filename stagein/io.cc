@@ -2,7 +2,6 @@
 #include "stagein/io.h"
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,26 +64,6 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::FromErrno("rename " + tmp, errno);
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
-}
-
-Status RemoveTree(const std::string& path) {
-  struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::OK() : Status::FromErrno("stat " + path, errno);
-  auto rm = [](const char* p, const struct stat*, int flag, struct FTW*) -> int {
-    if (flag == FTW_DP || flag == FTW_D) {
-      ::chmod(p, 0700);  // a read-only directory cannot be emptied
-      return ::rmdir(p) == 0 || errno == ENOENT ? 0 : -1;
-    }
-    return ::unlink(p) == 0 || errno == ENOENT ? 0 : -1;
-  };
-  // Make directories writable first (nftw visits them before their content in pre-order).
-  ::nftw(path.c_str(), [](const char* p, const struct stat* s, int flag, struct FTW*) -> int {
-    if (flag == FTW_D) ::chmod(p, (s->st_mode & 07777) | 0700);
-    return 0;
-  }, 64, FTW_PHYS);
-  if (::nftw(path.c_str(), rm, 64, FTW_DEPTH | FTW_PHYS) != 0)
-    return Status::FromErrno("remove " + path, errno);
-  return Status::OK();
 }
 
 std::string HumanBytes(double b) {

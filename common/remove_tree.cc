@@ -1,0 +1,112 @@
+#include "common/remove_tree.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/unique_fd.h"
+
+namespace fanstore {
+namespace {
+
+constexpr int kMaxDepth = 32;  // open descriptors at once; deeper directories move up
+
+struct Walk {
+  int top;  // the tree's root, where too-deep directories are moved
+  dev_t dev;
+  const std::string& path;
+  unsigned moved = 0;
+  Status first;
+
+  void Fail(const char* what, const char* name, int err) {
+    if (first.ok()) first = Status::FromErrno(std::string(what) + " " + path + ": '" + std::string(name).substr(0, 255) + "'", err);
+  }
+
+  // Empties the directory open as `fd`, `depth` levels below the top.
+  void Empty(int fd, int depth) {
+    ::fchmod(fd, 0700);  // a read-only directory cannot be emptied; fchmod follows nothing
+    UniqueFD dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    DIR* d = dup.valid() ? ::fdopendir(dup.get()) : nullptr;
+    if (!d) return Fail("read", ".", errno);
+    dup.Release();
+    ::rewinddir(d);  // the duplicate shares the offset an earlier pass left at the end
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const std::string& name : names) {
+      struct stat st;
+      if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (!S_ISDIR(st.st_mode)) {
+        if (::unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT) Fail("unlink in", name.c_str(), errno);
+        continue;
+      }
+      if (st.st_dev != dev) {  // a mount point: not ours to descend into
+        Fail("remove (a file system is mounted there) in", name.c_str(), EBUSY);
+        continue;
+      }
+      if (depth + 1 >= kMaxDepth && fd != top) {
+        // Too deep to hold another descriptor: move it up to the top, emptied on a later pass.
+        int rc = -1;
+        for (int tries = 0; tries < 100 && rc != 0; tries++) {
+          const std::string up = ".fanstore-rm-" + std::to_string(moved++);
+          rc = ::renameat2(fd, name.c_str(), top, up.c_str(), RENAME_NOREPLACE);
+          if (rc != 0 && errno != EEXIST) break;
+        }
+        if (rc != 0) Fail("move up in", name.c_str(), errno);
+        continue;
+      }
+      UniqueFD child(::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!child.valid()) {
+        if (errno != ENOENT) Fail("open in", name.c_str(), errno);
+        continue;
+      }
+      Empty(child.get(), depth + 1);
+      if (::unlinkat(fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT && errno != ENOTEMPTY)
+        Fail("rmdir in", name.c_str(), errno);
+    }
+  }
+};
+
+bool IsEmpty(int fd) {
+  UniqueFD dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  DIR* d = dup.valid() ? ::fdopendir(dup.get()) : nullptr;
+  if (!d) return false;
+  dup.Release();
+  ::rewinddir(d);
+  bool empty = true;
+  while (struct dirent* e = ::readdir(d))
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) empty = false;
+  ::closedir(d);
+  return empty;
+}
+
+}  // namespace
+
+Status RemoveTree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::OK() : Status::FromErrno("stat " + path, errno);
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("unlink " + path, errno);
+    return Status::OK();
+  }
+  UniqueFD top(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!top.valid()) return Status::FromErrno("open " + path, errno);
+  if (::fstat(top.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
+  Walk w{top.get(), st.st_dev, path, 0, Status::OK()};
+  // Each pass removes up to kMaxDepth levels; what was deeper now sits at the top.
+  for (int pass = 0; pass < 100000 && w.first.ok(); pass++) {
+    w.Empty(top.get(), 0);
+    if (IsEmpty(top.get())) break;
+  }
+  if (!w.first.ok()) return w.first;
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("rmdir " + path, errno);
+  return Status::OK();
+}
+
+}  // namespace fanstore

@@ -1,0 +1,17 @@
+// Removing a directory tree that someone else may have planted things in.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace fanstore {
+
+// Removes `path` and everything below it. Works through directory descriptors only: never
+// follows a symlink (a symlink is removed, not its target), never leaves the file system
+// `path` is on, and builds no path strings, so a tree thousands of levels deep costs neither
+// memory nor descriptors (directories deeper than a bound are moved up and removed from
+// there). A missing path is success. Errors name `path` and one entry name at most.
+Status RemoveTree(const std::string& path);
+
+}  // namespace fanstore
