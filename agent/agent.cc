@@ -112,19 +112,17 @@ Status ReadBlobHead(Reader& rd, uint32_t rank) {
   return Status::OK();
 }
 
+// Creates `path` (0700), or takes an existing directory of this user's, checked through a
+// descriptor (never a symlink, never another user's). *created says which: a directory the
+// agent did not create is never removed by it, only the agent's own files in it (F5).
 Status EnsurePrivateDir(const std::string& path, bool* created) {
-  if (::mkdir(path.c_str(), 0700) == 0) {
-    *created = true;
-    return Status::OK();
-  }
-  if (errno != EEXIST) return Status::FromErrno("create " + path, errno);
+  *created = ::mkdir(path.c_str(), 0700) == 0;
+  if (!*created && errno != EEXIST) return Status::FromErrno("create " + path, errno);
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return Status::FromErrno("stat " + path, errno);
-  if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid())
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || st.st_uid != ::getuid())
     return Status::Permission(path + " exists and is not a directory owned by this user");
-  if ((st.st_mode & 077) != 0 && ::chmod(path.c_str(), 0700) != 0)
-    return Status::FromErrno("chmod 0700 " + path, errno);
-  *created = true;  // ours to clean: the launcher made it for this agent
+  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0700) != 0) return Status::FromErrno("chmod 0700 " + path, errno);
   return Status::OK();
 }
 
@@ -142,7 +140,7 @@ void Agent::WriteStatus(const std::string& state, const std::string& error) {
     state_ = state;
     error_ = error;
   }
-  if (!created_run_) return;
+  if (!have_run_) return;
   Status s = WriteFileAtomic(cfg_.run_dir + "/" + kStatusName, StatusJson() + "\n", 0600);
   if (!s.ok()) LOG_ERROR("%s", s.ToString().c_str());
 }
@@ -202,6 +200,7 @@ std::string Agent::StatsJson() const {
 
 Status Agent::Prepare() {
   FS_RETURN_IF_ERROR(EnsurePrivateDir(cfg_.run_dir, &created_run_));
+  have_run_ = true;
   // Held until exit: readers of status.json tell a dead agent from a live one by it.
   auto alive = run_dir::HoldAlive(cfg_.run_dir);
   if (!alive.ok()) return alive.status();
@@ -210,6 +209,7 @@ Status Agent::Prepare() {
   bool made_local = false;
   FS_RETURN_IF_ERROR(EnsurePrivateDir(cfg_.local_dir, &made_local).Prefixed("local directory"));
   created_local_ = made_local;
+  have_local_ = true;
   // The local directory must be empty: the agent owns what is in it and removes it at the end.
   DIR* d = ::opendir(cfg_.local_dir.c_str());
   if (!d) return Status::FromErrno("local directory " + cfg_.local_dir, errno);
@@ -633,8 +633,7 @@ Status Agent::Start() {
     serving_ = false;
     peer_server_.Stop();
     server_.Stop();
-    for (const char* name : {kTableName, table::kCountersName}) ::unlink((cfg_.run_dir + "/" + name).c_str());
-    if (created_local_) (void)RemoveTree(cfg_.local_dir);
+    RemoveOwnFiles(/*keep_status=*/true);
     WriteStatus("failed", st.ToString());
     return st;
   }
@@ -654,11 +653,25 @@ Status Agent::Start() {
   return Status::OK();
 }
 
-void Agent::RemoveAll() {
-  for (const char* name : {kTableName, table::kCountersName, kSocketName}) ::unlink((cfg_.run_dir + "/" + name).c_str());
-  if (created_local_) (void)RemoveTree(cfg_.local_dir);
-  if (created_run_) (void)RemoveTree(cfg_.run_dir);
+void Agent::RemoveOwnFiles(bool keep_status) {
+  auto remove = [](const std::string& path) {
+    Status s = RemoveTree(path);
+    if (!s.ok()) LOG_ERROR("%s", s.ToString().c_str());
+  };
+  if (created_local_) {
+    remove(cfg_.local_dir);
+  } else if (have_local_) {
+    for (const char* sub : {"/data", "/cache", "/shards"}) remove(cfg_.local_dir + sub);
+  }
+  if (created_run_ && !keep_status) {
+    remove(cfg_.run_dir);
+  } else if (have_run_) {
+    for (const char* name : {kTableName, table::kCountersName, kSocketName}) ::unlink((cfg_.run_dir + "/" + name).c_str());
+    if (!keep_status) ::unlink((cfg_.run_dir + "/" + kStatusName).c_str());
+  }
 }
+
+void Agent::RemoveAll() { RemoveOwnFiles(/*keep_status=*/false); }
 
 void Agent::Shutdown() {
   unpack_stop_ = true;
@@ -672,14 +685,7 @@ void Agent::Shutdown() {
   server_.Stop();
   peer_server_.Stop();
   if (boot_) boot_->Finalize();
-  if (created_local_) {
-    Status s = RemoveTree(cfg_.local_dir);
-    if (!s.ok()) LOG_ERROR("%s", s.ToString().c_str());
-  }
-  if (created_run_) {
-    Status s = RemoveTree(cfg_.run_dir);
-    if (!s.ok()) LOG_ERROR("%s", s.ToString().c_str());
-  }
+  RemoveOwnFiles(/*keep_status=*/false);
 }
 
 Reply Agent::Handle(proto::Op op, const std::string& payload) {

@@ -62,6 +62,8 @@ class Agent {
   // Only the files, from any thread, while other threads may be stuck: the last thing before
   // the process exits.
   void RemoveAll();
+  // The agent's own files; the directories too when the agent created them.
+  void RemoveOwnFiles(bool keep_status);
   // A JSON summary of the counters (also served as kStats).
   std::string StatsJson() const;
 
@@ -175,6 +177,7 @@ class Agent {
   table::AgentLock alive_;
   table::ClientCounters* client_counters_ = nullptr;  // shared with clients, see table.h  // held while serving; clients see its release or our death
   bool created_local_ = false, created_run_ = false, server_started_ = false;
+  bool have_local_ = false, have_run_ = false;  // ensured (created, or given and checked)
   std::string state_ = "starting", error_;
   mutable std::mutex state_mu_;
 

@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -71,10 +72,18 @@ const char kHelp[] =
     "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage.\n";
 
 // One write with O_APPEND: the lines of several nodes appending to one shared file do not mix.
+// The name is predictable and the directory may be shared: the file is created private, and
+// one that is not the job user's own plain file (planted by someone else, a symlink, a FIFO, a
+// hard link) is refused.
 fanstore::Status AppendLine(const std::string& path, std::string line) {
   line += '\n';
-  fanstore::UniqueFD fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+  fanstore::UniqueFD fd(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600));
   if (!fd.valid()) return fanstore::Status::FromErrno("open " + path, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return fanstore::Status::FromErrno("stat " + path, errno);
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::getuid() || st.st_nlink != 1)
+    return fanstore::Status::Permission(path + " is not a plain file of this user (owner uid " + std::to_string(st.st_uid) +
+                                        "); not written");
   ssize_t w = ::write(fd.get(), line.data(), line.size());
   if (w != static_cast<ssize_t>(line.size()))
     return fanstore::Status::FromErrno("write " + path, w < 0 ? errno : ENOSPC);

@@ -207,6 +207,12 @@ int CmdRun(int argc, char** argv) {
     std::fprintf(stderr, "fanstore: run: cannot start %s: %s\n", agent.c_str(), std::strerror(errno));
     ::_exit(127);
   }
+  if (agent_pid < 0) {
+    std::fprintf(stderr, "fanstore: run: cannot start the agent: fork: %s\n", std::strerror(errno));
+    (void)RemoveTree(local_dir);
+    (void)RemoveTree(run_dir);
+    return kExitBad;
+  }
   auto teardown = [&] {
     int ws;
     if (agent_pid > 0 && !Exited(agent_pid, &ws)) {
@@ -272,6 +278,11 @@ int CmdRun(int argc, char** argv) {
     ::execvp(argv[dashdash + 1], argv + dashdash + 1);
     std::fprintf(stderr, "fanstore: run: cannot run %s: %s\n", argv[dashdash + 1], std::strerror(errno));
     ::_exit(127);
+  }
+  if (child < 0) {  // never signal -(-1): that would reach every process of the user
+    std::fprintf(stderr, "fanstore: run: cannot start %s: fork: %s\n", argv[dashdash + 1], std::strerror(errno));
+    teardown();
+    return kExitBad;
   }
   // Keep the terminal's job control simple: the command runs in its own process group and
   // gets our signals forwarded.
