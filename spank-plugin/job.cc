@@ -116,8 +116,15 @@ bool IsSafeNodeName(const std::string& node) {
 }
 
 std::string RunDir(const Config& config, const JobIdentity& id) { return JobPrefix(config, id) + "." + id.node; }
-std::string LaunchLog(const Config& config, const JobIdentity& id) { return JobPrefix(config, id) + ".launch.log"; }
-std::string LaunchLock(const Config& config, const JobIdentity& id) { return JobPrefix(config, id) + ".launch"; }
+std::string LaunchDir(const Config& config, const JobIdentity& id) {
+  return config.run_dir + "/fanstore." + std::to_string(id.uid);
+}
+std::string LaunchLog(const Config& config, const JobIdentity& id) {
+  return LaunchDir(config, id) + "/" + std::to_string(id.job) + ".launch.log";
+}
+std::string LaunchLock(const Config& config, const JobIdentity& id) {
+  return LaunchDir(config, id) + "/" + std::to_string(id.job) + ".launch";
+}
 
 std::string LocalDir(const Config& config, const JobIdentity& id) {
   return ExpandTemplate(config.local_dir, id) + "/fanstore." + std::to_string(id.uid) + "." + std::to_string(id.job);

@@ -6,8 +6,10 @@
 //                                                   status.json. Per node, because in a test cluster
 //                                                   several nodes share one /dev/shm.
 //   local directory <local_dir with %n,%j,%u>/fanstore.N.J   created by the agent: the staged shards
-//   launch log      <run_dir>/fanstore.N.J.launch.log         output of the srun that runs the agents
-//   launch lock     <run_dir>/fanstore.N.J.launch             (srun/salloc only) pid of the supervisor
+//   launch log      <run_dir>/fanstore.N/J.launch.log         output of the srun that runs the agents
+//   launch lock     <run_dir>/fanstore.N/J.launch             (srun/salloc only) pid of the supervisor
+// On compute nodes the prolog (root) creates the run, local and launch directories and gives them
+// to the user (spank-plugin/dirs.h), so nothing another user planted under these names is used.
 #pragma once
 
 #include <sys/types.h>
@@ -71,6 +73,9 @@ bool IsSafeNodeName(const std::string& node);
 
 std::string RunDir(const Config& config, const JobIdentity& id);
 std::string LocalDir(const Config& config, const JobIdentity& id);
+// The user's private directory of launch files (0700): claimed by root on compute nodes, made
+// by the user where srun runs; a planted file under a predictable name is never used (F12).
+std::string LaunchDir(const Config& config, const JobIdentity& id);
 std::string LaunchLog(const Config& config, const JobIdentity& id);
 std::string LaunchLock(const Config& config, const JobIdentity& id);
 

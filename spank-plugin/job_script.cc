@@ -15,6 +15,7 @@
 
 #include <cstdlib>
 
+#include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
 #include "spank-plugin/plugin_state.h"
 
@@ -45,7 +46,12 @@ int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
     TerminateProcesses(pids, kAgentGraceMs);
   }
   for (const std::string& path : {run_dir, LocalDir(config, id)}) {
-    if (!Exists(path)) continue;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    if (st.st_uid != id.uid) {  // planted by someone else: not ours to remove, and in no one's way
+      LogInfo(phase, path + " belongs to uid " + std::to_string(st.st_uid) + ", not to the job's user: left alone");
+      continue;
+    }
     Status s = RemoveTree(path);
     if (!s.ok()) {
       LogError(phase, "cannot remove " + path + ": " + s.message());
@@ -58,11 +64,14 @@ int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
   const std::string lock = LaunchLock(config, id);
   const pid_t supervisor = [&] {
     auto text = ReadSmallFile(lock, 64);
-    return text.ok() ? static_cast<pid_t>(std::strtol(text.value().c_str(), nullptr, 10)) : 0;
+    char* end = nullptr;
+    const long pid = text.ok() ? std::strtol(text.value().c_str(), &end, 10) : 0;
+    return pid > 0 && pid < (1L << 22) && end && (*end == '\0' || *end == '\n') ? static_cast<pid_t>(pid) : 0;
   }();
   if (supervisor <= 0 || !ProcessAlive(supervisor)) {
     ::unlink(LaunchLog(config, id).c_str());
     ::unlink(lock.c_str());
+    ::rmdir(LaunchDir(config, id).c_str());  // when no other job of the user's uses it
   }
   for (pid_t p : pids)
     if (ProcessAlive(p)) {
@@ -93,6 +102,17 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
   const Config config = s.config;
   const JobIdentity who = id.value();
   auto rc = RunAsUser(creds, kCleanupTimeoutMs, [&] { return CleanNode(config, who, phase); });
+  if (std::string(phase) == "prolog" && used) {
+    // As root: the job's directories on this node, whatever another user planted under their
+    // names first (moved aside, never deleted). A failure here fails the job, not the node:
+    // the agent then reports what it cannot create.
+    for (const std::string& dir : {LaunchDir(config, who), RunDir(config, who), LocalDir(config, who)}) {
+      std::string moved;
+      Status claimed = ClaimDir(dir, creds.uid, creds.gid, &moved);
+      if (!claimed.ok()) LogError(phase, claimed.message());
+      if (!moved.empty()) LogError(phase, "moved aside " + moved + ", planted in the way of job " + std::to_string(who.job));
+    }
+  }
   if (!rc.ok() || rc.value() != 0) {
     LogError(phase, "job " + std::to_string(who.job) + " could not be cleaned up completely on " + who.node +
                         (rc.ok() ? "" : ": " + rc.status().message()));

@@ -80,8 +80,8 @@ TEST(JobTest, TemplateAndPaths) {
   const Config c = TestConfig();
   EXPECT_EQ(RunDir(c, id), "/dev/shm/fanstore.1001.42.node3");
   EXPECT_EQ(LocalDir(c, id), "/scratch/alice/node3/fanstore.1001.42");
-  EXPECT_EQ(LaunchLog(c, id), "/dev/shm/fanstore.1001.42.launch.log");
-  EXPECT_EQ(LaunchLock(c, id), "/dev/shm/fanstore.1001.42.launch");
+  EXPECT_EQ(LaunchLog(c, id), "/dev/shm/fanstore.1001/42.launch.log");
+  EXPECT_EQ(LaunchLock(c, id), "/dev/shm/fanstore.1001/42.launch");
   EXPECT_TRUE(IsSafeNodeName("node3"));
   EXPECT_FALSE(IsSafeNodeName(""));
   EXPECT_FALSE(IsSafeNodeName(".."));

@@ -15,6 +15,7 @@
 
 #include "common/env.h"
 #include "spank-plugin/agent_wait.h"
+#include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
 #include "spank-plugin/plugin_state.h"
 
@@ -51,6 +52,14 @@ Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& 
   if (nodes == 0) return Status::IOError("SLURM_JOB_NUM_NODES is not set in the batch step");  // S_JOB_NNODES is 0 here
   auto step = MakeAgentStep(s.config, s.options, id.job, nodes, JobGetenv(sp, "SLURM_SUBMIT_DIR").value_or(""));
   if (!step.ok()) return step.status();
+  // The prolog claimed these on every node; here too, in case the site runs no prolog on the
+  // batch node: the launch log must never go into a file someone else planted (F12).
+  for (const std::string& dir : {LaunchDir(s.config, id), RunDir(s.config, id), LocalDir(s.config, id)}) {
+    std::string moved;
+    Status claimed = ClaimDir(dir, creds.uid, creds.gid, &moved);
+    if (!claimed.ok()) return claimed.Prefixed("cannot prepare the job's directories");
+    if (!moved.empty()) LogError(kPhase, "moved aside " + moved + ", planted in the way of job " + std::to_string(id.job));
+  }
   auto pid = Spawn(AgentStepArgv(step.value()), AgentStepEnv(JobEnvironment(sp), s.config.preload), &creds,
                    LaunchLog(s.config, id));
   if (!pid.ok()) return pid.status().Prefixed("cannot start the FanStore agents");

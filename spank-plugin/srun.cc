@@ -13,6 +13,7 @@
 #include <cstdlib>
 
 #include "spank-plugin/dataset_check.h"
+#include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
 #include "spank-plugin/plugin_state.h"
 
@@ -68,6 +69,10 @@ int SrunLocalUserInit(spank_t sp, int ac, char** av) {
   auto step = MakeAgentStep(s.config, s.options, id.job, nodes, ProcessGetenv("SLURM_SUBMIT_DIR").value_or(""));
   if (!step.ok()) {
     LogError(kPhase, step.status().message());
+    return -1;
+  }
+  if (Status d = EnsureOwnDir(LaunchDir(s.config, id)); !d.ok()) {
+    LogError(kPhase, "cannot keep the launch files: " + d.message());
     return -1;
   }
   auto started = SpawnSupervised(AgentStepArgv(step.value()), AgentStepEnv(ProcessEnvironment(), s.config.preload),

@@ -108,8 +108,9 @@ leftovers() {
       echo "process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-120)"
     fi
   done
-  find /dev/shm -maxdepth 1 -name "fanstore.$uid.$j*" -printf 'shm %p\n' 2>/dev/null
-  find "$BASE"/nodes/*/local -maxdepth 1 -name "fanstore.$uid.$j" -printf 'local %p\n' 2>/dev/null
+  find /dev/shm -maxdepth 1 -name "fanstore.$uid.$j*" -user "$TUSER" -printf 'shm %p\n' 2>/dev/null
+  find "/dev/shm/fanstore.$uid" -maxdepth 1 -name "$j.launch*" -printf 'shm %p\n' 2>/dev/null
+  find "$BASE"/nodes/*/local -maxdepth 1 -name "fanstore.$uid.$j" -user "$TUSER" -printf 'local %p\n' 2>/dev/null
   # -xdev and a timeout: other mounts (a hung FUSE mount in /tmp, say) must not stall the check.
   timeout 20 find /dev/shm "$BASE/nodes" -xdev -user "$TUSER" -type s -path "*fanstore.$uid.$j*" -printf 'socket %p\n' 2>/dev/null
 }
@@ -627,7 +628,7 @@ restore_local() {
 }
 
 # The agents' output (their launch log) while the job runs; the epilog removes it at the end.
-launch_log() { cat "/dev/shm/fanstore.$(uid_of).$1.launch.log" 2>/dev/null; }
+launch_log() { cat "/dev/shm/fanstore.$(uid_of)/$1.launch.log" 2>/dev/null; }
 
 case_split() {
   need_cluster ports
@@ -919,6 +920,58 @@ except OSError as e: sys.exit('connect $run/agent.sock: ' + e.strerror)"
   check_clean "$j"
 }
 
+# F4, F12: another user plants files, a directory and symlinks under every name the next job of the
+# test user will use (run directories, node-local directories, the launch directory), before it is
+# submitted. The job must complete with correct data, no node may drain, and the planted objects
+# must be moved aside, not deleted.
+case_planted() {
+  need_cluster ports
+  local ds jd j j0 uid st n planted=() p
+  ds=$(md5_dataset)
+  jd=$(job_dir)
+  uid=$(uid_of)
+  j0=$(asu sbatch --parsable -N1 -o /dev/null --wrap true 2>&1) || { bad "sbatch: $j0"; return; }
+  wait_job "$j0" >/dev/null
+  j=$((j0 + 1))
+  runuser -u fsbob -- bash -c "
+    mkdir -p /dev/shm/fsbob-trap && chmod 0777 /dev/shm/fsbob-trap
+    echo planted > /dev/shm/fanstore.$uid.$j.node1 && chmod 0666 /dev/shm/fanstore.$uid.$j.node1
+    ln -s /dev/shm/fsbob-trap /dev/shm/fanstore.$uid.$j.node2
+    echo planted > /dev/shm/fanstore.$uid && chmod 0666 /dev/shm/fanstore.$uid
+    mkdir -m 0777 $(node_local node1)/fanstore.$uid.$j
+    ln -s /etc $(node_local node2)/fanstore.$uid.$j" || { bad "fsbob could not plant"; return; }
+  planted=("/dev/shm/fanstore.$uid.$j.node1" "/dev/shm/fanstore.$uid.$j.node2" "/dev/shm/fanstore.$uid"
+    "$(node_local node1)/fanstore.$uid.$j" "$(node_local node2)/fanstore.$uid.$j")
+  (cd "$PFS/tree" && find . -type f | LC_ALL=C sort | while read -r f; do md5sum "$f"; done) >"$jd/expected"
+  printf '#!/bin/bash
+srun -N2 --ntasks-per-node=1 bash -c '"'"'cd "$FANSTORE_MOUNT" && while read -r s f; do md5sum "$f"; done < %s/expected > %s/md5.$SLURMD_NODENAME'"'"'
+' "$jd" "$jd" >"$jd/job.sh"
+  chmod 0755 "$jd/job.sh"
+  n=$(asu sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" "$jd/job.sh" 2>&1) || { bad "sbatch: $n"; return; }
+  [[ $n == "$j" ]] || { bad "the job got id $n, not the predicted $j"; return; }
+  st=$(wait_job "$j")
+  job_output "$jd/out.$j"
+  [[ $st == COMPLETED ]] && ok "job $j completed despite everything fsbob planted" || bad "job $j ended $st"
+  for n in node1 node2; do
+    diff -q "$jd/expected" "$jd/md5.$n" >/dev/null 2>&1 && ok "$n: every file read correctly" || bad "$n: md5 mismatch or missing"
+  done
+  st=$(asroot sinfo -h -o '%n %T' | grep -E "drain|down" || true)
+  [[ -z $st ]] && ok "no node drained" || bad "nodes drained: $st"
+  for p in "${planted[@]}"; do
+    if find "$(dirname "$p")" -maxdepth 1 -user fsbob -name "$(basename "$p")*" | grep -q .; then
+      ok "planted $(basename "$p") moved aside or left alone, not deleted"
+    else
+      bad "planted $p is gone"
+    fi
+  done
+  [[ $(cat /dev/shm/fsbob-trap/* 2>/dev/null | wc -c) -eq 0 && -z $(ls /dev/shm/fsbob-trap) ]] \
+    && ok "nothing of the job went through fsbob's symlinks" || bad "the job wrote into fsbob's directory: $(ls /dev/shm/fsbob-trap)"
+  grep -h "moved aside" "$BASE"/log/slurmd.*.log 2>/dev/null | grep -m2 "job $j" | sed 's/^/  log: /'
+  check_clean "$j"
+  for p in "${planted[@]}"; do find "$(dirname "$p")" -maxdepth 1 -user fsbob -name "$(basename "$p")*" -exec rm -rf {} +; done
+  rm -rf /dev/shm/fsbob-trap
+}
+
 case_linkdown() {
   need_cluster netns
   local ds src=$PFS/many jd j st stats veth=fslv2h hub=fsl-hub n2files total maxf slow ok_read=0
@@ -1043,6 +1096,7 @@ case $CASE in
   peerkill) case_peerkill ;;
   corrupt) case_corrupt ;;
   auth) case_auth ;;
+  planted) case_planted ;;
   linkdown) case_linkdown ;;
   *) echo "unknown case $CASE" >&2; exit 2 ;;
 esac

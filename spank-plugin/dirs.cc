@@ -1,0 +1,102 @@
+#include "spank-plugin/dirs.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <random>
+
+#include "common/unique_fd.h"
+
+namespace fanstore::spank {
+namespace {
+
+std::string RandomSuffix() {
+  static const char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+  std::random_device rd;  // getrandom(2)
+  std::string s;
+  for (int i = 0; i < 10; i++) s += kChars[rd() % (sizeof kChars - 1)];
+  return s;
+}
+
+bool IsOwnPrivateDir(const struct stat& st, uid_t uid) {
+  return S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & 07777) == 0700;
+}
+
+}  // namespace
+
+Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* moved) {
+  moved->clear();
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash + 1 == path.size()) return Status::InvalidArgument("bad directory " + path);
+  const std::string parent_path = slash == 0 ? "/" : path.substr(0, slash), leaf = path.substr(slash + 1);
+  UniqueFD parent(::open(parent_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!parent.valid()) return Status::FromErrno("open " + parent_path, errno);
+  struct stat st;
+  if (::fstat(parent.get(), &st) != 0) return Status::FromErrno("stat " + parent_path, errno);
+  if (st.st_uid != 0) return Status::OK();  // a user's own directory: theirs to keep clean
+  // Our directory first, under a name nobody can guess, then put in place in one step.
+  std::string tmp;
+  for (int tries = 0; tries < 100 && tmp.empty(); tries++) {
+    std::string name = "." + leaf + ".claim-" + RandomSuffix();
+    if (::mkdirat(parent.get(), name.c_str(), 0700) == 0) tmp = name;
+    else if (errno != EEXIST) return Status::FromErrno("create a directory in " + parent_path, errno);
+  }
+  if (tmp.empty()) return Status::IOError("cannot create a directory in " + parent_path);
+  UniqueFD dir(::openat(parent.get(), tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir.valid() || ::fchown(dir.get(), uid, gid) != 0 || ::fchmod(dir.get(), 0700) != 0) {
+    const int err = errno;
+    ::unlinkat(parent.get(), tmp.c_str(), AT_REMOVEDIR);
+    return Status::FromErrno("prepare " + parent_path + "/" + tmp, err);
+  }
+  auto drop_tmp = [&] { ::unlinkat(parent.get(), tmp.c_str(), AT_REMOVEDIR); };
+  // Other nodes' prologs and epilogs may claim and remove the same name at the same time on a
+  // shared /dev/shm: every step re-checks what it found.
+  for (int tries = 0; tries < 20; tries++) {
+    if (::renameat2(parent.get(), tmp.c_str(), parent.get(), leaf.c_str(), RENAME_NOREPLACE) == 0) return Status::OK();
+    if (errno != EEXIST) break;
+    struct stat cur;
+    if (::fstatat(parent.get(), leaf.c_str(), &cur, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      break;
+    }
+    if (IsOwnPrivateDir(cur, uid)) {
+      drop_tmp();  // already the user's: keep it
+      return Status::OK();
+    }
+    // Something planted: swap our directory in, in one step, and leave theirs beside it.
+    if (::renameat2(parent.get(), tmp.c_str(), parent.get(), leaf.c_str(), RENAME_EXCHANGE) != 0) {
+      if (errno == ENOENT) continue;
+      break;
+    }
+    struct stat out;
+    if (::fstatat(parent.get(), tmp.c_str(), &out, AT_SYMLINK_NOFOLLOW) == 0 && IsOwnPrivateDir(out, uid)) {
+      // What we swapped out was the user's own after all (claimed meanwhile): swap it back.
+      if (::renameat2(parent.get(), tmp.c_str(), parent.get(), leaf.c_str(), RENAME_EXCHANGE) == 0) drop_tmp();
+      return Status::OK();
+    }
+    const std::string aside = leaf + ".planted-" + RandomSuffix();
+    const bool renamed = ::renameat2(parent.get(), tmp.c_str(), parent.get(), aside.c_str(), RENAME_NOREPLACE) == 0;
+    *moved = parent_path + "/" + (renamed ? aside : tmp);
+    return Status::OK();
+  }
+  const int err = errno;
+  drop_tmp();
+  return Status::FromErrno("claim " + path, err);
+}
+
+Status EnsureOwnDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno("create " + path, errno);
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0)
+    return Status::Permission(path + " exists and is not a directory (a symlink or a file planted there?)");
+  if (st.st_uid != ::geteuid())
+    return Status::Permission(path + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user");
+  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0700) != 0) return Status::FromErrno("chmod 0700 " + path, errno);
+  return Status::OK();
+}
+
+}  // namespace fanstore::spank

@@ -1,0 +1,25 @@
+// The job's directories in shared places (/dev/shm, /tmp), where any user can plant a file, a
+// directory or a symlink under a name we use before we do.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "common/status.h"
+
+namespace fanstore::spank {
+
+// As root (the prolog, the batch step): makes `path` a directory that root created, of
+// uid:gid, mode 0700. An object planted there by someone else is moved aside (to
+// PATH.planted-XXXXXX, atomically exchanged, never deleted: it is not ours); an existing 0700
+// directory of uid's own is kept (another node's claim on a shared /dev/shm, or a later step).
+// When the parent is not root's, nothing is done: only its owner could have planted there, and
+// root must not work in a directory a user controls. *moved names what was moved aside, if any.
+[[nodiscard]] Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* moved);
+
+// As the user: `path` as a private directory of this user's own, created 0700 when missing.
+// Fails, naming the owner, when something else is there.
+[[nodiscard]] Status EnsureOwnDir(const std::string& path);
+
+}  // namespace fanstore::spank
