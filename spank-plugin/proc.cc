@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -134,6 +135,36 @@ pid_t ReadPidFile(const std::string& path) {
 
 }  // namespace
 
+std::vector<std::pair<int, rlim_t>> JobLimits(const std::vector<std::string>& env) {
+  static const std::pair<const char*, int> kNames[] = {
+      {"CPU", RLIMIT_CPU},         {"FSIZE", RLIMIT_FSIZE}, {"DATA", RLIMIT_DATA},   {"STACK", RLIMIT_STACK},
+      {"CORE", RLIMIT_CORE},       {"RSS", RLIMIT_RSS},     {"NPROC", RLIMIT_NPROC}, {"NOFILE", RLIMIT_NOFILE},
+      {"MEMLOCK", RLIMIT_MEMLOCK}, {"AS", RLIMIT_AS}};
+  std::vector<std::pair<int, rlim_t>> out;
+  for (const std::string& kv : env) {
+    if (kv.rfind("SLURM_RLIMIT_", 0) != 0) continue;
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string name = kv.substr(13, eq - 13), value = kv.substr(eq + 1);
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+    if (value.empty() || *end || errno || value[0] == '-') continue;
+    for (const auto& [n, res] : kNames)
+      if (name == n) out.emplace_back(res, static_cast<rlim_t>(v));
+  }
+  return out;
+}
+
+void ApplyLimits(const std::vector<std::pair<int, rlim_t>>& limits) {
+  for (const auto& [res, value] : limits) {
+    struct rlimit rl;
+    if (::getrlimit(res, &rl) != 0) continue;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? value : std::min<rlim_t>(value, rl.rlim_max);
+    (void)::setrlimit(res, &rl);
+  }
+}
+
 Result<pid_t> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                     const Credentials* creds, const std::string& out_path) {
   if (argv.empty()) return Status::InvalidArgument("Spawn: empty argv");
@@ -142,6 +173,7 @@ Result<pid_t> Spawn(const std::vector<std::string>& argv, const std::vector<std:
   if (pid < 0) return Status::FromErrno("fork", errno);
   if (pid == 0) {
     ResetSignals();
+    if (creds != nullptr) ApplyLimits(creds->limits);
     if (creds != nullptr && !BecomeUser(*creds)) ::_exit(126);
     ::setsid();
     StdinFromNull();

@@ -5,6 +5,7 @@
 // and the child calls only async-signal-safe functions before exec (or before _exit).
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <functional>
@@ -23,7 +24,16 @@ struct Credentials {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
+  // Soft limits to apply before exec (resource, value): the job's, which Slurm passes as
+  // SLURM_RLIMIT_* (slurmstepd's own are root's).
+  std::vector<std::pair<int, rlim_t>> limits;
 };
+
+// The job's soft resource limits from its environment (SLURM_RLIMIT_NOFILE=1024, ...); values
+// that are not numbers are skipped.
+std::vector<std::pair<int, rlim_t>> JobLimits(const std::vector<std::string>& env);
+// Lowers (never raises above the hard limit) this process's soft limits to `limits`.
+void ApplyLimits(const std::vector<std::pair<int, rlim_t>>& limits);
 
 // Starts argv with exactly env, in a new session, stdin from /dev/null and stdout/stderr appended to
 // out_path (created 0600 by the child, so as the job user when creds is given) or /dev/null if empty.

@@ -146,4 +146,14 @@ TEST_F(ProcTest, RunAsUserRunsInAChild) {
 }
 
 }  // namespace
+
+namespace {
+TEST(JobLimits, ReadsSlurmsVariablesAndSkipsTheRest) {
+  auto l = JobLimits({"SLURM_RLIMIT_NOFILE=1024", "SLURM_RLIMIT_CORE=0", "SLURM_RLIMIT_AS=x1", "SLURM_RLIMIT_BOGUS=5",
+                      "SLURM_RLIMIT_STACK=-1", "PATH=/bin", "SLURM_RLIMIT_NPROC="});
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0], std::make_pair(static_cast<int>(RLIMIT_NOFILE), static_cast<rlim_t>(1024)));
+  EXPECT_EQ(l[1], std::make_pair(static_cast<int>(RLIMIT_CORE), static_cast<rlim_t>(0)));
+}
+}  // namespace
 }  // namespace fanstore::spank

@@ -60,7 +60,10 @@ Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& 
     if (!claimed.ok()) return claimed.Prefixed("cannot prepare the job's directories");
     if (!moved.empty()) LogError(kPhase, "moved aside " + moved + ", planted in the way of job " + std::to_string(id.job));
   }
-  auto pid = Spawn(AgentStepArgv(step.value()), AgentStepEnv(JobEnvironment(sp), s.config.preload), &creds,
+  // The agents run with the job's limits, not slurmstepd's (root's).
+  Credentials user = creds;
+  user.limits = JobLimits(JobEnvironment(sp));
+  auto pid = Spawn(AgentStepArgv(step.value()), AgentStepEnv(JobEnvironment(sp), s.config.preload), &user,
                    LaunchLog(s.config, id));
   if (!pid.ok()) return pid.status().Prefixed("cannot start the FanStore agents");
   LogVerbose(kPhase, "started the FanStore agent step of job " + std::to_string(id.job) + " on " +

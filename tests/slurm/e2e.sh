@@ -872,7 +872,7 @@ EOF
 
 case_auth() {
   need_cluster ports
-  local ds src=$PFS/many jd j st ep port out stats shard run
+  local ds src=$PFS/many jd j st ep out stats shard run pid
   ds=$(many_dataset)
   jd=$(job_dir)
   chmod 0755 "$jd"
@@ -882,12 +882,18 @@ case_auth() {
   chmod 0755 "$jd/job.sh"
   # The peer protocol of agent/peer.h, as another user would speak it (tests/peer_probe.py).
   cp "$HERE/../peer_probe.py" "$jd/attack.py"
-  j=$(asu sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" --fanstore-replicas=1 "$jd/job.sh" 2>&1) \
+  # Submitted with a soft limit of 777 open files: the agents must run with the job's limits.
+  j=$(asu bash -c 'ulimit -Sn 777 && exec "$@"' sh sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" \
+        --fanstore-replicas=1 "$jd/job.sh" 2>&1) \
     || { bad "sbatch: $j"; return; }
   if wait_for "$j" "$jd/started" 60 && wait_ready "$j" node2; then
     run=$(run_dir_of "$j" node2)
     ep=$(jget "$(status_of "$j" node2)" "['endpoint']")
     say "node2's agent: endpoint $ep (read by root from $run/status.json); shard $shard is held there"
+    pid=$(jget "$(status_of "$j" node2)" "['pid']")
+    [[ $(awk '/Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null) == 777 ]] \
+      && ok "the agent runs with the job's limits (soft open files 777), not slurmstepd's" \
+      || bad "the agent's open-file limit: $(grep 'Max open files' "/proc/$pid/limits" 2>&1)"
     out=$(runuser -u fsbob -- timeout 60 "$PY" "$jd/attack.py" "$ep" 1 "$shard" 2>&1)
     echo "$out" | sed 's/^/  fsbob: /'
     grep -q "decode the server's proof: exit [1-9]" <<<"$out" \
