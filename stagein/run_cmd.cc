@@ -2,6 +2,9 @@
 // machine without Slurm: start an agent, wait until it is ready, run COMMAND with the
 // interception library, return COMMAND's exit status, and tear everything down whatever
 // happens to COMMAND.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -20,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/env.h"
+#include "common/unique_fd.h"
 #include "stagein/cli.h"
 #include "stagein/io.h"
 #include "stagein/manifest.h"
@@ -98,6 +103,50 @@ bool Exited(pid_t pid, int* wstatus) { return ::waitpid(pid, wstatus, WNOHANG) =
 volatile sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
 
+// Each run keeps a lock on <run dir>/launcher (which names its local directory) for as long as
+// it lives. A run and agent killed with SIGKILL cannot clean up; the next run finds their
+// directories by that lock being free, and removes them (F15).
+constexpr char kLauncherName[] = "launcher";
+
+Result<UniqueFD> HoldLauncher(const std::string& run_dir, const std::string& local_dir) {
+  const std::string path = run_dir + "/" + kLauncherName;
+  UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::FromErrno("create " + path, errno);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return Status::FromErrno("lock " + path, errno);
+  FS_RETURN_IF_ERROR(WriteFull(fd.get(), local_dir.data(), local_dir.size(), path));
+  return fd;
+}
+
+// Removes what killed runs of this user left in `parent` (run directories named `prefix`...).
+void RemoveLeftovers(const std::string& parent, const std::string& prefix) {
+  DIR* d = ::opendir(parent.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d))
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) names.emplace_back(e->d_name);
+  ::closedir(d);
+  for (const std::string& name : names) {
+    const std::string run_dir = parent + "/" + name;
+    UniqueFD dir(::open(run_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st;
+    if (!dir.valid() || ::fstat(dir.get(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    // No launcher file yet: a run that is just starting. Its lock held: a live run.
+    UniqueFD launcher(::openat(dir.get(), kLauncherName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (!launcher.valid() || ::flock(launcher.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    char buf[PATH_MAX] = {};
+    const ssize_t n = ::read(launcher.get(), buf, sizeof buf - 1);
+    const std::string local_dir = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+    // Only a local directory of ours, named as runs name them.
+    struct stat ls;
+    if (local_dir.find("/fanstore-local.") != std::string::npos && ::lstat(local_dir.c_str(), &ls) == 0 &&
+        S_ISDIR(ls.st_mode) && ls.st_uid == ::getuid())
+      (void)RemoveTree(local_dir);
+    (void)RemoveTree(run_dir);
+    std::fprintf(stderr, "fanstore: run: removed what a killed run left: %s%s%s\n", run_dir.c_str(),
+                 local_dir.empty() ? "" : ", ", local_dir.c_str());
+  }
+}
+
 }  // namespace
 
 int CmdRun(int argc, char** argv) {
@@ -174,8 +223,10 @@ int CmdRun(int argc, char** argv) {
     local_parent = t && *t ? t : "/tmp";
   }
   // Private directories: the run directory in shared memory, the data on local storage.
-  std::string run_tmpl = "/dev/shm/fanstore." + std::to_string(::getuid()) + ".run.XXXXXX";
-  if (::access("/dev/shm", W_OK) != 0) run_tmpl = local_parent + "/fanstore-run.XXXXXX";
+  const std::string run_prefix = "fanstore." + std::to_string(::getuid()) + ".run.";
+  std::string run_tmpl = "/dev/shm/" + run_prefix + "XXXXXX";
+  if (::access("/dev/shm", W_OK) != 0) run_tmpl = local_parent + "/" + run_prefix + "XXXXXX";
+  RemoveLeftovers(run_tmpl.substr(0, run_tmpl.rfind('/')), run_prefix);
   std::string local_tmpl = Absolute(local_parent) + "/fanstore-local.XXXXXX";
   if (!::mkdtemp(run_tmpl.data())) {
     std::fprintf(stderr, "fanstore: run: cannot create a run directory: %s\n", std::strerror(errno));
@@ -187,6 +238,13 @@ int CmdRun(int argc, char** argv) {
     return kExitBad;
   }
   const std::string run_dir = run_tmpl, local_dir = local_tmpl;
+  auto launcher = HoldLauncher(run_dir, local_dir);
+  if (!launcher.ok()) {
+    std::fprintf(stderr, "fanstore: run: %s\n", launcher.status().ToString().c_str());
+    (void)RemoveTree(local_dir);
+    (void)RemoveTree(run_dir);
+    return kExitBad;
+  }
 
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);

@@ -84,6 +84,20 @@ for phase in staging exchange; do
   rm -rf "$T/local/ld1" "/dev/shm/fanstore-faults.$$".*
 done
 
+echo "== fanstore run and its agent killed with SIGKILL while serving (F15)"
+as_user "$F" run ds.fs --local-dir "$T/local" --mount $M -- sleep 60 >run.kill.log 2>&1 &
+run=$!
+for _ in $(seq 200); do grep -qs '"state":"ready"' /dev/shm/fanstore.$(id -u fsalice).run.*/status.json && break; sleep 0.05; done
+agent=$(agent_pid)
+kill -9 "$(pgrep -u fsalice -f "fanstore run ds.fs --local-dir $T/local")" "$agent"
+wait "$run" 2>/dev/null
+pkill -9 -u fsalice -x sleep
+left=$(left_behind | wc -l)
+check "the killed run left its directories behind ($left entries)" test "$left" -gt 0
+out=$(as_user "$F" run ds.fs --local-dir "$T/local" --mount $M -- true 2>&1)
+check "the next run removes them, and says so ($(grep -m1 'killed run' <<<"$out"))" \
+  bash -c "grep -q 'removed what a killed run left' <<<'$out' && [[ -z \"\$(find local /dev/shm -maxdepth 1 -user fsalice -name 'fanstore*' 2>/dev/null; find local -mindepth 1 2>/dev/null)\" ]]"
+
 echo "== a truncated shard"
 cp -a ds.fs trunc.fs
 victim=$(ls trunc.fs/shard-*.fsd | sed -n 2p)
