@@ -7,6 +7,7 @@
 
 #include <cerrno>
 
+#include "common/run_dir.h"
 #include "spank-plugin/job.h"
 
 namespace fanstore::spank {
@@ -35,6 +36,7 @@ struct Observation {
   bool have_status = false;
   AgentStatus status;
   Status problem;  // a run directory we must not trust
+  bool alive = true;  // an agent holds the run directory's lock (common/run_dir.h)
 };
 
 Observation Observe(const WaitRequest& req) {
@@ -53,6 +55,7 @@ Observation Observe(const WaitRequest& req) {
   if (!status.ok()) return o;
   o.have_status = true;
   o.status = status.value();
+  o.alive = run_dir::AgentAlive(req.run_dir);
   return o;
 }
 
@@ -62,6 +65,8 @@ Status FromObservation(const WaitRequest& req, const Observation& o, bool* done)
   if (o.have_status && o.status.state == AgentState::kReady) return Status::OK();
   if (o.have_status && o.status.state == AgentState::kFailed)
     return Status::Aborted("the FanStore agent on " + req.node + " failed: " + o.status.error);
+  if (o.have_status && !o.alive)  // status.json cannot change when its writer dies: the lock can
+    return Status::Aborted("the FanStore agent on " + req.node + " died during stage-in");
   *done = false;
   return Status::OK();
 }

@@ -1,6 +1,9 @@
 // Unit tests of the wait for this node's agent: ready, failed, vanished, untrusted, helper gone, timeout.
 #include "spank-plugin/agent_wait.h"
 
+#include "common/run_dir.h"
+#include "common/unique_fd.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,9 +32,14 @@ class AgentWaitTest : public ::testing::Test {
     if (writer_.joinable()) writer_.join();
     (void)RemoveTree(root_);
   }
-  void MakeRunDir(mode_t mode = 0700) {
+  // As the agent does: the directory, and its liveness lock held (common/run_dir.h).
+  void MakeRunDir(mode_t mode = 0700, bool alive = true) {
     ::mkdir(req_.run_dir.c_str(), mode);
     ::chmod(req_.run_dir.c_str(), mode);
+    if (alive) {
+      auto held = run_dir::HoldAlive(req_.run_dir);
+      if (held.ok()) alive_ = std::move(held).value();
+    }
   }
   void WriteStatus(const std::string& json) {
     std::ofstream(req_.run_dir + "/status.json.tmp") << json;
@@ -48,7 +56,18 @@ class AgentWaitTest : public ::testing::Test {
   std::string root_;
   WaitRequest req_;
   std::thread writer_;
+  UniqueFD alive_;
 };
+
+TEST_F(AgentWaitTest, AnAgentThatDiedWhileStagingFailsTheWaitAtOnce) {
+  MakeRunDir(0700, /*alive=*/false);  // status.json says staging, but no agent holds the directory
+  WriteStatus(R"({"state":"staging"})");
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("died during stage-in"), std::string::npos) << s.ToString();
+  EXPECT_LT(waited, 2.0);
+}
 
 TEST_F(AgentWaitTest, ReadyAfterStaging) {
   MakeRunDir();
