@@ -29,7 +29,10 @@ class RemoveTreeTest : public ::testing::Test {
 TEST_F(RemoveTreeTest, RemovesReadOnlyTreesAndLinksButNotTheirTargets) {
   const std::string t = base_ + "/t", victim = base_ + "/victim";
   ASSERT_EQ(::mkdir(victim.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(victim.c_str(), 0555), 0);  // read-only: a chmod that follows links would change it
+  ASSERT_EQ(::chmod(victim.c_str(), 0755), 0);
   Touch(victim + "/keep");
+  ASSERT_EQ(::chmod(victim.c_str(), 0555), 0);
   ASSERT_EQ(::mkdir(t.c_str(), 0700), 0);
   ASSERT_EQ(::mkdir((t + "/ro").c_str(), 0700), 0);
   Touch(t + "/ro/f", 0400);
@@ -40,7 +43,9 @@ TEST_F(RemoveTreeTest, RemovesReadOnlyTreesAndLinksButNotTheirTargets) {
   struct stat st;
   EXPECT_NE(::lstat(t.c_str(), &st), 0);
   EXPECT_EQ(::stat((victim + "/keep").c_str(), &st), 0);  // the symlinks' targets stay
-  EXPECT_EQ(st.st_mode & 0777, 0600u);                      // and keep their modes
+  EXPECT_EQ(st.st_mode & 0777, 0600u);                      // and keep their modes (F13)
+  EXPECT_EQ(::stat(victim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0555u);
   EXPECT_TRUE(RemoveTree(t).ok());                          // missing is fine
 }
 

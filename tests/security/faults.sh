@@ -98,6 +98,19 @@ out=$(as_user "$F" run ds.fs --local-dir "$T/local" --mount $M -- true 2>&1)
 check "the next run removes them, and says so ($(grep -m1 'killed run' <<<"$out"))" \
   bash -c "grep -q 'removed what a killed run left' <<<'$out' && [[ -z \"\$(find local /dev/shm -maxdepth 1 -user fsalice -name 'fanstore*' 2>/dev/null; find local -mindepth 1 2>/dev/null)\" ]]"
 
+echo "== a damaged file whose name is not UTF-8"
+# The agent reports the file by name in status.json (JSON): a name that is not UTF-8 once ended
+# the agent with an uncaught exception instead of the message.
+mkdir -p bad8/d && head -c 5000 /dev/urandom >"bad8/d/$(printf 'caf\xe9-\xff.bin')"
+"$F" pack bad8 bad8.fs -q && chmod -R a+rX bad8.fs
+read -r _ bshard boff blen _ <<<"$("$F" ls -w bad8.fs | grep -a caf)"
+printf '\xff\xfe\xfd' | dd of="bad8.fs/$bshard" bs=1 seek=$((boff + blen / 2)) conv=notrunc status=none
+out=$(as_user "$F" run "$T/bad8.fs" --local-dir "$T/local" --mount $M -- true 2>&1)
+rc=$?
+check "non-UTF-8 name: the run fails (exit $rc) with the agent's message, not a crash" \
+  bash -c "[[ $rc -eq 1 ]] && grep -q 'checksum mismatch' <<<'$(tr -d "'" <<<"$out")' && ! grep -qi 'terminate\|abort' <<<'$(tr -d "'" <<<"$out")'"
+check "non-UTF-8 name: nothing left behind" test -z "$(left_behind)"
+
 echo "== a truncated shard"
 cp -a ds.fs trunc.fs
 victim=$(ls trunc.fs/shard-*.fsd | sed -n 2p)
