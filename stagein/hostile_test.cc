@@ -34,7 +34,13 @@ using format::Codec;
 using format::EntryType;
 using format::IndexEntry;
 
+#if defined(__SANITIZE_ADDRESS__)
+// ASan's shadow memory and quarantine come on top; the point (no allocation from a hostile
+// size, which would be GiBs) stands.
+constexpr long kRssLimitKb = 192 << 10;
+#else
 constexpr long kRssLimitKb = 64 << 10;  // 64 MiB
+#endif
 
 void WriteFile(const std::string& path, const std::string& data) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
