@@ -71,19 +71,36 @@ int SrunLocalUserInit(spank_t sp, int ac, char** av) {
     LogError(kPhase, step.status().message());
     return -1;
   }
-  if (Status d = EnsureOwnDir(LaunchDir(s.config, id)); !d.ok()) {
-    LogError(kPhase, "cannot keep the launch files: " + d.message());
+  // Where srun runs (a login node) no prolog claims the launch directory: when something is
+  // planted under its name, the user's runtime or home directory serves instead. Every srun of
+  // the allocation goes down the same list, so they all find the same lock.
+  std::string dir;
+  std::string why;
+  for (const std::string& d : {LaunchDir(s.config, id), ProcessGetenv("XDG_RUNTIME_DIR").value_or("") + "/fanstore",
+                               ProcessGetenv("HOME").value_or("") + "/.fanstore"}) {
+    if (d[0] != '/') continue;
+    Status ok = EnsureOwnDir(d);
+    if (ok.ok()) {
+      dir = d;
+      break;
+    }
+    why += (why.empty() ? "" : "; ") + ok.message();
+  }
+  if (dir.empty()) {
+    LogError(kPhase, "cannot keep the launch files: " + why);
     return -1;
   }
+  if (dir != LaunchDir(s.config, id)) LogInfo(kPhase, "launch files in " + dir + " (" + why + ")");
+  const std::string lock = dir + "/" + std::to_string(id.job) + ".launch", log = lock + ".log";
   auto started = SpawnSupervised(AgentStepArgv(step.value()), AgentStepEnv(ProcessEnvironment(), s.config.preload),
-                                 LaunchLock(s.config, id), LaunchLog(s.config, id));
+                                 lock, log);
   if (!started.ok()) {
     LogError(kPhase, "cannot start the FanStore agents: " + started.status().message());
     return -1;
   }
   if (started.value())
     LogVerbose(kPhase, "started the FanStore agents of job " + std::to_string(id.job) + " on " + std::to_string(nodes) +
-                           " node(s); their output is in " + LaunchLog(s.config, id));
+                           " node(s); their output is in " + log);
   else
     LogDebug(kPhase, "the FanStore agents of job " + std::to_string(id.job) + " are already running");
   return 0;
