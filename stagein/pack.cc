@@ -218,7 +218,8 @@ struct ZstdCtx {
   ~ZstdCtx() { ZSTD_freeCCtx(c); }
 };
 
-Status ReadWhole(const std::string& path, const SrcEntry& e, std::string* out) {
+// Opens a source file found by the scan, checking that it is still the regular file of the size seen.
+Result<UniqueFD> OpenSource(const std::string& path, const SrcEntry& e) {
   UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) {
     if (errno == ENOENT) return Status::IOError(path + " vanished while packing");
@@ -229,8 +230,14 @@ Status ReadWhole(const std::string& path, const SrcEntry& e, std::string* out) {
   if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != e.size)
     return Status::IOError(path + " changed while packing (size " + std::to_string(e.size) + " became " +
                            std::to_string(st.st_size) + ")");
+  return fd;
+}
+
+Status ReadWhole(const std::string& path, const SrcEntry& e, std::string* out) {
+  auto fd = OpenSource(path, e);
+  if (!fd.ok()) return fd.status();
   out->resize(e.size);
-  return PreadFull(fd.get(), out->data(), e.size, 0, path);
+  return PreadFull(fd->get(), out->data(), e.size, 0, path);
 }
 
 class Packer {
@@ -461,16 +468,9 @@ std::string ShardName(uint32_t i) {
 // 128 KiB compress; if the whole frame then turns out no smaller, it is written again raw.
 Status Packer::WriteBig(ShardOut& shard, const SrcEntry& e, IndexEntry* ie) {
   const std::string path = Join(src_, e.rel);
-  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return Status::IOError(path + " vanished while packing");
-    return Status::FromErrno("cannot read " + path, errno);
-  }
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("cannot stat " + path, errno);
-  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != e.size)
-    return Status::IOError(path + " changed while packing (size " + std::to_string(e.size) + " became " +
-                           std::to_string(st.st_size) + ")");
+  auto opened = OpenSource(path, e);
+  if (!opened.ok()) return opened.status();
+  UniqueFD fd = std::move(opened).value();
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   ie->type = EntryType::kFile;
   ie->mode = e.mode;
