@@ -23,6 +23,7 @@
 #include "agent/placement.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/private_dir.h"
 #include "common/table.h"
 #include "common/unique_fd.h"
 #include "stagein/io.h"
@@ -112,20 +113,6 @@ Status ReadBlobHead(Reader& rd, uint32_t rank) {
   return Status::OK();
 }
 
-// Creates `path` (0700), or takes an existing directory of this user's, checked through a
-// descriptor (never a symlink, never another user's). *created says which: a directory the
-// agent did not create is never removed by it, only the agent's own files in it (F5).
-Status EnsurePrivateDir(const std::string& path, bool* created) {
-  *created = ::mkdir(path.c_str(), 0700) == 0;
-  if (!*created && errno != EEXIST) return Status::FromErrno("create " + path, errno);
-  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  struct stat st;
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || st.st_uid != ::getuid())
-    return Status::Permission(path + " exists and is not a directory owned by this user");
-  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0700) != 0) return Status::FromErrno("chmod 0700 " + path, errno);
-  return Status::OK();
-}
-
 }  // namespace
 
 Agent::Agent(Config cfg) : cfg_(std::move(cfg)) {}
@@ -199,7 +186,7 @@ std::string Agent::StatsJson() const {
 }
 
 Status Agent::Prepare() {
-  FS_RETURN_IF_ERROR(EnsurePrivateDir(cfg_.run_dir, &created_run_));
+  FS_RETURN_IF_ERROR(EnsureOwnDir(cfg_.run_dir, &created_run_));
   have_run_ = true;
   // Held until exit: readers of status.json tell a dead agent from a live one by it.
   auto alive = run_dir::HoldAlive(cfg_.run_dir);
@@ -207,7 +194,7 @@ Status Agent::Prepare() {
   alive_lock_ = std::move(alive).value();
   WriteStatus("starting", "");
   bool made_local = false;
-  FS_RETURN_IF_ERROR(EnsurePrivateDir(cfg_.local_dir, &made_local).Prefixed("local directory"));
+  FS_RETURN_IF_ERROR(EnsureOwnDir(cfg_.local_dir, &made_local).Prefixed("local directory"));
   created_local_ = made_local;
   have_local_ = true;
   // The local directory must be empty: the agent owns what is in it and removes it at the end.
@@ -671,8 +658,6 @@ void Agent::RemoveOwnFiles(bool keep_status) {
   }
 }
 
-void Agent::RemoveAll() { RemoveOwnFiles(/*keep_status=*/false); }
-
 void Agent::Shutdown() {
   unpack_stop_ = true;
   if (unpacker_.joinable()) unpacker_.join();
@@ -828,10 +813,7 @@ void Agent::UnpackLoop() {
         if (unpack_stop_) return Status::Aborted("shutting down");
         const uint32_t i = static_cast<uint32_t>(&e - copy.entries.data());
         if (!ClaimUnpack(s, i, /*wait=*/false)) return Status::OK();  // the scan drops its bytes
-        auto fd = stage::CreateStaged(data_root_fd_.get(), data_root_, e.path);
-        Status fs = fd.status();
-        if (fs.ok())
-          fs = decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), data_root_ + "/" + e.path); });
+        Status fs = stage::WriteStagedStream(data_root_fd_.get(), data_root_, e, decode);
         FinishUnpack(s, i, fs.ok());
         return fs;
       };

@@ -59,10 +59,8 @@ class Agent {
   void Cancel();
   // Removes everything the agent created: socket, table, local data and the run directory.
   void Shutdown();
-  // Only the files, from any thread, while other threads may be stuck: the last thing before
-  // the process exits.
-  void RemoveAll();
-  // The agent's own files; the directories too when the agent created them.
+  // The agent's own files, and the directories when the agent created them (status.json is
+  // kept for the launcher with keep_status). From any thread, even while others are stuck.
   void RemoveOwnFiles(bool keep_status);
   // A JSON summary of the counters (also served as kStats).
   std::string StatsJson() const;

@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 20 && starting; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (!starting) return;
     LOG_WARN("stopped while waiting for the other agents; removing this agent's files");
-    a.RemoveAll();
+    a.RemoveOwnFiles(/*keep_status=*/false);
     ::_exit(1);
   }).detach();
 

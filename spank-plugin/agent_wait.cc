@@ -49,7 +49,7 @@ Observation Observe(const WaitRequest& req) {
                                    " is not a private directory of the job user; refusing to use it");
     return o;
   }
-  auto text = ReadSmallFile(req.run_dir + "/status.json", 1 << 16);
+  auto text = ReadSmallFile(req.run_dir + "/" + run_dir::kStatusName, 1 << 16);
   if (!text.ok()) return o;
   auto status = ParseAgentStatus(text.value());
   if (!status.ok()) return o;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "common/private_dir.h"
 #include "common/status.h"
 
 namespace fanstore::spank {
@@ -18,8 +19,6 @@ namespace fanstore::spank {
 // root must not work in a directory a user controls. *moved names what was moved aside, if any.
 [[nodiscard]] Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* moved);
 
-// As the user: `path` as a private directory of this user's own, created 0700 when missing.
-// Fails, naming the owner, when something else is there.
-[[nodiscard]] Status EnsureOwnDir(const std::string& path);
+using fanstore::EnsureOwnDir;  // as the user: common/private_dir.h
 
 }  // namespace fanstore::spank

@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "common/env.h"
+#include "common/run_dir.h"
 #include "spank-plugin/agent_wait.h"
 #include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
@@ -114,8 +115,8 @@ Status ServeStep(spank_t sp) {
   const std::string preload = PrependPreload(JobGetenv(sp, "LD_PRELOAD").value_or(""), s.config.preload);
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, "LD_PRELOAD", preload));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kMount, mount.value()));
-  FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kTable, wait.run_dir + "/table"));
-  return SetTaskEnv(sp, env::kSocket, wait.run_dir + "/agent.sock");
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kTable, wait.run_dir + "/" + run_dir::kTableName));
+  return SetTaskEnv(sp, env::kSocket, wait.run_dir + "/" + run_dir::kSocketName);
 }
 
 }  // namespace

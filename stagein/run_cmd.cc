@@ -4,10 +4,10 @@
 // happens to COMMAND.
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/env.h"
+#include "common/run_dir.h"
 #include "common/unique_fd.h"
 #include "stagein/cli.h"
 #include "stagein/io.h"
@@ -90,7 +91,7 @@ std::string Absolute(const std::string& p) {
 
 // Reads status.json; "" while it is absent or being replaced.
 std::string ReadState(const std::string& run_dir, std::string* error) {
-  auto text = ReadSmallFile(run_dir + "/status.json", 1 << 20);
+  auto text = ReadSmallFile(run_dir + "/" + run_dir::kStatusName, 1 << 20);
   if (!text.ok()) return "";
   auto j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("state") || !j["state"].is_string()) return "";
@@ -330,8 +331,8 @@ int CmdRun(int argc, char** argv) {
     std::string lp = old && *old ? std::string(old) + ":" + preload : preload;
     ::setenv("LD_PRELOAD", lp.c_str(), 1);
     ::setenv(env::kMount, mount.c_str(), 1);
-    ::setenv(env::kTable, (run_dir + "/table").c_str(), 1);
-    ::setenv(env::kSocket, (run_dir + "/agent.sock").c_str(), 1);
+    ::setenv(env::kTable, (run_dir + "/" + run_dir::kTableName).c_str(), 1);
+    ::setenv(env::kSocket, (run_dir + "/" + run_dir::kSocketName).c_str(), 1);
     ::unsetenv(env::kDisable);
     ::execvp(argv[dashdash + 1], argv + dashdash + 1);
     std::fprintf(stderr, "fanstore: run: cannot run %s: %s\n", argv[dashdash + 1], std::strerror(errno));

@@ -70,10 +70,7 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
   }, [&](const IndexEntry& e, const format::DecodeFn& decode) -> Status {
     // A large file goes to disk as it is decoded: memory stays bounded whatever its size.
     if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
-    auto fd = CreateStaged(root.get(), local_root, e.path);
-    if (!fd.ok()) return fd.status();
-    const std::string what = local_root + "/" + e.path;
-    FS_RETURN_IF_ERROR(decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), what); }));
+    FS_RETURN_IF_ERROR(WriteStagedStream(root.get(), local_root, e, decode));
     files++;
     raw += e.size;
     return Status::OK();
@@ -117,6 +114,13 @@ Status WriteStaged(int root_fd, const std::string& local_root, const IndexEntry&
   auto fd = CreateStaged(root_fd, local_root, e.path);
   if (!fd.ok()) return fd.status();
   return WriteFull(fd->get(), data.data(), data.size(), local_root + "/" + e.path);
+}
+
+Status WriteStagedStream(int root_fd, const std::string& local_root, const IndexEntry& e, const format::DecodeFn& decode) {
+  auto fd = CreateStaged(root_fd, local_root, e.path);
+  if (!fd.ok()) return fd.status();
+  const std::string what = local_root + "/" + e.path;
+  return decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), what); });
 }
 
 Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, const format::Dictionary& dict,

@@ -54,6 +54,9 @@ Status MakeParentDirs(int root_fd, const std::string& local_root,
 Result<UniqueFD> CreateStaged(int root_fd, const std::string& local_root, const std::string& path);
 // CreateStaged, then writes the file's whole (decoded, verified) content `data`.
 Status WriteStaged(int root_fd, const std::string& local_root, const format::IndexEntry& e, std::string_view data);
+// CreateStaged, then writes a large file as `decode` streams it (ScanOptions::stream).
+Status WriteStagedStream(int root_fd, const std::string& local_root, const format::IndexEntry& e,
+                         const format::DecodeFn& decode);
 
 // Lazy stage-in, first half: copies shards `ids` of the dataset as they are into `copy_dir`
 // (sequential reads, parallel over shards), checking the manifest's size and whole-shard hash
