@@ -26,8 +26,8 @@
 #include "common/private_dir.h"
 #include "common/table.h"
 #include "common/unique_fd.h"
-#include "stagein/io.h"
-#include "stagein/stage.h"
+#include "common/io.h"
+#include "stage/stage.h"
 
 namespace fanstore::agent {
 namespace {

@@ -20,9 +20,9 @@
 #include "common/status.h"
 #include "common/table.h"
 #include "common/unique_fd.h"
-#include "stagein/manifest.h"
-#include "stagein/shard.h"
-#include "stagein/thread_pool.h"
+#include "format/manifest.h"
+#include "format/shard.h"
+#include "common/thread_pool.h"
 
 namespace fanstore::agent {
 

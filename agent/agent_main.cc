@@ -17,10 +17,11 @@
 
 #include "agent/agent.h"
 #include "agent/read_entry.h"
+#include "common/text.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
-#include "stagein/pack.h"
+#include "pack/pack.h"
 
 namespace {
 
@@ -176,7 +177,7 @@ int main(int argc, char** argv) {
       case 'v': log::SetLevel(log::kDebug); break;
       case 'q': log::SetLevel(log::kWarn); break;
       case 'c':
-        if (!pack::ParseSize(optarg, &cfg.cache_size)) return Usage(std::string("bad --cache-size '") + optarg + "'");
+        if (!(cfg.cache_size = ParseSize(optarg).value_or(0))) return Usage(std::string("bad --cache-size '") + optarg + "'");
         break;
       case 'P': cfg.peers = false; break;
       case 'N': cfg.prefetch = false; break;

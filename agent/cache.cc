@@ -8,7 +8,7 @@
 
 #include "common/table.h"
 #include "common/unique_fd.h"
-#include "stagein/io.h"
+#include "common/io.h"
 
 namespace fanstore::agent {
 

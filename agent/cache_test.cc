@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "stagein/io.h"
+#include "common/io.h"
 
 namespace fanstore::agent {
 namespace {

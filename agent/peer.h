@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "stagein/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace fanstore::agent {
 

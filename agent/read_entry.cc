@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "stagein/io.h"
-#include "stagein/manifest.h"
-#include "stagein/shard.h"
-#include "stagein/stage.h"
+#include "common/io.h"
+#include "format/manifest.h"
+#include "format/shard.h"
+#include "stage/stage.h"
 
 namespace fanstore::agent {
 

@@ -1,7 +1,7 @@
 // Plugstack argument parsing (see config.h).
 #include "spank-plugin/config.h"
 
-#include "stagein/pack.h"
+#include "common/text.h"
 
 #include <charconv>
 #include <string_view>
@@ -11,14 +11,6 @@ namespace {
 
 constexpr const char* kKnownKeys =
     "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas, cache_size";
-
-bool ParseInt(std::string_view s, int lo, int hi, int* out) {
-  int v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
 
 }  // namespace
 
@@ -50,8 +42,7 @@ bool IsCleanAbsolutePath(const std::string& p) {
 }
 
 bool IsValidReplicas(const std::string& value) {
-  int n = 0;
-  return value == "all" || ParseInt(value, 1, 65535, &n);
+  return value == "all" || ParseInt(value, 1, 65535).has_value();
 }
 
 Result<Config> ParseConfig(const std::vector<std::string>& args) {
@@ -96,15 +87,16 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
       }
       c.local_dir = value;
     } else if (key == "stagein_timeout") {
-      if (!ParseInt(value, 1, 7 * 24 * 3600, &c.stagein_timeout))
+      const auto timeout = ParseInt(value, 1, 7 * 24 * 3600);
+      if (!timeout)
         return Status::InvalidArgument("stagein_timeout='" + value + "': must be a number of seconds, 1 to 604800");
+      c.stagein_timeout = static_cast<int>(*timeout);
     } else if (key == "replicas") {
       if (!IsValidReplicas(value))
         return Status::InvalidArgument("replicas='" + value + "': must be 'all' or a number from 1 to 65535");
       c.replicas = value;
     } else if (key == "cache_size") {
-      uint64_t bytes = 0;
-      if (!pack::ParseSize(value, &bytes))
+      if (!ParseSize(value))
         return Status::InvalidArgument("cache_size='" + value + "': must be a size such as 20G, 512M or 1T");
       c.cache_size = value;
     } else {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "stagein/manifest.h"
+#include "format/manifest.h"
 
 namespace fanstore::spank {
 namespace {

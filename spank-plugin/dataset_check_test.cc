@@ -11,8 +11,8 @@
 #include <fstream>
 
 #include "spank-plugin/proc.h"
-#include "stagein/format.h"
-#include "stagein/manifest.h"
+#include "format/format.h"
+#include "format/manifest.h"
 
 namespace fanstore::spank {
 namespace {

@@ -8,7 +8,8 @@ build_pkgs=(
   cmake make g++ pkg-config clang libclang-rt-14-dev
   libzstd-dev zstd libxxhash-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libslurm-dev libpmix-dev libmunge-dev libsodium-dev
+  libslurm-dev libpmix-dev libmunge-dev libsodium-dev libcli11-dev
+  clang-format shellcheck bats
 )
 run_pkgs=(
   slurmctld slurmd slurm-client munge openmpi-bin

@@ -12,9 +12,9 @@
 #include <string>
 #include <string_view>
 
-#include "stagein/format.h"
-#include "stagein/manifest.h"
-#include "stagein/shard.h"
+#include "format/format.h"
+#include "format/manifest.h"
+#include "format/shard.h"
 
 using namespace fanstore;
 using namespace fanstore::format;

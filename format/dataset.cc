@@ -1,5 +1,5 @@
 // Dataset: open, verify and extract.
-#include "stagein/dataset.h"
+#include "format/dataset.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -14,8 +14,8 @@
 
 #include "common/hash.h"
 #include "common/unique_fd.h"
-#include "stagein/io.h"
-#include "stagein/thread_pool.h"
+#include "common/io.h"
+#include "common/thread_pool.h"
 
 namespace fanstore::format {
 

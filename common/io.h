@@ -8,6 +8,7 @@
 
 #include "common/remove_tree.h"  // RemoveTree, for the callers of this header
 #include "common/status.h"
+#include "common/text.h"  // HumanBytes, for the callers of this header
 #include "common/unique_fd.h"
 
 namespace fanstore {
@@ -18,7 +19,6 @@ Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string&
 Status WriteFull(int fd, const void* buf, size_t len, const std::string& what);
 // Writes `data` to `path` through a temporary file and rename, with fsync.
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode);
-std::string HumanBytes(double bytes);
 // Opens the parent directory of the canonical relative path `rel` under root_fd, one component
 // at a time with O_NOFOLLOW, so a symlink can never redirect a write. *leaf gets the last
 // component.

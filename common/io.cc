@@ -1,5 +1,5 @@
 // POSIX I/O helpers.
-#include "stagein/io.h"
+#include "common/io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -64,18 +64,6 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::FromErrno("rename " + tmp, errno);
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
-}
-
-std::string HumanBytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (b >= 1024 && u < 5) {
-    b /= 1024;
-    u++;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
-  return buf;
 }
 
 }  // namespace fanstore

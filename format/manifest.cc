@@ -1,13 +1,13 @@
 // manifest.json encoding and strict, exception-free decoding.
-#include "stagein/manifest.h"
+#include "format/manifest.h"
 
 #include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
 #include "common/hash.h"
-#include "stagein/format.h"
-#include "stagein/io.h"
+#include "format/format.h"
+#include "common/io.h"
 
 namespace fanstore::format {
 namespace {

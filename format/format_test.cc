@@ -1,4 +1,4 @@
-#include "stagein/format.h"
+#include "format/format.h"
 
 #include <gtest/gtest.h>
 #include <zstd.h>

@@ -14,9 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "common/hash.h"
-#include "stagein/dataset.h"
-#include "stagein/io.h"
-#include "stagein/pack.h"
+#include "format/dataset.h"
+#include "common/io.h"
+#include "pack/pack.h"
 
 namespace fanstore {
 namespace {

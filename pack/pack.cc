@@ -1,5 +1,5 @@
 // The packer: walk, plan balanced shards, compress and hash on all cores, write atomically.
-#include "stagein/pack.h"
+#include "pack/pack.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,10 +22,10 @@
 
 #include "common/hash.h"
 #include "common/unique_fd.h"
-#include "stagein/format.h"
-#include "stagein/io.h"
-#include "stagein/manifest.h"
-#include "stagein/thread_pool.h"
+#include "format/format.h"
+#include "common/io.h"
+#include "format/manifest.h"
+#include "common/thread_pool.h"
 
 namespace fanstore::pack {
 namespace {
@@ -741,25 +741,6 @@ Status Pack(const std::string& src, const std::string& dst, const Options& opts,
     (void)r;
   }
   return s;
-}
-
-bool ParseSize(const std::string& text, uint64_t* out) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (errno || end == text.c_str() || text[0] == '-') return false;
-  std::string suffix(end);
-  uint64_t mult = 1;
-  if (suffix.empty() || suffix == "B") mult = 1;
-  else if (suffix == "K" || suffix == "KiB" || suffix == "k") mult = 1ull << 10;
-  else if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
-  else if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
-  else if (suffix == "T" || suffix == "TiB") mult = 1ull << 40;
-  else return false;
-  if (v > UINT64_MAX / mult) return false;
-  *out = v * mult;
-  return *out > 0;
 }
 
 }  // namespace fanstore::pack

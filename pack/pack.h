@@ -36,7 +36,4 @@ struct Stats {
 // leaves a dataset that looks valid.
 Status Pack(const std::string& src, const std::string& dst, const Options& opts, Stats* stats);
 
-// Parses "256M", "1G", "4096" (binary units). Returns false on bad input.
-bool ParseSize(const std::string& text, uint64_t* out);
-
 }  // namespace fanstore::pack

@@ -18,14 +18,14 @@
 #include <gtest/gtest.h>
 
 #include "common/hash.h"
-#include "stagein/dataset.h"
-#include "stagein/format.h"
-#include "stagein/io.h"
-#include "stagein/manifest.h"
-#include "stagein/pack.h"
-#include "stagein/shard.h"
-#include "stagein/stage.h"
-#include "stagein/thread_pool.h"
+#include "format/dataset.h"
+#include "format/format.h"
+#include "common/io.h"
+#include "format/manifest.h"
+#include "pack/pack.h"
+#include "format/shard.h"
+#include "stage/stage.h"
+#include "common/thread_pool.h"
 
 namespace fanstore {
 namespace {

@@ -1,5 +1,5 @@
 // Header, footer and index codecs, with the validation every reader relies on.
-#include "stagein/format.h"
+#include "format/format.h"
 
 #include <zstd.h>
 

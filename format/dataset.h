@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "stagein/manifest.h"
-#include "stagein/shard.h"
+#include "format/manifest.h"
+#include "format/shard.h"
 
 namespace fanstore::format {
 

@@ -26,9 +26,9 @@
 #include "common/env.h"
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
-#include "stagein/cli.h"
-#include "stagein/io.h"
-#include "stagein/manifest.h"
+#include "cli/cli.h"
+#include "common/io.h"
+#include "format/manifest.h"
 
 extern char** environ;
 

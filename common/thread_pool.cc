@@ -1,5 +1,5 @@
 // ThreadPool and TaskGroup.
-#include "stagein/thread_pool.h"
+#include "common/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>

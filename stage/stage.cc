@@ -1,5 +1,5 @@
 // Stage-in: sequential shard reads, parallel decode + verify + write.
-#include "stagein/stage.h"
+#include "stage/stage.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,8 +14,8 @@
 
 #include "common/hash.h"
 #include "common/unique_fd.h"
-#include "stagein/io.h"
-#include "stagein/thread_pool.h"
+#include "common/io.h"
+#include "common/thread_pool.h"
 
 namespace fanstore::stage {
 

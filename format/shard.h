@@ -13,8 +13,8 @@
 
 #include "common/status.h"
 #include "common/unique_fd.h"
-#include "stagein/format.h"
-#include "stagein/manifest.h"
+#include "format/format.h"
+#include "format/manifest.h"
 
 struct ZSTD_DDict_s;
 struct ZSTD_DCtx_s;

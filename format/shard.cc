@@ -1,5 +1,5 @@
 // Shard reading.
-#include "stagein/shard.h"
+#include "format/shard.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,8 +11,8 @@
 #include <mutex>
 
 #include "common/hash.h"
-#include "stagein/io.h"
-#include "stagein/thread_pool.h"
+#include "common/io.h"
+#include "common/thread_pool.h"
 
 namespace fanstore::format {
 namespace {

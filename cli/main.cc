@@ -16,15 +16,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/text.h"
 #include "common/env.h"
 #include "common/hash.h"
 #include "common/proto.h"
 #include "common/unique_fd.h"
 #include "common/log.h"
-#include "stagein/cli.h"
-#include "stagein/dataset.h"
-#include "stagein/io.h"
-#include "stagein/pack.h"
+#include "cli/cli.h"
+#include "format/dataset.h"
+#include "common/io.h"
+#include "pack/pack.h"
 
 namespace fanstore::cli {
 namespace {
@@ -191,7 +192,7 @@ int CmdPack(int argc, char** argv) {
   while ((c = getopt_long(argc, argv, "q", kOpts, nullptr)) != -1) {
     switch (c) {
       case 's':
-        if (!pack::ParseSize(optarg, &o.shard_size)) return Usage(kPackHelp, std::string("bad --shard-size '") + optarg + "'");
+        if (!(o.shard_size = ParseSize(optarg).value_or(0))) return Usage(kPackHelp, std::string("bad --shard-size '") + optarg + "'");
         break;
       case 'l': {
         char* end;

@@ -11,8 +11,8 @@
 
 #include "common/status.h"
 #include "common/unique_fd.h"
-#include "stagein/manifest.h"
-#include "stagein/shard.h"
+#include "format/manifest.h"
+#include "format/shard.h"
 
 namespace fanstore {
 class ThreadPool;
