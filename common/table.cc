@@ -13,24 +13,11 @@
 #include <unordered_set>
 
 #include "common/hash.h"
+#include "common/path.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::table {
 namespace {
-
-bool Canonical(std::string_view p) {
-  if (p.empty()) return true;
-  if (p.front() == '/' || p.back() == '/') return false;
-  size_t start = 0;
-  while (start <= p.size()) {
-    size_t end = p.find('/', start);
-    if (end == std::string_view::npos) end = p.size();
-    std::string_view c = p.substr(start, end - start);
-    if (c.empty() || c == "." || c == ".." || c.find('\0') != std::string_view::npos) return false;
-    start = end + 1;
-  }
-  return true;
-}
 
 std::string_view ParentOf(std::string_view p) {
   size_t slash = p.rfind('/');
@@ -66,7 +53,7 @@ uint64_t InodeFor(uint64_t path_hash) {
 Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of) {
   const size_t given = nodes.size();
   for (const Node& nd : nodes)
-    if (!Canonical(nd.path)) return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
+    if (!nd.path.empty() && !IsCanonicalPath(nd.path)) return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
   // Directories by path (indexes into `nodes`). Only directories can be parents, and they are
   // few: files are never indexed here.
   struct ViewHash {

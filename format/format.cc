@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "common/hash.h"
+#include "common/path.h"
 
 namespace fanstore::format {
 namespace {
@@ -125,18 +126,7 @@ std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries) {
   return s;
 }
 
-bool IsSafePath(std::string_view p) {
-  if (p.empty() || p.size() > kMaxPath || p.front() == '/' || p.back() == '/') return false;
-  size_t start = 0;
-  while (start <= p.size()) {
-    size_t end = p.find('/', start);
-    if (end == std::string_view::npos) end = p.size();
-    std::string_view c = p.substr(start, end - start);
-    if (c.empty() || c == "." || c == ".." || c.size() > kMaxName) return false;
-    start = end + 1;
-  }
-  return p.find('\0') == std::string_view::npos;
-}
+bool IsSafePath(std::string_view p) { return p.size() <= kMaxPath && IsCanonicalPath(p, kMaxName); }
 
 bool IsContainedLink(std::string_view link_path, std::string_view target) {
   if (target.empty() || target.front() == '/' || target.size() > kMaxPath ||

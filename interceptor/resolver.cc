@@ -4,25 +4,12 @@
 #include <errno.h>
 #include <string.h>
 
+#include "common/path.h"
+
 namespace fanstore::interceptor {
 namespace {
 
 using table::Entry;
-
-// True when rel is a plain "a/b/c": no empty, "." or ".." component, no leading or trailing
-// slash. Such a path can be looked up in one hash probe.
-bool IsCanonical(std::string_view rel) {
-  if (rel.empty() || rel.front() == '/' || rel.back() == '/') return false;
-  size_t start = 0;
-  while (true) {
-    size_t end = rel.find('/', start);
-    size_t len = (end == std::string_view::npos ? rel.size() : end) - start;
-    if (len == 0) return false;
-    if (rel[start] == '.' && (len == 1 || (len == 2 && rel[start + 1] == '.'))) return false;
-    if (end == std::string_view::npos) return true;
-    start = end + 1;
-  }
-}
 
 // Joins a directory's table path and a name into buf; returns the length or -1.
 long Join(std::string_view dir, std::string_view name, char* buf) {
@@ -64,7 +51,7 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
   char join[PATH_MAX];
 
   // Fast path: one probe for a canonical path whose components are all real directories.
-  if (IsCanonical(rel)) {
+  if (IsCanonicalPath(rel)) {
     std::string_view key = rel;
     if (&start != &root()) {
       long n = Join(t.Path(start), rel, join);

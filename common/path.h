@@ -1,0 +1,26 @@
+// Dataset-relative paths ("a/b/c"), as the format, the table and the interceptor use them.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace fanstore {
+
+// True when `p` is a plain relative path: not empty, no leading or trailing slash, no empty,
+// "." or ".." component, no NUL, and no component longer than `max_component`. Such a path
+// names one entry without any lookup of its own, so it can be checked against a table by hash.
+inline bool IsCanonicalPath(std::string_view p, size_t max_component = std::string_view::npos) {
+  if (p.empty() || p.front() == '/' || p.back() == '/') return false;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = p.find('/', start);
+    const size_t len = (end == std::string_view::npos ? p.size() : end) - start;
+    if (len == 0 || len > max_component) return false;
+    if (p[start] == '.' && (len == 1 || (len == 2 && p[start + 1] == '.'))) return false;
+    if (end == std::string_view::npos) break;
+    start = end + 1;
+  }
+  return p.find('\0') == std::string_view::npos;
+}
+
+}  // namespace fanstore
