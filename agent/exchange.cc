@@ -1,0 +1,178 @@
+// The metadata exchange's message (see exchange.h).
+#include "agent/exchange.h"
+
+#include <cstring>
+#include <unordered_set>
+
+namespace fanstore::agent::exchange {
+namespace {
+
+using format::EntryType;
+
+constexpr uint32_t kMagic = 0x58534d46;  // "FMSX"
+constexpr uint32_t kVersion = 1;
+
+void Put32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
+void Put64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
+void PutStr(std::string& s, std::string_view v) {
+  Put32(s, static_cast<uint32_t>(v.size()));
+  s.append(v);
+}
+
+// Bounds-checked reads from a message: every length comes from the peer.
+class Reader {
+ public:
+  explicit Reader(std::string_view b) : b_(b) {}
+  bool U32(uint32_t* v) { return Fixed(v, 4); }
+  bool U64(uint64_t* v) { return Fixed(v, 8); }
+  bool Bytes(size_t n, std::string_view* out) {
+    if (b_.size() - pos_ < n) return false;
+    *out = b_.substr(pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool Str(std::string_view* out) {
+    uint32_t n;
+    return U32(&n) && Bytes(n, out);
+  }
+
+ private:
+  bool Fixed(void* v, size_t n) {
+    if (b_.size() - pos_ < n) return false;
+    std::memcpy(v, b_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  std::string_view b_;
+  size_t pos_ = 0;
+};
+
+Status ReadHead(Reader& rd, uint32_t rank) {
+  uint32_t magic, version, ok;
+  std::string_view err;
+  if (!rd.U32(&magic) || magic != kMagic || !rd.U32(&version) || version != kVersion || !rd.U32(&ok) ||
+      !rd.Str(&err))
+    return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(rank));
+  if (!ok) return Status::Aborted("agent of rank " + std::to_string(rank) + " failed: " + std::string(err));
+  return Status::OK();
+}
+
+// One shard record of rank `r`'s message into `out`.
+Status ReadRecord(Reader& rd, uint32_t r, uint32_t self, const std::vector<const format::ShardFile*>& own,
+                  std::vector<bool>& seen, Decoded* out) {
+  const uint32_t nshards = static_cast<uint32_t>(out->index.size());
+  uint32_t shard, nlinks;
+  uint64_t file_size;
+  std::string_view footer_bytes, stored;
+  if (!rd.U32(&shard) || shard >= nshards || seen[shard] || !rd.U64(&file_size) ||
+      !rd.Bytes(format::kFooterSize, &footer_bytes) || !rd.Str(&stored))
+    return Status::Corruption("metadata exchange: bad shard record from rank " + std::to_string(r));
+  seen[shard] = true;
+  if (r == self) {
+    for (const format::ShardFile* sh : own)
+      if (sh->header.shard_id == shard) out->index[shard] = sh->entries;
+  } else {
+    format::Footer f;
+    Status fs = format::DecodeFooter(footer_bytes, file_size, &f);
+    if (!fs.ok()) return fs.Prefixed("metadata exchange: shard " + std::to_string(shard));
+    auto entries = format::DecodeIndex(stored, f);
+    if (!entries.ok()) return entries.status().Prefixed("metadata exchange: shard " + std::to_string(shard));
+    out->index[shard] = std::move(entries).value();
+  }
+  if (!rd.U32(&nlinks)) return Status::Corruption("metadata exchange: bad link list");
+  for (uint32_t k = 0; k < nlinks; k++) {
+    std::string_view p, t;
+    if (!rd.Str(&p) || !rd.Str(&t) || !format::IsContainedLink(p, t))
+      return Status::Corruption("metadata exchange: bad link");
+    out->links.emplace(std::string(p), std::string(t));
+  }
+  return Status::OK();
+}
+
+// Each target stays inside when resolved through the other links too, not only lexically.
+Status CheckLinks(const Decoded& d) {
+  if (d.links.empty()) return Status::OK();
+  std::unordered_set<std::string_view> dirs;
+  for (const auto& entries : d.index)
+    for (const auto& e : entries)
+      if (e.type == EntryType::kDir) dirs.insert(e.path);
+  auto lookup = [&](const std::string& path, std::string* target) {
+    if (path.empty() || dirs.count(path)) return format::NodeKind::kDir;
+    auto it = d.links.find(path);
+    if (it == d.links.end()) return format::NodeKind::kOther;
+    *target = it->second;
+    return format::NodeKind::kLink;
+  };
+  for (const auto& [path, target] : d.links)
+    if (!format::LinkStaysInside(path, target, lookup))
+      return Status::Corruption("metadata exchange: symlink '" + path + "' leads out of the dataset");
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string EncodeHead(const Status& st) {
+  std::string b;
+  Put32(b, kMagic);
+  Put32(b, kVersion);
+  Put32(b, st.ok() ? 1 : 0);
+  PutStr(b, st.ok() ? "" : st.ToString());
+  return b;
+}
+
+Status CheckHead(std::string_view message, uint32_t rank) {
+  Reader rd(message);
+  return ReadHead(rd, rank);
+}
+
+Result<std::string> Encode(const std::string& endpoint, const std::vector<const format::ShardFile*>& primary,
+                           const format::Dictionary& dict) {
+  std::string blob = EncodeHead(Status::OK());
+  PutStr(blob, endpoint);
+  Put32(blob, static_cast<uint32_t>(primary.size()));
+  format::FrameDecoder dec(&dict);
+  for (const format::ShardFile* sh : primary) {
+    Put32(blob, sh->header.shard_id);
+    Put64(blob, sh->size);
+    blob += format::EncodeFooter(sh->footer);
+    PutStr(blob, sh->index_stored);
+    std::vector<std::pair<std::string, std::string>> links;
+    for (const auto& e : sh->entries) {
+      if (e.type != EntryType::kSymlink) continue;
+      std::string target;
+      FS_RETURN_IF_ERROR(format::ReadEntry(*sh, e, &dec, &target));
+      links.emplace_back(e.path, std::move(target));
+    }
+    Put32(blob, static_cast<uint32_t>(links.size()));
+    for (auto& [p, t] : links) {
+      PutStr(blob, p);
+      PutStr(blob, t);
+    }
+  }
+  return blob;
+}
+
+Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, uint32_t self,
+                       const std::vector<const format::ShardFile*>& own) {
+  Decoded d;
+  d.index.assign(nshards, {});
+  d.endpoints.resize(all.size());
+  std::vector<bool> seen(nshards, false);
+  for (uint32_t r = 0; r < all.size(); r++) {
+    d.bytes += all[r].size();
+    Reader rd(all[r]);
+    FS_RETURN_IF_ERROR(ReadHead(rd, r));
+    uint32_t records;
+    std::string_view endpoint;
+    if (!rd.Str(&endpoint) || !rd.U32(&records))
+      return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(r));
+    d.endpoints[r] = std::string(endpoint);
+    for (uint32_t i = 0; i < records; i++) FS_RETURN_IF_ERROR(ReadRecord(rd, r, self, own, seen, &d));
+  }
+  for (uint32_t s = 0; s < nshards; s++)
+    if (!seen[s]) return Status::Corruption("metadata exchange: no agent published shard " + std::to_string(s));
+  FS_RETURN_IF_ERROR(CheckLinks(d));
+  return d;
+}
+
+}  // namespace fanstore::agent::exchange

@@ -1,0 +1,160 @@
+// The metadata exchange's message: round trips through Encode and Decode on real shards, and
+// every way a peer's message can be wrong is refused with a message that names it.
+#include "agent/exchange.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "format/manifest.h"
+#include "pack/pack.h"
+#include "stage/stage.h"
+
+namespace fanstore::agent::exchange {
+namespace {
+
+using format::ShardFile;
+
+class ExchangeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fanstore-exchange-test-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    const std::string src = dir_ + "/src";
+    ASSERT_EQ(::mkdir(src.c_str(), 0700), 0);
+    for (int d = 0; d < 4; d++) {
+      const std::string sub = src + "/d" + std::to_string(d);
+      ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
+      for (int f = 0; f < 20; f++) std::ofstream(sub + "/f" + std::to_string(f)) << std::string(300 + f * 50, 'a' + d);
+    }
+    ASSERT_EQ(::symlink("d0/f1", (src + "/link").c_str()), 0);
+    pack::Options po;
+    po.shard_size = 8 << 10;  // several shards
+    po.sync = false;
+    pack::Stats ps;
+    ASSERT_TRUE(pack::Pack(src, dir_ + "/ds.fs", po, &ps).ok());
+    auto m = format::LoadManifest(dir_ + "/ds.fs");
+    ASSERT_TRUE(m.ok());
+    manifest_ = std::move(m).value();
+    ASSERT_GE(manifest_.shards.size(), 3u);
+    ASSERT_TRUE(dict_.Load(dir_ + "/ds.fs", manifest_.dict).ok());
+    std::vector<uint32_t> ids;
+    for (uint32_t s = 0; s < manifest_.shards.size(); s++) ids.push_back(s);
+    auto sh = stage::OpenShards(dir_ + "/ds.fs", manifest_, ids);
+    ASSERT_TRUE(sh.ok()) << sh.status().ToString();
+    shards_ = std::move(sh).value();
+  }
+  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+
+  uint32_t nshards() const { return static_cast<uint32_t>(shards_.size()); }
+  // The shards with ids in [from, to).
+  std::vector<const ShardFile*> Range(uint32_t from, uint32_t to) const {
+    std::vector<const ShardFile*> out;
+    for (uint32_t s = from; s < to; s++) out.push_back(shards_[s].get());
+    return out;
+  }
+  // Rank 0 publishes the first shard, rank 1 the rest.
+  std::vector<std::string> TwoRanks() {
+    auto a = Encode("10.0.0.1:7000", Range(0, 1), dict_);
+    auto b = Encode("10.0.0.2:7000", Range(1, nshards()), dict_);
+    EXPECT_TRUE(a.ok() && b.ok());
+    return {*a, *b};
+  }
+
+  std::string dir_;
+  format::Manifest manifest_;
+  format::Dictionary dict_;
+  std::vector<std::unique_ptr<ShardFile>> shards_;
+};
+
+TEST_F(ExchangeTest, RoundTripGivesEveryIndexLinkAndEndpoint) {
+  auto all = TwoRanks();
+  auto d = Decode(all, nshards(), /*self=*/0, Range(0, 1));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_EQ(d->index.size(), nshards());
+  size_t files = 0;
+  for (uint32_t s = 0; s < nshards(); s++) {
+    ASSERT_EQ(d->index[s].size(), shards_[s]->entries.size());
+    for (size_t i = 0; i < d->index[s].size(); i++) {
+      EXPECT_EQ(d->index[s][i].path, shards_[s]->entries[i].path);
+      EXPECT_EQ(d->index[s][i].size, shards_[s]->entries[i].size);
+      EXPECT_EQ(d->index[s][i].xxh3, shards_[s]->entries[i].xxh3);
+      files += d->index[s][i].type == format::EntryType::kFile;
+    }
+  }
+  EXPECT_EQ(files, 80u);
+  ASSERT_EQ(d->links.size(), 1u);
+  EXPECT_EQ(d->links.at("link"), "d0/f1");
+  EXPECT_EQ(d->endpoints, (std::vector<std::string>{"10.0.0.1:7000", "10.0.0.2:7000"}));
+  EXPECT_EQ(d->bytes, all[0].size() + all[1].size());
+}
+
+TEST_F(ExchangeTest, FailedAgentIsNamedWithItsReason) {
+  auto all = TwoRanks();
+  all[1] = EncodeHead(Status::NoSpace("disk full on node b"));
+  auto d = Decode(all, nshards(), 0, Range(0, 1));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().ToString().find("rank 1 failed"), std::string::npos) << d.status().ToString();
+  EXPECT_NE(d.status().ToString().find("disk full on node b"), std::string::npos);
+  EXPECT_TRUE(CheckHead(EncodeHead(Status::OK()), 3).ok());
+  EXPECT_FALSE(CheckHead(all[1], 1).ok());
+}
+
+TEST_F(ExchangeTest, EveryTruncationIsRefused) {
+  auto all = TwoRanks();
+  const std::string whole = all[1];
+  for (size_t n = 0; n < whole.size(); n += 7) {
+    all[1] = whole.substr(0, n);
+    EXPECT_FALSE(Decode(all, nshards(), 0, Range(0, 1)).ok()) << "truncated to " << n;
+    if (n < 16) {
+      EXPECT_FALSE(CheckHead(all[1], 1).ok()) << "head truncated to " << n;
+    }
+  }
+}
+
+TEST_F(ExchangeTest, CorruptRecordsAreRefusedNamingTheShard) {
+  auto all = TwoRanks();
+  // Rank 1's first record (shard 1) starts after the head (16 B), the endpoint (4 + 13 B) and
+  // the record count; then u32 shard, u64 file size, the 64 B footer, u32 length, the index.
+  const size_t record = 16 + 4 + 13 + 4, footer = record + 12, index = footer + 64 + 4;
+  for (size_t at : {footer + 3, index + 5, index + 40}) {
+    std::string bad = all[1];
+    bad[at] ^= 0x5a;
+    auto d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
+    ASSERT_FALSE(d.ok()) << "flipped byte " << at;
+    EXPECT_NE(d.status().ToString().find("metadata exchange: shard 1"), std::string::npos) << d.status().ToString();
+  }
+  std::string bad = all[1];
+  bad[0] ^= 1;  // the magic
+  auto d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().ToString().find("bad data from rank 1"), std::string::npos);
+}
+
+TEST_F(ExchangeTest, ShardPublishedTwiceOrNeverIsRefused) {
+  auto a = Encode("", Range(0, 2), dict_);
+  auto b = Encode("", Range(1, nshards()), dict_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto twice = Decode({*a, *b}, nshards(), 0, Range(0, 2));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().ToString().find("bad shard record from rank 1"), std::string::npos);
+  auto c = Encode("", Range(2, nshards()), dict_);
+  ASSERT_TRUE(c.ok());
+  auto never = Decode({*Encode("", Range(0, 1), dict_), *c}, nshards(), 0, Range(0, 1));
+  ASSERT_FALSE(never.ok());
+  EXPECT_NE(never.status().ToString().find("no agent published shard 1"), std::string::npos);
+}
+
+TEST_F(ExchangeTest, ShardIdOutOfRangeIsRefused) {
+  auto all = TwoRanks();
+  auto d = Decode(all, /*nshards=*/1, 0, Range(0, 1));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().ToString().find("bad shard record from rank 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fanstore::agent::exchange

@@ -1,0 +1,288 @@
+// Files held on other nodes (see remote.h).
+#include "agent/remote.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "agent/placement.h"
+#include "common/hash.h"
+#include "common/io.h"
+#include "common/log.h"
+
+namespace fanstore::agent {
+
+using format::EntryType;
+using format::IndexEntry;
+
+struct RemoteFiles::Inflight {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+void RemoteFiles::Init(Context ctx, const std::string& cache_dir, uint64_t cache_capacity) {
+  ctx_ = std::move(ctx);
+  cache_.Init(cache_dir, cache_capacity);
+  const auto& index = *ctx_.index;
+  shard_raw_bytes_.assign(index.size(), 0);
+  for (size_t s = 0; s < index.size(); s++)
+    for (const auto& e : index[s]) shard_raw_bytes_[s] += e.size;
+  prefetch_seen_.assign(index.size(), false);
+}
+
+RemoteFiles::Counters RemoteFiles::counters() const {
+  return Counters{opens_remote_.load(),     opens_cached_.load(),   opens_fallback_.load(),
+                  bytes_remote_.load(),     bytes_cached_.load(),   bytes_fallback_.load(),
+                  peer_errors_.load(),      prefetched_shards_.load(), prefetched_files_.load(),
+                  prefetched_bytes_.load(), source_peak_.load()};
+}
+
+void RemoteFiles::Stop() {
+  {
+    std::lock_guard<std::mutex> l(prefetch_mu_);
+    prefetch_stop_ = true;
+  }
+  stopping_ = true;
+  prefetch_cv_.notify_all();
+  if (prefetcher_.joinable()) prefetcher_.join();
+}
+
+Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
+  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  const uint64_t key = Xxh3(e.path);
+  MaybePrefetch(shard);
+  while (true) {
+    int fd = cache_.Open(key);
+    if (fd >= 0) {
+      opens_cached_++;
+      bytes_cached_ += e.size;
+      return fd;
+    }
+    // One fetch per file: later openers wait for the first, then take it from the cache.
+    std::shared_ptr<Inflight> wait, mine;
+    {
+      std::lock_guard<std::mutex> l(inflight_mu_);
+      auto [it, fresh] = inflight_.emplace(key, nullptr);
+      if (fresh) it->second = mine = std::make_shared<Inflight>();
+      else wait = it->second;
+    }
+    if (wait) {
+      std::unique_lock<std::mutex> l(wait->mu);
+      wait->cv.wait(l, [&] { return wait->done; });
+      if (cache_.capacity() > 0) continue;  // cached by the first opener, unless it failed
+    }
+    auto finish = [&] {
+      if (!mine) return;
+      {
+        std::lock_guard<std::mutex> l(inflight_mu_);
+        inflight_.erase(key);
+      }
+      std::lock_guard<std::mutex> l(mine->mu);
+      mine->done = true;
+      mine->cv.notify_all();
+    };
+    return FetchNew(shard, entry, key, finish);
+  }
+}
+
+// The file goes straight into a cache file, or, when the cache cannot hold it (or writing it
+// fails), into a sealed memfd: never whole into the agent's memory.
+Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
+                                  const std::function<void()>& finish) {
+  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  FileCache::Pending pending;
+  if (cache_.Begin(key, e.size, /*evict=*/true, &pending).ok()) {
+    bool local_error = false;
+    Status st = FetchInto(shard, entry, pending.fd.get(), &local_error);
+    if (st.ok()) {
+      auto cached = cache_.Commit(&pending, /*want_fd=*/true);
+      finish();
+      if (cached.ok()) return cached;
+      LOG_WARN("cache %s: %s; serving it from memory", e.path.c_str(),
+               cached.status().ToString().c_str());
+    } else {
+      cache_.Abort(&pending);
+      if (!local_error) {
+        finish();
+        return st;
+      }
+      LOG_WARN("%s; serving it from memory", st.ToString().c_str());
+    }
+  }
+  UniqueFD mfd(::memfd_create("fanstore", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!mfd.valid()) {
+    finish();
+    return Status::FromErrno("memfd_create", errno);
+  }
+  bool local_error = false;
+  Status st = FetchInto(shard, entry, mfd.get(), &local_error);
+  finish();
+  if (!st.ok()) return st;
+  ::fcntl(mfd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+  ::lseek(mfd.get(), 0, SEEK_SET);
+  return mfd.Release();
+}
+
+// Holders are tried in an order that spreads the load; `out` is rewound before every attempt.
+Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, bool* local_error) {
+  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  Status write_status;
+  bool written = false;  // by an earlier attempt: `out` must be emptied before the next
+  auto sink = [&](std::string_view piece) {
+    written = true;
+    write_status = WriteFull(out, piece.data(), piece.size(), "the copy of '" + e.path + "'");
+    return write_status;
+  };
+  auto rewind = [&] {
+    if (!written || (::ftruncate(out, 0) == 0 && ::lseek(out, 0, SEEK_SET) == 0)) {
+      written = false;
+      return true;
+    }
+    write_status = Status::FromErrno("rewind the copy of '" + e.path + "'", errno);
+    *local_error = true;
+    return false;
+  };
+  if (ctx_.peers && ctx_.size > 1) {
+    const auto holders = Holders(shard, ctx_.size, ctx_.replicas);
+    const size_t n = holders.size();
+    for (size_t k = 0; k < n; k++) {
+      uint32_t h = holders[(entry + ctx_.rank + k) % n];
+      if (h == ctx_.rank || peers_.IsDown(h)) continue;  // a down peer was counted once
+      if (!rewind()) return write_status;
+      Xxh3Stream hash;
+      write_status = Status::OK();
+      Status st = peers_.Fetch(h, shard, entry, e.size, [&](std::string_view piece) {
+        hash.Update(piece.data(), piece.size());
+        return sink(piece);
+      });
+      if (!write_status.ok()) {
+        *local_error = true;
+        return write_status;
+      }
+      if (st.ok() && hash.Digest() != e.xxh3)
+        st = Status::Corruption("peer " + std::to_string(h) + " sent bad bytes for '" + e.path + "'");
+      if (st.ok()) {
+        opens_remote_++;
+        bytes_remote_ += e.size;
+        return st;
+      }
+      peer_errors_++;
+      LOG_WARN("fetch '%s' from rank %u: %s; trying %s", e.path.c_str(), h, st.ToString().c_str(),
+               k + 1 < n ? "another replica" : "the dataset directory");
+    }
+  }
+  if (!rewind()) return write_status;
+  write_status = Status::OK();
+  Status st = ReadFromDataset(shard, entry, sink);
+  if (!write_status.ok()) {
+    *local_error = true;
+    return write_status;
+  }
+  if (st.ok()) {
+    opens_fallback_++;
+    bytes_fallback_ += e.size;
+  }
+  return st;
+}
+
+// The file's frame read from its shard on the parallel file system (sequential preads at the
+// frame's offset), decoded and verified as a stream. Bad bytes are never served: the caller
+// drops what the sink got and turns the error into EIO.
+Status RemoteFiles::ReadFromDataset(uint32_t shard, uint32_t entry,
+                                    const std::function<Status(std::string_view)>& sink) {
+  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  const std::string shard_path = ctx_.dataset + "/" + ctx_.manifest->shards[shard].file;
+  int shard_fd;
+  {
+    std::lock_guard<std::mutex> l(shard_fd_mu_);
+    auto it = shard_fds_.find(shard);
+    if (it == shard_fds_.end()) {
+      UniqueFD fd(::open(shard_path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!fd.valid()) return Status::FromErrno("open " + shard_path, errno);
+      it = shard_fds_.emplace(shard, std::move(fd)).first;
+    }
+    shard_fd = it->second.get();
+  }
+  source_slots_.acquire();
+  const int now = ++source_in_flight_;
+  for (int peak = source_peak_.load(); now > peak && !source_peak_.compare_exchange_weak(peak, now);) {
+  }
+  ScopeExit release([this] {
+    source_in_flight_--;
+    source_slots_.release();
+  });
+  return format::StreamFrame(shard_fd, shard_path, e, ctx_.dict, sink);
+}
+
+void RemoteFiles::MaybePrefetch(uint32_t shard) {
+  if (!ctx_.prefetch || !ctx_.peers || ctx_.size < 2) return;
+  std::lock_guard<std::mutex> l(prefetch_mu_);
+  if (prefetch_stop_ || prefetch_seen_[shard]) return;
+  prefetch_seen_[shard] = true;
+  // Only what fits without evicting anything: prefetch must never push out files in use.
+  if (shard_raw_bytes_[shard] > cache_.free_bytes()) return;
+  prefetch_queue_.push_back(shard);
+  if (!prefetcher_.joinable()) prefetcher_ = std::thread([this] { PrefetchLoop(); });
+  prefetch_cv_.notify_one();
+}
+
+void RemoteFiles::PrefetchLoop() {
+  while (true) {
+    uint32_t shard;
+    {
+      std::unique_lock<std::mutex> l(prefetch_mu_);
+      prefetch_cv_.wait(l, [&] { return prefetch_stop_ || !prefetch_queue_.empty(); });
+      if (prefetch_stop_) return;
+      shard = prefetch_queue_.front();
+      prefetch_queue_.erase(prefetch_queue_.begin());
+    }
+    PrefetchShard(shard);
+  }
+}
+
+// One remote shard streamed into the cache from a holder, the next holder if it fails.
+void RemoteFiles::PrefetchShard(uint32_t shard) {
+  const auto& entries = (*ctx_.index)[shard];
+  const auto holders = Holders(shard, ctx_.size, ctx_.replicas);
+  for (size_t k = 0; k < holders.size(); k++) {
+    uint32_t h = holders[(ctx_.rank + shard + k) % holders.size()];
+    if (h == ctx_.rank) continue;
+    bool full = false, skip = false;
+    FileCache::Pending pending;  // the file being received, written as its pieces arrive
+    Xxh3Stream hash;
+    Status st = peers_.FetchShard(
+        h, shard,
+        [&](uint32_t i) -> std::optional<uint64_t> {
+          if (i < entries.size() && entries[i].type == EntryType::kFile) return entries[i].size;
+          return std::nullopt;
+        },
+        [&](uint32_t i, uint64_t off, std::string_view piece) {
+          const IndexEntry& e = entries[i];
+          if (stopping_) return false;
+          if (off == 0) {
+            // A file the job opened before the stream reached it is cached already: its bytes
+            // are read off the connection, not written again.
+            const uint64_t key = Xxh3(e.path);
+            if ((skip = cache_.Has(key))) return true;
+            hash = Xxh3Stream();
+            if (!cache_.Begin(key, e.size, /*evict=*/false, &pending).ok()) return !(full = true);
+          }
+          if (skip) return true;
+          hash.Update(piece.data(), piece.size());
+          if (!WriteFull(pending.fd.get(), piece.data(), piece.size(), "cache").ok()) return !(full = true);
+          if (off + piece.size() < e.size) return true;
+          if (hash.Digest() != e.xxh3) return false;
+          if (!cache_.Commit(&pending, /*want_fd=*/false).ok()) return !(full = true);
+          prefetched_files_++;
+          prefetched_bytes_ += e.size;
+          return true;
+        });
+    if (pending.active) cache_.Abort(&pending);
+    if (st.ok()) prefetched_shards_++;
+    if (st.ok() || full || stopping_) return;
+    LOG_WARN("prefetch of shard %u from rank %u: %s", shard, h, st.ToString().c_str());
+  }
+}
+
+}  // namespace fanstore::agent

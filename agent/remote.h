@@ -1,0 +1,99 @@
+// Files held on other nodes: opened from the node's cache, else fetched from a holder (one fetch
+// for concurrent opens), else read straight from the shard in the dataset directory. Also the
+// background prefetch that warms the cache with whole remote shards.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <semaphore>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/cache.h"
+#include "agent/peer.h"
+#include "common/status.h"
+#include "format/format.h"
+#include "format/manifest.h"
+#include "format/shard.h"
+
+namespace fanstore::agent {
+
+class RemoteFiles {
+ public:
+  struct Context {
+    const std::vector<std::vector<format::IndexEntry>>* index = nullptr;  // every shard's entries
+    const format::Manifest* manifest = nullptr;
+    const format::Dictionary* dict = nullptr;
+    std::string dataset;  // DS.fs, for reads from the source
+    uint32_t rank = 0, size = 1, replicas = 1;
+    bool peers = true;     // fetch from other agents (else from the dataset)
+    bool prefetch = true;  // stream whole remote shards into the cache in the background
+  };
+  struct Counters {
+    uint64_t opens_remote, opens_cached, opens_fallback;
+    uint64_t bytes_remote, bytes_cached, bytes_fallback, peer_errors;
+    uint64_t prefetched_shards, prefetched_files, prefetched_bytes;
+    int source_peak;
+  };
+  // Reads from the dataset at once: when a peer stalls or dies, this node's opens of its files
+  // fall back to the parallel file system, never more than this many at a time.
+  static constexpr std::ptrdiff_t kMaxSourceReads = 4;
+
+  RemoteFiles() = default;
+  ~RemoteFiles() { Stop(); }
+  RemoteFiles(const RemoteFiles&) = delete;
+  RemoteFiles& operator=(const RemoteFiles&) = delete;
+
+  // The cache in `cache_dir` (capacity 0: none), once the indexes are known.
+  void Init(Context ctx, const std::string& cache_dir, uint64_t cache_capacity);
+  PeerClient& peers() { return peers_; }
+  const FileCache& cache() const { return cache_; }
+
+  // An open descriptor of the verified file (shard, entry): a cache file, or a sealed memfd.
+  Result<int> Open(uint32_t shard, uint32_t entry);
+  // Queues `shard` for a background bulk transfer into the cache, once, when it fits.
+  void MaybePrefetch(uint32_t shard);
+  // Stops and joins the prefetcher. Any thread, more than once.
+  void Stop();
+  Counters counters() const;
+
+ private:
+  struct Inflight;
+  // Writes the file's verified content to `out`, from a holder, then from the dataset. A
+  // failure to write `out` ends the attempts and sets *local_error.
+  Status FetchInto(uint32_t shard, uint32_t entry, int out, bool* local_error);
+  // Fetches into the cache, else into a memfd; `finish` wakes the openers waiting for us.
+  Result<int> FetchNew(uint32_t shard, uint32_t entry, uint64_t key, const std::function<void()>& finish);
+  Status ReadFromDataset(uint32_t shard, uint32_t entry, const std::function<Status(std::string_view)>& sink);
+  void PrefetchLoop();
+  void PrefetchShard(uint32_t shard);
+
+  Context ctx_;
+  FileCache cache_;
+  PeerClient peers_;
+  std::mutex inflight_mu_;
+  std::unordered_map<uint64_t, std::shared_ptr<Inflight>> inflight_;
+  std::mutex shard_fd_mu_;
+  std::unordered_map<uint32_t, UniqueFD> shard_fds_;  // shards opened for reads from the source
+  std::counting_semaphore<kMaxSourceReads> source_slots_{kMaxSourceReads};
+  std::atomic<int> source_in_flight_{0}, source_peak_{0};
+  std::mutex prefetch_mu_;
+  std::condition_variable prefetch_cv_;
+  std::vector<uint32_t> prefetch_queue_;
+  std::vector<bool> prefetch_seen_;
+  std::vector<uint64_t> shard_raw_bytes_;
+  bool prefetch_stop_ = false;
+  std::atomic<bool> stopping_{false};
+  std::thread prefetcher_;
+  std::atomic<uint64_t> opens_remote_{0}, opens_cached_{0}, opens_fallback_{0};
+  std::atomic<uint64_t> bytes_remote_{0}, bytes_cached_{0}, bytes_fallback_{0}, peer_errors_{0};
+  std::atomic<uint64_t> prefetched_files_{0}, prefetched_bytes_{0}, prefetched_shards_{0};
+};
+
+}  // namespace fanstore::agent

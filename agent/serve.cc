@@ -1,0 +1,77 @@
+// Serving: opens from the node's clients, and this node's files for its peers (see agent.h).
+#include <fcntl.h>
+
+#include "agent/agent.h"
+#include "common/log.h"
+
+namespace fanstore::agent {
+
+using format::EntryType;
+using format::IndexEntry;
+
+Reply Agent::Handle(proto::Op op, const std::string& payload) {
+  switch (op) {
+    case proto::kStatus: return Reply{0, StatusJson(), -1};
+    case proto::kStats: return Reply{0, StatsJson(), -1};
+    case proto::kOpen: return Open(payload);
+  }
+  return Reply{EINVAL, "", -1};
+}
+
+Reply Agent::Open(const std::string& path) {
+  {
+    std::lock_guard<std::mutex> l(state_mu_);
+    if (state_ != "ready") return Reply{EAGAIN, "", -1};
+  }
+  const table::Entry* te = view_.Lookup(path);
+  const FileRef* ref = te ? &file_refs_[view_.IndexOf(*te)] : nullptr;
+  if (!ref || ref->shard == UINT32_MAX) return Reply{ENOENT, "", -1};
+  auto fail = [&](const Status& st) {
+    open_errors_++;
+    LOG_ERROR("open %s: %s", path.c_str(), st.ToString().c_str());
+    return Reply{st.ToErrno(), "", -1};
+  };
+  if (!ref->local) {
+    auto fd = remote_.Open(ref->shard, ref->entry);
+    return fd.ok() ? Reply{0, "", *fd} : fail(fd.status());
+  }
+  if (lazy_ && !unpacker_.done()) {
+    Status st = unpacker_.EnsureUnpacked(ref->shard, ref->entry);
+    if (!st.ok()) return fail(st);
+  }
+  int fd = ::open((data_root_ + "/" + path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    open_errors_++;
+    return Reply{errno, "", -1};
+  }
+  opens_local_++;
+  return Reply{0, "", fd};
+}
+
+int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
+  if (!serving_.load(std::memory_order_acquire)) return EAGAIN;  // only a confused peer asks this early
+  if (shard >= index_.size() || !local_shard_[shard] || entry >= index_[shard].size()) return ENOENT;
+  const IndexEntry& e = index_[shard][entry];
+  if (e.type != EntryType::kFile) return EINVAL;
+  if (lazy_ && !unpacker_.done()) {
+    Status st = unpacker_.EnsureUnpacked(shard, entry);
+    if (!st.ok()) {
+      LOG_ERROR("serve %s to a peer: %s", e.path.c_str(), st.ToString().c_str());
+      return EIO;
+    }
+  }
+  *fd = ::open((data_root_ + "/" + e.path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (*fd < 0) return errno;
+  *size = e.size;
+  return 0;
+}
+
+std::vector<uint32_t> Agent::ShardFiles(uint32_t shard) {
+  std::vector<uint32_t> out;
+  if (!serving_.load(std::memory_order_acquire) || shard >= index_.size() || !local_shard_[shard]) return out;
+  for (uint32_t i = 0; i < index_[shard].size(); i++)
+    if (index_[shard][i].type == EntryType::kFile) out.push_back(i);
+  return out;
+}
+
+}  // namespace fanstore::agent

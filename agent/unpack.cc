@@ -1,0 +1,168 @@
+// Lazy unpack (see unpack.h).
+#include "agent/unpack.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "common/io.h"
+#include "common/log.h"
+#include "common/thread_pool.h"
+#include "stage/stage.h"
+
+namespace fanstore::agent {
+
+using format::EntryType;
+using format::IndexEntry;
+using Clock = std::chrono::steady_clock;
+
+void LowerThreadPriority() {
+  thread_local bool done = false;
+  if (!done) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
+  done = true;
+}
+
+void Unpacker::Init(Context ctx, const std::vector<uint32_t>& mine) {
+  ctx_ = std::move(ctx);
+  const size_t nshards = ctx_.index->size();
+  copies_.resize(nshards);
+  state_.resize(nshards);
+  table_index_.resize(nshards);
+  for (uint32_t s : mine) {
+    state_[s].assign((*ctx_.index)[s].size(), kPacked);
+    table_index_[s].assign((*ctx_.index)[s].size(), UINT32_MAX);
+  }
+}
+
+void Unpacker::Adopt(std::unique_ptr<format::ShardFile> copy) {
+  const uint32_t id = copy->header.shard_id;
+  copies_[id] = std::move(copy);
+}
+
+void Unpacker::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Unpacker::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Unpacker::Claim(uint32_t shard, uint32_t entry, bool wait) {
+  std::unique_lock<std::mutex> l(mu_);
+  uint8_t& state = state_[shard][entry];
+  if (wait) cv_.wait(l, [&] { return state != kBusy; });
+  if (state != kPacked) return false;
+  state = kBusy;
+  return true;
+}
+
+void Unpacker::Finish(uint32_t shard, uint32_t entry, bool ok) {
+  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  if (ok) ctx_.on_file(table_index_[shard][entry], e.size);  // from now on clients open it themselves
+  else (void)::unlinkat(ctx_.data_root_fd, e.path.c_str(), 0);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    state_[shard][entry] = ok ? kDone : kPacked;
+  }
+  cv_.notify_all();
+}
+
+Status Unpacker::EnsureUnpacked(uint32_t shard, uint32_t entry) {
+  if (!Claim(shard, entry, /*wait=*/true)) {
+    std::lock_guard<std::mutex> l(mu_);
+    return state_[shard][entry] == kDone ? Status::OK() : Status::IOError("unpack failed");
+  }
+  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  const format::ShardFile& copy = *copies_[shard];
+  Status st;
+  {
+    auto fd = stage::CreateStaged(ctx_.data_root_fd, ctx_.data_root, e.path);
+    st = fd.ok() ? format::StreamFrame(copy.fd.get(), copy.path, e, ctx_.dict,
+                                       [&](std::string_view piece) {
+                                         return WriteFull(fd->get(), piece.data(), piece.size(),
+                                                          ctx_.data_root + "/" + e.path);
+                                       })
+                 : fd.status();
+  }
+  Finish(shard, entry, st.ok());
+  if (st.ok()) on_demand_++;
+  return st;
+}
+
+// One shard copy, scanned in order on a pool; files claimed by openers are skipped.
+Status Unpacker::UnpackShard(uint32_t s, ThreadPool* workers, format::DecoderPool* decoders) {
+  const format::ShardFile& copy = *copies_[s];
+  format::ScanOptions so;
+  so.pool = workers;
+  so.check_file_hash = true;
+  so.expect_file_xxh3 = ctx_.manifest->shards[s].xxh3;
+  // A large file goes to disk as it is decoded: memory stays bounded whatever its size.
+  so.dict = ctx_.dict;
+  so.stream = [&](const IndexEntry& e, const format::DecodeFn& decode) -> Status {
+    if (stop_) return Status::Aborted("shutting down");
+    const uint32_t i = static_cast<uint32_t>(&e - copy.entries.data());
+    if (!Claim(s, i, /*wait=*/false)) return Status::OK();  // the scan drops its bytes
+    Status fs = stage::WriteStagedStream(ctx_.data_root_fd, ctx_.data_root, e, decode);
+    Finish(s, i, fs.ok());
+    return fs;
+  };
+  return format::ScanShard(copy, so, [&](const IndexEntry& e, std::string_view stored) -> Status {
+    if (stop_) return Status::Aborted("shutting down");
+    if (e.type != EntryType::kFile) return Status::OK();
+    LowerThreadPriority();
+    const uint32_t i = static_cast<uint32_t>(&e - copy.entries.data());
+    if (!Claim(s, i, /*wait=*/false)) return Status::OK();
+    std::string_view data;
+    Status fs = decoders->Get()->Decode(e, stored, nullptr, &data);
+    if (fs.ok()) fs = stage::WriteStaged(ctx_.data_root_fd, ctx_.data_root, e, data);
+    Finish(s, i, fs.ok());
+    return fs;
+  });
+}
+
+// Unpacks every copy at low priority (the job's own processes come first), then removes them.
+void Unpacker::Loop() {
+  auto t0 = Clock::now();
+  LowerThreadPriority();
+  // Tests hold the background pass back to exercise unpacking on first open.
+  if (const char* d = std::getenv("FANSTORE_TEST_UNPACK_DELAY_MS"))
+    for (long ms = std::strtol(d, nullptr, 10); ms > 0 && !stop_; ms -= 10) ::usleep(10000);
+  bool ok = true;
+  {
+    ThreadPool workers(ctx_.threads);
+    format::DecoderPool decoders(ctx_.dict);
+    for (uint32_t s = 0; s < copies_.size() && !stop_; s++) {
+      if (!copies_[s]) continue;
+      Status st = UnpackShard(s, &workers, &decoders);
+      if (!st.ok() && !stop_)
+        LOG_ERROR("background unpack of shard %u: %s; its files are unpacked when opened", s, st.ToString().c_str());
+      ok = ok && st.ok();
+    }
+  }
+  if (!ok || stop_) return;
+  // Every file is in place (a file claimed by an opener when the scan passed it is waited for).
+  const auto& index = *ctx_.index;
+  uint64_t files = 0;
+  for (uint32_t s = 0; s < copies_.size(); s++)
+    for (uint32_t i = 0; copies_[s] && i < index[s].size(); i++) {
+      if (index[s][i].type != EntryType::kFile) continue;
+      if (stop_ || !EnsureUnpacked(s, i).ok()) return;
+      files++;
+    }
+  seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  done_ = true;
+  // Nobody reads the copies any more: every file's state is kDone.
+  for (auto& c : copies_)
+    if (c) {
+      c->fd.Reset();
+      (void)::unlink(c->path.c_str());
+    }
+  (void)::rmdir(ctx_.copy_dir.c_str());
+  LOG_INFO("unpacked %llu files in %.2f s after ready (%llu of them on first open)",
+           static_cast<unsigned long long>(files), seconds_.load(),
+           static_cast<unsigned long long>(on_demand_.load()));
+  ctx_.on_done();
+}
+
+}  // namespace fanstore::agent
