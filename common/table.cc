@@ -50,34 +50,35 @@ uint64_t InodeFor(uint64_t path_hash) {
   return ino == 0 ? 1 : ino;
 }
 
-Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of) {
-  const size_t given = nodes.size();
-  for (const Node& nd : nodes)
-    if (!nd.path.empty() && !IsCanonicalPath(nd.path)) return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
-  // Directories by path (indexes into `nodes`). Only directories can be parents, and they are
-  // few: files are never indexed here.
-  struct ViewHash {
-    size_t operator()(std::string_view v) const { return Xxh3(v); }
-  };
-  std::unordered_map<std::string_view, uint32_t, ViewHash> dirs;
-  auto index_dirs = [&] {
-    dirs.clear();
-    for (uint32_t i = 0; i < nodes.size(); i++)
-      if (S_ISDIR(nodes[i].mode)) dirs.emplace(nodes[i].path, i);
-  };
-  index_dirs();
-  // Missing parent directories (and the root) are added, as views of their children's paths;
-  // a parent that exists but is not a directory is an error (found after sorting, with the
-  // duplicates).
+namespace {
+
+struct ViewHash {
+  size_t operator()(std::string_view v) const { return Xxh3(v); }
+};
+// Directories by path (indexes into the nodes). Only directories can be parents, and they are
+// few: files are never indexed here.
+using DirIndex = std::unordered_map<std::string_view, uint32_t, ViewHash>;
+
+DirIndex IndexDirs(const std::vector<Node>& nodes) {
+  DirIndex dirs;
+  for (uint32_t i = 0; i < nodes.size(); i++)
+    if (S_ISDIR(nodes[i].mode)) dirs.emplace(nodes[i].path, i);
+  return dirs;
+}
+
+// Missing parent directories (and the root) are added, as views of their children's paths; a
+// parent that exists but is not a directory is an error (found after sorting).
+void AddMissingParents(std::vector<Node>* nodes) {
+  const DirIndex dirs = IndexDirs(*nodes);
   std::vector<Node> extra;
   std::unordered_set<std::string_view, ViewHash> extra_seen;
   bool has_root = false;
-  for (const Node& nd : nodes) has_root |= nd.path.empty();
+  for (const Node& nd : *nodes) has_root |= nd.path.empty();
   if (!has_root) {
     extra.push_back(Node{"", S_IFDIR | 0555, 0, 0, 0, {}});
     extra_seen.emplace("");
   }
-  for (const Node& nd : nodes) {
+  for (const Node& nd : *nodes) {
     if (nd.path.empty()) continue;
     for (std::string_view parent = ParentOf(nd.path); !dirs.count(parent) && extra_seen.emplace(parent).second;
          parent = ParentOf(parent)) {
@@ -85,23 +86,26 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
       if (parent.empty()) break;
     }
   }
-  // Order: by path, the root ("") first. Siblings share their parent's prefix, so in this order
-  // each directory's children come by name.
-  nodes.insert(nodes.end(), extra.begin(), extra.end());
-  const uint32_t n = static_cast<uint32_t>(nodes.size());
-  std::vector<uint32_t> order(n), pos(n);
-  for (uint32_t i = 0; i < n; i++) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return nodes[a].path < nodes[b].path; });
-  for (uint32_t i = 0; i < n; i++) pos[order[i]] = i;
-  for (uint32_t i = 1; i < n; i++)
-    if (nodes[order[i]].path == nodes[order[i - 1]].path)
-      return Status::InvalidArgument("table: duplicate path '" + std::string(nodes[order[i]].path) + "'");
-  index_dirs();
+  nodes->insert(nodes->end(), extra.begin(), extra.end());
+}
 
-  // The layout, then the image, written in place.
-  size_t string_bytes = opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
-  for (const Node& nd : nodes) string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
-  if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
+// Order: by path, the root ("") first. Siblings share their parent's prefix, so in this order
+// each directory's children come by name. `pos` is each node's place in the order.
+Status SortByPath(const std::vector<Node>& nodes, std::vector<uint32_t>* order, std::vector<uint32_t>* pos) {
+  const uint32_t n = static_cast<uint32_t>(nodes.size());
+  order->resize(n);
+  pos->resize(n);
+  for (uint32_t i = 0; i < n; i++) (*order)[i] = i;
+  std::sort(order->begin(), order->end(), [&](uint32_t a, uint32_t b) { return nodes[a].path < nodes[b].path; });
+  for (uint32_t i = 0; i < n; i++) (*pos)[(*order)[i]] = i;
+  for (uint32_t i = 1; i < n; i++)
+    if (nodes[(*order)[i]].path == nodes[(*order)[i - 1]].path)
+      return Status::InvalidArgument("table: duplicate path '" + std::string(nodes[(*order)[i]].path) + "'");
+  return Status::OK();
+}
+
+// The image's layout for `n` entries and `string_bytes` of strings (the roots first).
+Header Layout(uint32_t n, uint64_t string_bytes, const BuildOptions& opts) {
   uint32_t buckets = 16;
   while (buckets < 2ull * n) buckets <<= 1;
   Header h;
@@ -129,23 +133,63 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
   h.uid = opts.uid;
   h.gid = opts.gid;
   h.total_size = h.strings_off + string_bytes;
+  return h;
+}
+
+// Children lists, contiguous per directory, filled in path order (so by name); then the hash
+// table. Entries' parents and child counts are set.
+void LinkChildren(const Header& h, char* base) {
+  const uint32_t n = h.entry_count, buckets = h.bucket_count;
+  auto* entries = reinterpret_cast<Entry*>(base + h.entries_off);
+  auto* children = reinterpret_cast<uint32_t*>(base + h.children_off);
+  auto* table = reinterpret_cast<uint32_t*>(base + h.buckets_off);
+  for (uint32_t i = 0, next = 0; i < n; i++) {
+    entries[i].first_child = next;
+    next += entries[i].child_count;
+    entries[i].child_count = 0;
+  }
+  for (uint32_t i = 1; i < n; i++) {
+    Entry& p = entries[entries[i].parent];
+    children[p.first_child + p.child_count++] = i;
+    if (S_ISDIR(entries[i].mode)) p.aux++;
+  }
+  std::memset(table, 0xff, uint64_t{buckets} * 4);  // kNone
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t b = static_cast<uint32_t>(entries[i].hash) & (buckets - 1);
+    while (table[b] != kNone) b = (b + 1) & (buckets - 1);
+    table[b] = i;
+  }
+}
+
+}  // namespace
+
+Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of) {
+  const size_t given = nodes.size();
+  for (const Node& nd : nodes)
+    if (!nd.path.empty() && !IsCanonicalPath(nd.path))
+      return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
+  AddMissingParents(&nodes);
+  std::vector<uint32_t> order, pos;
+  FS_RETURN_IF_ERROR(SortByPath(nodes, &order, &pos));
+  const DirIndex dirs = IndexDirs(nodes);
+  const uint32_t n = static_cast<uint32_t>(nodes.size());
+
+  // The layout, then the image, written in place.
+  size_t string_bytes = opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
+  for (const Node& nd : nodes) string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
+  if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
+  const Header h = Layout(n, string_bytes, opts);
   std::string image(h.total_size, '\0');
   char* base = image.data();
   std::memcpy(base, &h, sizeof h);
-  auto* table = reinterpret_cast<uint32_t*>(base + h.buckets_off);
   auto* entries = reinterpret_cast<Entry*>(base + h.entries_off);
-  auto* children = reinterpret_cast<uint32_t*>(base + h.children_off);
   char* strings = base + h.strings_off;
   size_t str_off = 0;
   auto put_string = [&](std::string_view v) {
     std::memcpy(strings + str_off, v.data(), v.size());
     str_off += v.size();
   };
-  put_string(opts.local_root);
-  put_string(opts.cache_root);
-  put_string(opts.dataset);
-  put_string(opts.tool);
-
+  for (std::string_view root : {opts.local_root, opts.cache_root, opts.dataset, opts.tool}) put_string(root);
   for (uint32_t i = 0; i < n; i++) {
     const Node& nd = nodes[order[i]];
     Entry& e = entries[i];  // zeroed with the image
@@ -166,30 +210,15 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
     }
     if (i != 0) {
       auto it = dirs.find(ParentOf(nd.path));
-      if (it == dirs.end()) return Status::InvalidArgument("table: parent of '" + std::string(nd.path) + "' is not a directory");
+      if (it == dirs.end())
+        return Status::InvalidArgument("table: parent of '" + std::string(nd.path) + "' is not a directory");
       e.parent = pos[it->second];
       entries[e.parent].child_count++;
     }
   }
-  // Children lists, contiguous per directory, filled in path order (so by name).
-  for (uint32_t i = 0, next = 0; i < n; i++) {
-    entries[i].first_child = next;
-    next += entries[i].child_count;
-    entries[i].child_count = 0;
-  }
-  for (uint32_t i = 1; i < n; i++) {
-    Entry& p = entries[entries[i].parent];
-    children[p.first_child + p.child_count++] = i;
-    if (S_ISDIR(entries[i].mode)) p.aux++;
-  }
+  LinkChildren(h, base);
   for (uint32_t i = 0; i < n; i++)  // a file has no children: first_child holds its source index
     if (S_ISREG(entries[i].mode)) entries[i].first_child = nodes[order[i]].source_index;
-  std::memset(table, 0xff, uint64_t{buckets} * 4);  // kNone
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t b = static_cast<uint32_t>(entries[i].hash) & (buckets - 1);
-    while (table[b] != kNone) b = (b + 1) & (buckets - 1);
-    table[b] = i;
-  }
   if (entry_of) entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(given));
   return image;
 }
