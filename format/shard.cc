@@ -275,144 +275,186 @@ class ChunkPool {
 
 }  // namespace
 
-Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn& fn) {
-  std::vector<const IndexEntry*> order;
-  order.reserve(shard.entries.size());
-  for (const auto& e : shard.entries)
-    if (e.type != EntryType::kDir) order.push_back(&e);
-  // Empty frames first at a shared offset, so that none sorts after a large frame it precedes.
-  std::sort(order.begin(), order.end(), [](auto* a, auto* b) {
-    return a->offset != b->offset ? a->offset < b->offset : a->stored_len < b->stored_len;
-  });
-  // Large files are streamed on this thread, the rest decoded from the chunks on the pool.
-  auto big = [&](const IndexEntry* e) {
-    return opts.stream && (e->size > kStreamAbove || e->stored_len > kStreamAbove);
-  };
+namespace {
 
-  std::mutex mu;
-  Status first;
-  auto record = [&](Status s) {
-    std::lock_guard<std::mutex> l(mu);
-    if (first.ok() && !s.ok()) first = s.Prefixed(shard.path);
-  };
-  auto failed = [&] {
-    std::lock_guard<std::mutex> l(mu);
-    return !first.ok();
-  };
+// One pass over a shard in file order: chunks of small frames go to the pool, large frames are
+// streamed on this thread, and the whole-shard hash is fed in order on a thread of its own.
+class Scanner {
+ public:
+  Scanner(const ShardFile& shard, const ScanOptions& opts, const FrameFn& fn)
+      : shard_(shard),
+        opts_(opts),
+        fn_(fn),
+        // At most a few chunks in flight: bounds memory while decoding overlaps reading.
+        group_(opts.pool, opts.pool ? opts.pool->size() * 2 + 2 : 1),
+        hasher_thread_(opts.pool && opts.check_file_hash ? std::make_unique<ThreadPool>(1) : nullptr),
+        hasher_(hasher_thread_.get(), 8) {
+    order_.reserve(shard.entries.size());
+    for (const auto& e : shard.entries)
+      if (e.type != EntryType::kDir) order_.push_back(&e);
+    // Empty frames first at a shared offset, so that none sorts after a large frame it precedes.
+    std::sort(order_.begin(), order_.end(), [](auto* a, auto* b) {
+      return a->offset != b->offset ? a->offset < b->offset : a->stored_len < b->stored_len;
+    });
+  }
 
-  Xxh3Stream file_hash;
-  ::posix_fadvise(shard.fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-  // At most a few chunks in flight: bounds memory while decoding overlaps reading.
-  TaskGroup group(opts.pool, opts.pool ? opts.pool->size() * 2 + 2 : 1);
-  // The whole-shard hash is a stream: one thread of its own, fed in order, overlaps it with
-  // reading and the per-file work.
-  std::unique_ptr<ThreadPool> hasher_thread;
-  if (opts.pool && opts.check_file_hash) hasher_thread = std::make_unique<ThreadPool>(1);
-  TaskGroup hasher(hasher_thread.get(), 8);
-  std::shared_ptr<Chunk> buf;
-  uint64_t buf_start = 0, pos = 0;  // buf holds [buf_start, pos)
-  size_t next = 0;
-  while (pos < shard.size && !failed()) {
-    if (next < order.size() && big(order[next]) && order[next]->offset <= pos) {
-      // A large frame: read, hashed and decoded piece by piece, never held whole.
-      const IndexEntry& e = *order[next++];
-      hasher.Wait();  // the whole-shard hash is fed here, in order, from now on
-      uint64_t hashed = pos;  // bytes before this are in the whole-shard hash already
-      auto on_stored = [&](uint64_t off, std::string_view piece) {
-        const uint64_t end = off + piece.size();
-        if (end <= hashed) return;
-        const size_t skip = static_cast<size_t>(hashed > off ? hashed - off : 0);
-        if (opts.check_file_hash) file_hash.Update(piece.data() + skip, piece.size() - skip);
-        if (opts.on_read) opts.on_read(piece.size() - skip);
-        hashed = end;
-      };
-      bool decoded = false;
-      auto decode = [&](const Sink& sink) {
-        decoded = true;
-        return StreamFrame(shard.fd.get(), shard.path, e, opts.dict, sink, on_stored);
-      };
-      Status st = opts.stream(e, decode);
-      if (st.ok() && !decoded) st = decode([](std::string_view) { return Status::OK(); });
-      if (!st.ok()) {
-        // StreamFrame's errors already name the shard.
-        std::lock_guard<std::mutex> l(mu);
-        if (first.ok()) first = st.message().compare(0, shard.path.size(), shard.path) == 0 ? st : st.Prefixed(shard.path);
-        break;
-      }
-      buf.reset();
-      pos = std::max(pos, e.offset + e.stored_len);
-      buf_start = pos;
-      // A writer never overlaps frames; the chunks after this one carry nothing from before.
-      if (next < order.size() && !big(order[next]) && order[next]->stored_len > 0 && order[next]->offset < pos) {
-        record(Status::Corruption("frame at offset " + std::to_string(order[next]->offset) + " of '" +
-                                  order[next]->path + "' overlaps the frame of '" + e.path + "'"));
-        break;
-      }
-      continue;
+  Status Run() {
+    ::posix_fadvise(shard_.fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+    while (pos_ < shard_.size && !Failed()) {
+      const bool ok = next_ < order_.size() && Big(order_[next_]) && order_[next_]->offset <= pos_ ? StreamBig()
+                                                                                                   : ReadChunk();
+      if (!ok) break;
     }
-    // Carry the unfinished tail (from the next frame's start) into a fresh buffer.
-    uint64_t keep_from = next < order.size() && !big(order[next]) ? std::max(order[next]->offset, buf_start) : pos;
-    if (keep_from > pos) keep_from = pos;
-    // End the read at a frame boundary: the last frame that fits in a chunk, or the next frame
-    // whole when it alone is larger. The next read then starts at a frame, with nothing to carry.
-    // A large frame is never read into a chunk: the read stops where it starts.
-    uint64_t want = opts.chunk_bytes;
-    if (next < order.size() && big(order[next])) {
-      want = std::min<uint64_t>(want, order[next]->offset - pos);
-    } else if (next < order.size()) {
-      uint64_t end = order[next]->offset + order[next]->stored_len;
-      for (size_t k = next + 1; k < order.size(); k++) {
-        if (big(order[k])) break;
-        uint64_t e = order[k]->offset + order[k]->stored_len;
-        if (e > pos + opts.chunk_bytes || e < end) break;
+    buf_.reset();
+    hasher_.Wait();
+    group_.Wait();
+    if (!first_.ok()) return first_;
+    if (next_ != order_.size()) return Status::Corruption(shard_.path + ": frames run past the end of the file");
+    if (opts_.check_file_hash && file_hash_.Digest() != opts_.expect_file_xxh3)
+      return Status::Corruption(shard_.path + ": whole-shard checksum differs from the manifest");
+    return Status::OK();
+  }
+
+ private:
+  // Large files are streamed on this thread, the rest decoded from the chunks on the pool.
+  bool Big(const IndexEntry* e) const {
+    return opts_.stream && (e->size > kStreamAbove || e->stored_len > kStreamAbove);
+  }
+  void Record(const Status& s) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (first_.ok() && !s.ok()) first_ = s.Prefixed(shard_.path);
+  }
+  bool Failed() {
+    std::lock_guard<std::mutex> l(mu_);
+    return !first_.ok();
+  }
+
+  // A large frame: read, hashed and decoded piece by piece, never held whole.
+  bool StreamBig() {
+    const IndexEntry& e = *order_[next_++];
+    hasher_.Wait();          // the whole-shard hash is fed here, in order, from now on
+    uint64_t hashed = pos_;  // bytes before this are in the whole-shard hash already
+    auto on_stored = [&](uint64_t off, std::string_view piece) {
+      const uint64_t end = off + piece.size();
+      if (end <= hashed) return;
+      const size_t skip = static_cast<size_t>(hashed > off ? hashed - off : 0);
+      if (opts_.check_file_hash) file_hash_.Update(piece.data() + skip, piece.size() - skip);
+      if (opts_.on_read) opts_.on_read(piece.size() - skip);
+      hashed = end;
+    };
+    bool decoded = false;
+    auto decode = [&](const Sink& sink) {
+      decoded = true;
+      return StreamFrame(shard_.fd.get(), shard_.path, e, opts_.dict, sink, on_stored);
+    };
+    Status st = opts_.stream(e, decode);
+    if (st.ok() && !decoded) st = decode([](std::string_view) { return Status::OK(); });
+    if (!st.ok()) {
+      // StreamFrame's errors already name the shard.
+      std::lock_guard<std::mutex> l(mu_);
+      if (first_.ok())
+        first_ = st.message().compare(0, shard_.path.size(), shard_.path) == 0 ? st : st.Prefixed(shard_.path);
+      return false;
+    }
+    buf_.reset();
+    pos_ = std::max(pos_, e.offset + e.stored_len);
+    buf_start_ = pos_;
+    // A writer never overlaps frames; the chunks after this one carry nothing from before.
+    if (next_ < order_.size() && !Big(order_[next_]) && order_[next_]->stored_len > 0 &&
+        order_[next_]->offset < pos_) {
+      Record(Status::Corruption("frame at offset " + std::to_string(order_[next_]->offset) + " of '" +
+                                order_[next_]->path + "' overlaps the frame of '" + e.path + "'"));
+      return false;
+    }
+    return true;
+  }
+
+  // How much to read at pos_: up to the last frame that fits in a chunk, or the next frame whole
+  // when it alone is larger, so that the next read starts at a frame with nothing to carry. A
+  // large frame is never read into a chunk: the read stops where it starts.
+  uint64_t NextReadSize() const {
+    uint64_t want = opts_.chunk_bytes;
+    if (next_ < order_.size() && Big(order_[next_])) {
+      want = std::min<uint64_t>(want, order_[next_]->offset - pos_);
+    } else if (next_ < order_.size()) {
+      uint64_t end = order_[next_]->offset + order_[next_]->stored_len;
+      for (size_t k = next_ + 1; k < order_.size(); k++) {
+        if (Big(order_[k])) break;
+        uint64_t e = order_[k]->offset + order_[k]->stored_len;
+        if (e > pos_ + opts_.chunk_bytes || e < end) break;
         end = e;
       }
-      if (end > pos) want = end - pos;
+      if (end > pos_) want = end - pos_;
     }
-    want = std::min<uint64_t>(want, shard.size - pos);
-    auto nb = ChunkPool::Shared().Get(pos - keep_from + want, 2 * opts.chunk_bytes);
-    if (buf && pos > keep_from)
-      std::memcpy(nb->data.get(), buf->data.get() + (keep_from - buf_start), pos - keep_from);
-    char* dst = nb->data.get() + (pos - keep_from);
-    Status rs = PreadFull(shard.fd.get(), dst, want, pos, shard.path);
-    if (!rs.ok()) {
-      record(rs);
-      break;
-    }
-    if (opts.check_file_hash)
-      hasher.Add([&file_hash, dst, want, hold = nb] { file_hash.Update(dst, want); });
-    if (opts.on_read) opts.on_read(want);
-    buf = std::move(nb);
-    buf_start = keep_from;
-    pos += want;
-    // Every frame this chunk completes goes to the pool as one task: a task per small file
-    // would cost more in hand-offs than the work itself.
-    std::vector<const IndexEntry*> batch;
-    while (next < order.size() && !big(order[next]) && order[next]->offset + order[next]->stored_len <= pos)
-      batch.push_back(order[next++]);
-    if (!batch.empty()) {
-      group.Add([&, batch = std::move(batch), base = buf_start, hold = buf] {
-        for (const IndexEntry* e : batch) {
-          // An empty frame may sit anywhere; it has no bytes in the chunk.
-          std::string_view stored = e->stored_len == 0 ? std::string_view()
-                                                       : std::string_view(hold->data.get() + (e->offset - base), e->stored_len);
-          Status st = fn(*e, stored);
-          if (!st.ok()) {
-            record(st);
-            return;
-          }
-        }
-      });
-    }
+    return std::min<uint64_t>(want, shard_.size - pos_);
   }
-  buf.reset();
-  hasher.Wait();
-  group.Wait();
-  if (!first.ok()) return first;
-  if (next != order.size()) return Status::Corruption(shard.path + ": frames run past the end of the file");
-  if (opts.check_file_hash && file_hash.Digest() != opts.expect_file_xxh3)
-    return Status::Corruption(shard.path + ": whole-shard checksum differs from the manifest");
-  return Status::OK();
+
+  bool ReadChunk() {
+    // Carry the unfinished tail (from the next frame's start) into a fresh buffer.
+    uint64_t keep_from =
+        next_ < order_.size() && !Big(order_[next_]) ? std::max(order_[next_]->offset, buf_start_) : pos_;
+    if (keep_from > pos_) keep_from = pos_;
+    const uint64_t want = NextReadSize();
+    auto nb = ChunkPool::Shared().Get(pos_ - keep_from + want, 2 * opts_.chunk_bytes);
+    if (buf_ && pos_ > keep_from)
+      std::memcpy(nb->data.get(), buf_->data.get() + (keep_from - buf_start_), pos_ - keep_from);
+    char* dst = nb->data.get() + (pos_ - keep_from);
+    Status rs = PreadFull(shard_.fd.get(), dst, want, pos_, shard_.path);
+    if (!rs.ok()) {
+      Record(rs);
+      return false;
+    }
+    if (opts_.check_file_hash) hasher_.Add([this, dst, want, hold = nb] { file_hash_.Update(dst, want); });
+    if (opts_.on_read) opts_.on_read(want);
+    buf_ = std::move(nb);
+    buf_start_ = keep_from;
+    pos_ += want;
+    DispatchComplete();
+    return true;
+  }
+
+  // Every frame the chunk completes goes to the pool as one task: a task per small file would
+  // cost more in hand-offs than the work itself.
+  void DispatchComplete() {
+    std::vector<const IndexEntry*> batch;
+    while (next_ < order_.size() && !Big(order_[next_]) &&
+           order_[next_]->offset + order_[next_]->stored_len <= pos_)
+      batch.push_back(order_[next_++]);
+    if (batch.empty()) return;
+    group_.Add([this, batch = std::move(batch), base = buf_start_, hold = buf_] {
+      for (const IndexEntry* e : batch) {
+        // An empty frame may sit anywhere; it has no bytes in the chunk.
+        std::string_view stored = e->stored_len == 0
+                                      ? std::string_view()
+                                      : std::string_view(hold->data.get() + (e->offset - base), e->stored_len);
+        Status st = fn_(*e, stored);
+        if (!st.ok()) {
+          Record(st);
+          return;
+        }
+      }
+    });
+  }
+
+  const ShardFile& shard_;
+  const ScanOptions& opts_;
+  const FrameFn& fn_;
+  std::vector<const IndexEntry*> order_;  // frames in file order
+  std::mutex mu_;
+  Status first_;  // the first error, from any thread
+  Xxh3Stream file_hash_;
+  TaskGroup group_;
+  std::unique_ptr<ThreadPool> hasher_thread_;
+  TaskGroup hasher_;
+  std::shared_ptr<Chunk> buf_;
+  uint64_t buf_start_ = 0, pos_ = 0;  // buf_ holds [buf_start_, pos_)
+  size_t next_ = 0;                   // the first frame not yet handed out
+};
+
+}  // namespace
+
+Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn& fn) {
+  return Scanner(shard, opts, fn).Run();
 }
 
 Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
