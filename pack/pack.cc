@@ -21,6 +21,8 @@
 #include <unordered_map>
 
 #include "common/hash.h"
+#include "pack/shard_out.h"
+#include "pack/walk.h"
 #include "common/unique_fd.h"
 #include "format/format.h"
 #include "common/io.h"
@@ -34,171 +36,6 @@ using format::Codec;
 using format::EntryType;
 using format::IndexEntry;
 
-struct SrcEntry {
-  std::string rel;
-  EntryType type;
-  uint32_t mode;
-  uint64_t size;
-  int64_t mtime_ns;
-  std::string target;  // symlinks
-};
-
-int64_t MtimeNs(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-std::string Join(const std::string& a, const std::string& b) {
-  if (a.empty()) return b;
-  return b.empty() ? a : a + "/" + b;
-}
-
-class Walker {
- public:
-  Walker(std::string root, const Options& o) : root_(std::move(root)), opts_(o) {}
-
-  Status Run(std::vector<SrcEntry>* out) {
-    char* real = ::realpath(root_.c_str(), nullptr);
-    if (!real) return Status::FromErrno("source " + root_, errno);
-    real_root_ = real;
-    free(real);
-    struct stat st;
-    if (::stat(root_.c_str(), &st) != 0) return Status::FromErrno("source " + root_, errno);
-    if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("source " + root_ + " is not a directory");
-    root_mode_ = st.st_mode & 07777;
-    root_mtime_ns_ = MtimeNs(st);
-    FS_RETURN_IF_ERROR(Dir("", out));
-    DropEscapingLinks(out);
-    return Status::OK();
-  }
-  uint64_t skipped() const { return skipped_; }
-  uint32_t root_mode() const { return root_mode_; }
-  int64_t root_mtime_ns() const { return root_mtime_ns_; }
-
- private:
-  void Warn(const std::string& msg) {
-    skipped_++;
-    if (opts_.warn) opts_.warn(msg);
-  }
-
-  Status Dir(const std::string& rel, std::vector<SrcEntry>* out) {
-    const std::string path = Join(root_, rel);
-    DIR* d = ::opendir(path.c_str());
-    if (!d) return Status::FromErrno("cannot read directory " + path, errno);
-    std::vector<std::string> names;
-    errno = 0;
-    while (struct dirent* de = ::readdir(d)) {
-      if (std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, "..")) names.emplace_back(de->d_name);
-    }
-    int err = errno;
-    ::closedir(d);
-    if (err) return Status::FromErrno("cannot read directory " + path, err);
-    std::sort(names.begin(), names.end());
-    for (const auto& name : names) {
-      if (opts_.cancel && opts_.cancel->load()) return Status::Aborted("interrupted");
-      const std::string crel = Join(rel, name);
-      const std::string cpath = Join(root_, crel);
-      struct stat st;
-      if (::lstat(cpath.c_str(), &st) != 0) {
-        if (errno == ENOENT) return Status::IOError(cpath + " vanished while packing");
-        return Status::FromErrno("cannot stat " + cpath, errno);
-      }
-      if (!format::IsSafePath(crel)) {
-        Warn("skipping " + cpath + ": name is too long");
-        continue;
-      }
-      SrcEntry e{crel, EntryType::kFile, static_cast<uint32_t>(st.st_mode & 07777),
-                 static_cast<uint64_t>(st.st_size), MtimeNs(st), {}};
-      if (S_ISREG(st.st_mode)) {
-        out->push_back(std::move(e));
-      } else if (S_ISDIR(st.st_mode)) {
-        e.type = EntryType::kDir;
-        e.size = 0;
-        out->push_back(std::move(e));
-        FS_RETURN_IF_ERROR(Dir(crel, out));
-      } else if (S_ISLNK(st.st_mode)) {
-        FS_RETURN_IF_ERROR(Link(cpath, std::move(e), out));
-      } else {
-        const char* kind = S_ISSOCK(st.st_mode) ? "socket" : S_ISFIFO(st.st_mode) ? "FIFO" : "device";
-        Warn(std::string("skipping ") + kind + " " + cpath + ": not stored in a dataset");
-      }
-    }
-    return Status::OK();
-  }
-
-  // Each symlink was checked on its own (lexically); resolved through the others, a chain such
-  // as `x/esc -> up/../..` with `x/up -> .` still leaves the tree. Such links are skipped.
-  void DropEscapingLinks(std::vector<SrcEntry>* out) {
-    std::unordered_map<std::string_view, size_t> at;
-    bool any = false;
-    for (size_t i = 0; i < out->size(); i++) {
-      at.emplace((*out)[i].rel, i);
-      any |= (*out)[i].type == EntryType::kSymlink;
-    }
-    if (!any) return;
-    std::vector<bool> drop(out->size(), false);
-    const format::LookupFn lookup = [&](const std::string& p, std::string* target) {
-      auto it = at.find(p);
-      if (it == at.end() || drop[it->second]) return format::NodeKind::kOther;
-      const SrcEntry& e = (*out)[it->second];
-      if (e.type == EntryType::kDir) return format::NodeKind::kDir;
-      if (e.type != EntryType::kSymlink) return format::NodeKind::kOther;
-      *target = e.target;
-      return format::NodeKind::kLink;
-    };
-    for (size_t i = 0; i < out->size(); i++) {
-      const SrcEntry& e = (*out)[i];
-      if (e.type != EntryType::kSymlink || format::LinkStaysInside(e.rel, e.target, lookup)) continue;
-      Warn("skipping symlink " + Join(root_, e.rel) + " -> " + e.target +
-           ": points outside the dataset through other symlinks");
-      drop[i] = true;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < out->size(); i++)
-      if (!drop[i]) {
-        if (k != i) (*out)[k] = std::move((*out)[i]);
-        k++;
-      }
-    out->resize(k);
-  }
-
-  Status Link(const std::string& cpath, SrcEntry e, std::vector<SrcEntry>* out) {
-    char buf[format::kMaxPath + 1];
-    ssize_t n = ::readlink(cpath.c_str(), buf, sizeof buf);
-    if (n < 0) return Status::FromErrno("cannot read symlink " + cpath, errno);
-    if (n == 0 || static_cast<size_t>(n) > format::kMaxPath) {
-      Warn("skipping symlink " + cpath + ": target too long");
-      return Status::OK();
-    }
-    std::string target(buf, n);
-    if (target.front() == '/') {
-      // An absolute target inside the source tree becomes relative, so it resolves in the mount.
-      if (target.compare(0, real_root_.size() + 1, real_root_ + "/") != 0) {
-        Warn("skipping symlink " + cpath + " -> " + target + ": points outside the dataset");
-        return Status::OK();
-      }
-      std::string rel_target = target.substr(real_root_.size() + 1);
-      std::string up;
-      for (char c : e.rel) if (c == '/') up += "../";
-      target = up + rel_target;
-    }
-    if (!format::IsContainedLink(e.rel, target)) {
-      Warn("skipping symlink " + cpath + " -> " + target + ": points outside the dataset");
-      return Status::OK();
-    }
-    e.type = EntryType::kSymlink;
-    e.mode = 0777;
-    e.size = target.size();
-    e.target = std::move(target);
-    out->push_back(std::move(e));
-    return Status::OK();
-  }
-
-  std::string root_, real_root_;
-  const Options& opts_;
-  uint64_t skipped_ = 0;
-  uint32_t root_mode_ = 0755;
-  int64_t root_mtime_ns_ = 0;
-};
 
 struct Batch {
   uint32_t shard;
@@ -218,27 +55,8 @@ struct ZstdCtx {
   ~ZstdCtx() { ZSTD_freeCCtx(c); }
 };
 
-// Opens a source file found by the scan, checking that it is still the regular file of the size seen.
-Result<UniqueFD> OpenSource(const std::string& path, const SrcEntry& e) {
-  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) {
-    if (errno == ENOENT) return Status::IOError(path + " vanished while packing");
-    return Status::FromErrno("cannot read " + path, errno);
-  }
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("cannot stat " + path, errno);
-  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != e.size)
-    return Status::IOError(path + " changed while packing (size " + std::to_string(e.size) + " became " +
-                           std::to_string(st.st_size) + ")");
-  return fd;
-}
 
-Status ReadWhole(const std::string& path, const SrcEntry& e, std::string* out) {
-  auto fd = OpenSource(path, e);
-  if (!fd.ok()) return fd.status();
-  out->resize(e.size);
-  return PreadFull(fd->get(), out->data(), e.size, 0, path);
-}
+struct BigSource;
 
 class Packer {
  public:
@@ -256,7 +74,11 @@ class Packer {
   Status TrainDict();
   BatchOut Process(const Batch& b);
   Status WriteShards();
-  Status WriteBig(class ShardOut& shard, const SrcEntry& e, IndexEntry* ie);
+  Status StartShard(ShardOut* shard, uint32_t id);
+  Status AppendBatch(ShardOut& shard, const Batch& b, BatchOut out);
+  Status WriteBig(ShardOut& shard, const SrcEntry& e, IndexEntry* ie);
+  bool SampleCompresses(BigSource& src, uint64_t size);
+  Status WriteBigZstd(ShardOut& shard, BigSource& src, const SrcEntry& e, IndexEntry* ie, bool* smaller);
 
   std::string src_, tmp_;
   const Options& opts_;
@@ -271,6 +93,7 @@ class Packer {
   uint64_t dataset_id_ = 0;
   format::Manifest manifest_;
   uint64_t raw_total_ = 0;
+  uint64_t done_bytes_ = 0, done_files_ = 0;  // written so far, for progress
 };
 
 void Packer::Plan() {
@@ -391,165 +214,107 @@ BatchOut Packer::Process(const Batch& b) {
   return out;
 }
 
-class ShardOut {
- public:
-  explicit ShardOut(mode_t mode = 0600) : mode_(mode) {}
-  Status Open(const std::string& path, uint32_t id, uint64_t dataset_id) {
-    path_ = path;
-    id_ = id;
-    dataset_id_ = dataset_id;
-    fd_.Reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode_));
-    if (!fd_.valid()) return Status::FromErrno("create " + path, errno);
-    return Write(format::EncodeHeader({format::kVersion, id, dataset_id}));
-  }
-  Status Write(std::string_view data) {
-    hash_.Update(data.data(), data.size());
-    pos_ += data.size();
-    return WriteFull(fd_.get(), data.data(), data.size(), path_);
-  }
-  uint64_t pos() const { return pos_; }
-  std::vector<IndexEntry>& entries() { return entries_; }
-  // A point to come back to: what has been written since is dropped.
-  struct Mark {
-    uint64_t pos;
-    Xxh3Stream hash;
-  };
-  Mark GetMark() const { return {pos_, hash_}; }
-  Status Rollback(const Mark& m) {
-    if (::ftruncate(fd_.get(), static_cast<off_t>(m.pos)) != 0 ||
-        ::lseek(fd_.get(), static_cast<off_t>(m.pos), SEEK_SET) < 0)
-      return Status::FromErrno("truncate " + path_, errno);
-    pos_ = m.pos;
-    hash_ = m.hash;
-    return Status::OK();
-  }
-  Status Finish(bool sync, format::ShardRef* ref) {
-    std::string raw = format::EncodeIndexRaw(entries_);
-    std::string stored(ZSTD_compressBound(raw.size()), '\0');
-    size_t n = ZSTD_compress(stored.data(), stored.size(), raw.data(), raw.size(), 3);
-    if (ZSTD_isError(n)) return Status::IOError(std::string("compress index: ") + ZSTD_getErrorName(n));
-    stored.resize(n);
-    format::Footer f;
-    f.index_offset = pos_;
-    f.index_stored_len = n;
-    f.index_raw_len = raw.size();
-    f.index_xxh3 = Xxh3(stored);
-    f.entry_count = static_cast<uint32_t>(entries_.size());
-    f.shard_id = id_;
-    f.dataset_id = dataset_id_;
-    FS_RETURN_IF_ERROR(Write(stored));
-    FS_RETURN_IF_ERROR(Write(format::EncodeFooter(f)));
-    if (sync && ::fdatasync(fd_.get()) != 0) return Status::FromErrno("fsync " + path_, errno);
-    fd_.Reset();
-    ref->bytes = pos_;
-    ref->xxh3 = hash_.Digest();
-    return Status::OK();
-  }
 
- private:
-  std::string path_;
-  mode_t mode_;
-  uint32_t id_ = 0;
-  uint64_t dataset_id_ = 0;
-  UniqueFD fd_;
-  uint64_t pos_ = 0;
-  Xxh3Stream hash_;
-  std::vector<IndexEntry> entries_;
+// A large source file, read in 1 MiB pieces into one buffer.
+struct BigSource {
+  static constexpr size_t kPiece = 1u << 20;
+  std::string path;
+  UniqueFD fd;
+  std::unique_ptr<char[]> in{new char[kPiece]};
+
+  Status ReadAt(uint64_t off, size_t n) {
+    Status rs = PreadFull(fd.get(), in.get(), n, off, path);
+    return rs.ok() ? rs : Status::IOError(path + " changed while packing: " + rs.message());
+  }
 };
 
-std::string ShardName(uint32_t i) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "shard-%05u.fsd", i);
-  return buf;
+// Whether the file's first 128 KiB compress: an incompressible file (media) is not compressed
+// twice.
+bool Packer::SampleCompresses(BigSource& src, uint64_t size) {
+  if (opts_.level <= 0) return false;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(size, 128u << 10));
+  if (!src.ReadAt(0, n).ok()) return true;  // the compressing pass reports the error
+  thread_local ZstdCtx ctx;
+  std::string comp(ZSTD_compressBound(n), '\0');
+  size_t c = cdict_ ? ZSTD_compress_usingCDict(ctx.c, comp.data(), comp.size(), src.in.get(), n, cdict_)
+                    : ZSTD_compressCCtx(ctx.c, comp.data(), comp.size(), src.in.get(), n, opts_.level);
+  return !ZSTD_isError(c) && c < n;
 }
 
-// A file larger than kStreamAbove, read, hashed, compressed and written in 1 MiB pieces (one
-// zstd frame, content size set), so its size never shows in memory. Compressed when its first
-// 128 KiB compress; if the whole frame then turns out no smaller, it is written again raw.
+// The file as one zstd frame (content size set), written as it is compressed. *smaller is false,
+// and the shard rolled back, when the frame is no smaller than the file.
+Status Packer::WriteBigZstd(ShardOut& shard, BigSource& src, const SrcEntry& e, IndexEntry* ie, bool* smaller) {
+  const ShardOut::Mark mark = shard.GetMark();
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  if (!cctx) return Status::IOError("zstd: out of memory");
+  ZSTD_CCtx* c = cctx.get();
+  if (cdict_) {
+    ZSTD_CCtx_refCDict(c, cdict_);
+  } else {
+    ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, opts_.level);
+    // A reader's streaming decoder accepts windows up to 2^kMaxWindowLog (levels up to 19 stay
+    // within it).
+    if (opts_.level > 19) ZSTD_CCtx_setParameter(c, ZSTD_c_windowLog, format::kMaxWindowLog);
+  }
+  ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 1);
+  ZSTD_CCtx_setPledgedSrcSize(c, e.size);
+  std::unique_ptr<char[]> out(new char[ZSTD_CStreamOutSize()]);
+  // One call of the compressor; what it produced goes to the shard. *left: what remains to flush.
+  auto step = [&](ZSTD_inBuffer* ib, ZSTD_EndDirective mode, size_t* left) {
+    ZSTD_outBuffer ob{out.get(), ZSTD_CStreamOutSize(), 0};
+    *left = ZSTD_compressStream2(c, &ob, ib, mode);
+    if (ZSTD_isError(*left)) return Status::IOError(src.path + ": zstd: " + ZSTD_getErrorName(*left));
+    return ob.pos ? shard.Write(std::string_view(out.get(), ob.pos)) : Status::OK();
+  };
+  Xxh3Stream hash;
+  size_t left = 0;
+  for (uint64_t off = 0; off < e.size;) {
+    if (Cancelled()) return Status::Aborted("interrupted");
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(BigSource::kPiece, e.size - off));
+    FS_RETURN_IF_ERROR(src.ReadAt(off, n));
+    hash.Update(src.in.get(), n);
+    ZSTD_inBuffer ib{src.in.get(), n, 0};
+    while (ib.pos < ib.size) FS_RETURN_IF_ERROR(step(&ib, ZSTD_e_continue, &left));
+    off += n;
+  }
+  do {
+    ZSTD_inBuffer none{nullptr, 0, 0};
+    FS_RETURN_IF_ERROR(step(&none, ZSTD_e_end, &left));
+  } while (left != 0);
+  *smaller = shard.pos() - ie->offset < e.size;
+  if (!*smaller) return shard.Rollback(mark);
+  ie->codec = cdict_ ? Codec::kZstdDict : Codec::kZstd;
+  ie->stored_len = shard.pos() - ie->offset;
+  ie->xxh3 = hash.Digest();
+  return Status::OK();
+}
+
+// A file larger than kStreamAbove, read, hashed, compressed and written in pieces, so its size
+// never shows in memory. Compressed when its first 128 KiB compress; if the whole frame then
+// turns out no smaller, it is written again raw.
 Status Packer::WriteBig(ShardOut& shard, const SrcEntry& e, IndexEntry* ie) {
-  const std::string path = Join(src_, e.rel);
-  auto opened = OpenSource(path, e);
+  BigSource src;
+  src.path = Join(src_, e.rel);
+  auto opened = OpenSource(src.path, e);
   if (!opened.ok()) return opened.status();
-  UniqueFD fd = std::move(opened).value();
-  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  src.fd = std::move(opened).value();
+  ::posix_fadvise(src.fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   ie->type = EntryType::kFile;
   ie->mode = e.mode;
   ie->size = e.size;
   ie->mtime_ns = e.mtime_ns;
   ie->path = e.rel;
   ie->offset = shard.pos();
-  constexpr size_t kPiece = 1u << 20;
-  std::unique_ptr<char[]> in(new char[kPiece]);
-  auto read_at = [&](uint64_t off, size_t n) {
-    Status rs = PreadFull(fd.get(), in.get(), n, off, path);
-    return rs.ok() ? rs : Status::IOError(path + " changed while packing: " + rs.message());
-  };
-  bool compress = false;
-  if (opts_.level > 0) {
-    // Try a sample first: an incompressible file (media) is not compressed twice.
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(e.size, 128u << 10));
-    FS_RETURN_IF_ERROR(read_at(0, n));
-    thread_local ZstdCtx ctx;
-    std::string comp(ZSTD_compressBound(n), '\0');
-    size_t c = cdict_ ? ZSTD_compress_usingCDict(ctx.c, comp.data(), comp.size(), in.get(), n, cdict_)
-                      : ZSTD_compressCCtx(ctx.c, comp.data(), comp.size(), in.get(), n, opts_.level);
-    compress = !ZSTD_isError(c) && c < n;
-  }
-  if (compress) {
-    const ShardOut::Mark mark = shard.GetMark();
-    std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
-    if (!cctx) return Status::IOError("zstd: out of memory");
-    ZSTD_CCtx* c = cctx.get();
-    if (cdict_) {
-      ZSTD_CCtx_refCDict(c, cdict_);
-    } else {
-      ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, opts_.level);
-      // A reader's streaming decoder accepts windows up to 2^kMaxWindowLog (levels up to 19
-      // stay within it).
-      if (opts_.level > 19) ZSTD_CCtx_setParameter(c, ZSTD_c_windowLog, format::kMaxWindowLog);
-    }
-    ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 1);
-    ZSTD_CCtx_setPledgedSrcSize(c, e.size);
-    std::unique_ptr<char[]> out(new char[ZSTD_CStreamOutSize()]);
-    Xxh3Stream hash;
-    Status ws;
-    // One call of the compressor; what it produced goes to the shard. Returns what remains to flush.
-    auto step = [&](ZSTD_inBuffer* ib, ZSTD_EndDirective mode, size_t* left) {
-      ZSTD_outBuffer ob{out.get(), ZSTD_CStreamOutSize(), 0};
-      *left = ZSTD_compressStream2(c, &ob, ib, mode);
-      if (ZSTD_isError(*left)) return Status::IOError(path + ": zstd: " + ZSTD_getErrorName(*left));
-      return ob.pos ? shard.Write(std::string_view(out.get(), ob.pos)) : Status::OK();
-    };
-    size_t left = 0;
-    for (uint64_t off = 0; off < e.size && ws.ok();) {
-      if (Cancelled()) return Status::Aborted("interrupted");
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, e.size - off));
-      FS_RETURN_IF_ERROR(read_at(off, n));
-      hash.Update(in.get(), n);
-      ZSTD_inBuffer ib{in.get(), n, 0};
-      while (ib.pos < ib.size && ws.ok()) ws = step(&ib, ZSTD_e_continue, &left);
-      off += n;
-    }
-    do {
-      ZSTD_inBuffer none{nullptr, 0, 0};
-      if (ws.ok()) ws = step(&none, ZSTD_e_end, &left);
-    } while (ws.ok() && left != 0);
-    FS_RETURN_IF_ERROR(ws);
-    if (shard.pos() - ie->offset < e.size) {
-      ie->codec = cdict_ ? Codec::kZstdDict : Codec::kZstd;
-      ie->stored_len = shard.pos() - ie->offset;
-      ie->xxh3 = hash.Digest();
-      return Status::OK();
-    }
-    FS_RETURN_IF_ERROR(shard.Rollback(mark));  // no smaller: stored raw after all
-  }
+  bool smaller = false;
+  if (SampleCompresses(src, e.size)) FS_RETURN_IF_ERROR(WriteBigZstd(shard, src, e, ie, &smaller));
+  if (smaller) return Status::OK();
   Xxh3Stream hash;
   for (uint64_t off = 0; off < e.size;) {
     if (Cancelled()) return Status::Aborted("interrupted");
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kPiece, e.size - off));
-    FS_RETURN_IF_ERROR(read_at(off, n));
-    hash.Update(in.get(), n);
-    FS_RETURN_IF_ERROR(shard.Write(std::string_view(in.get(), n)));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(BigSource::kPiece, e.size - off));
+    FS_RETURN_IF_ERROR(src.ReadAt(off, n));
+    hash.Update(src.in.get(), n);
+    FS_RETURN_IF_ERROR(shard.Write(std::string_view(src.in.get(), n)));
     off += n;
   }
   ie->codec = Codec::kRaw;
@@ -558,124 +323,138 @@ Status Packer::WriteBig(ShardOut& shard, const SrcEntry& e, IndexEntry* ie) {
   return Status::OK();
 }
 
+// Batches compressed on worker threads, at most a window ahead of the writer, which takes
+// them in order.
+class BatchPipeline {
+ public:
+  BatchPipeline(size_t batches, size_t threads, std::function<BatchOut(size_t)> process)
+      : slots_(batches), window_(threads * 3), process_(std::move(process)) {
+    for (size_t t = 0; t < threads; t++) workers_.emplace_back([this] { Work(); });
+  }
+  ~BatchPipeline() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  // Batch i's output, once ready; nothing when `cancelled` turns true first.
+  std::optional<BatchOut> Take(size_t i, const std::function<bool()>& cancelled) {
+    std::optional<BatchOut> out;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      while (!slots_[i].has_value()) {
+        if (cancelled()) return out;
+        cv_.wait_for(l, std::chrono::milliseconds(100));
+      }
+      out = std::move(slots_[i]);
+      slots_[i].reset();
+      consumed_ = i + 1;
+    }
+    cv_.notify_all();
+    return out;
+  }
+
+ private:
+  void Work() {
+    while (true) {
+      size_t i = next_++;
+      if (i >= slots_.size()) return;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || i < consumed_ + window_; });
+        if (stop_) return;
+      }
+      BatchOut out = process_(i);
+      std::lock_guard<std::mutex> l(mu_);
+      slots_[i] = std::move(out);
+      cv_.notify_all();
+    }
+  }
+
+  std::vector<std::optional<BatchOut>> slots_;
+  const size_t window_;
+  std::function<BatchOut(size_t)> process_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t consumed_ = 0;
+  bool stop_ = false;
+  std::atomic<size_t> next_{0};
+  std::vector<std::thread> workers_;
+};
+
+// Opens shard `id`; shard 0 also carries every directory and symlink of the namespace.
+Status Packer::StartShard(ShardOut* shard, uint32_t id) {
+  manifest_.shards[id].file = ShardName(id);
+  manifest_.shards[id].files = shard_files_[id];
+  FS_RETURN_IF_ERROR(shard->Open(tmp_ + "/" + ShardName(id), id, dataset_id_));
+  if (id != 0) return Status::OK();
+  for (const auto& e : entries_) {
+    if (e.type == EntryType::kFile) continue;
+    IndexEntry ie;
+    ie.type = e.type;
+    ie.mode = e.mode;
+    ie.mtime_ns = e.mtime_ns;
+    ie.path = e.rel;
+    if (e.type == EntryType::kSymlink) {
+      ie.size = ie.stored_len = e.target.size();
+      ie.xxh3 = Xxh3(e.target);
+      ie.offset = shard->pos();
+      FS_RETURN_IF_ERROR(shard->Write(e.target));
+    }
+    shard->entries().push_back(std::move(ie));
+  }
+  return Status::OK();
+}
+
+// A compressed batch (or, for a big one, its file streamed now) appended to the shard.
+Status Packer::AppendBatch(ShardOut& shard, const Batch& b, BatchOut out) {
+  const uint64_t base = shard.pos();
+  if (b.big) {
+    IndexEntry ie;
+    FS_RETURN_IF_ERROR(WriteBig(shard, entries_[b.files[0]], &ie));
+    ie.offset -= base;  // relative, like a batch's (made absolute below)
+    out.entries.push_back(std::move(ie));
+  } else {
+    FS_RETURN_IF_ERROR(shard.Write(out.data));
+  }
+  for (auto& e : out.entries) {
+    e.offset += base;
+    done_bytes_ += e.size;
+    manifest_.stored_bytes += e.stored_len;
+    shard.entries().push_back(std::move(e));
+  }
+  done_files_ += out.entries.size();
+  if (opts_.progress) opts_.progress(done_bytes_, raw_total_, done_files_, files_.size());
+  return Status::OK();
+}
+
 Status Packer::WriteShards() {
   const size_t threads = opts_.threads ? opts_.threads : ThreadPool::DefaultThreads();
-  const size_t window = threads * 3;
-  std::vector<std::optional<BatchOut>> slots(batches_.size());
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t consumed = 0;
-  std::atomic<size_t> next{0};
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> workers;
-  for (size_t t = 0; t < threads; t++) {
-    workers.emplace_back([&] {
-      while (true) {
-        size_t i = next++;
-        if (i >= batches_.size()) return;
-        {
-          std::unique_lock<std::mutex> l(mu);
-          cv.wait(l, [&] { return stop || i < consumed + window; });
-          if (stop) return;
-        }
-        BatchOut out = Process(batches_[i]);
-        std::lock_guard<std::mutex> l(mu);
-        slots[i] = std::move(out);
-        cv.notify_all();
-      }
-    });
-  }
-  auto stop_workers = [&] {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      stop = true;
-    }
-    cv.notify_all();
-    for (auto& w : workers) w.join();
-  };
-
-  Status st;
-  uint64_t done_bytes = 0, done_files = 0;
+  BatchPipeline pipeline(batches_.size(), threads, [this](size_t i) { return Process(batches_[i]); });
   ShardOut shard(FileMode());
   uint32_t open_shard = UINT32_MAX;
-  for (size_t i = 0; i < batches_.size() && st.ok(); i++) {
+  for (size_t i = 0; i < batches_.size(); i++) {
     const Batch& b = batches_[i];
     if (b.shard != open_shard) {
-      if (open_shard != UINT32_MAX) st = shard.Finish(opts_.sync, &manifest_.shards[open_shard]);
-      if (!st.ok()) break;
+      if (open_shard != UINT32_MAX) FS_RETURN_IF_ERROR(shard.Finish(opts_.sync, &manifest_.shards[open_shard]));
       shard = ShardOut(FileMode());
       open_shard = b.shard;
-      manifest_.shards[open_shard].file = ShardName(open_shard);
-      manifest_.shards[open_shard].files = shard_files_[open_shard];
-      st = shard.Open(tmp_ + "/" + ShardName(open_shard), open_shard, dataset_id_);
-      if (st.ok() && open_shard == 0) {
-        // Shard 0 also carries every directory and symlink of the namespace.
-        for (const auto& e : entries_) {
-          if (e.type == EntryType::kFile) continue;
-          IndexEntry ie;
-          ie.type = e.type;
-          ie.mode = e.mode;
-          ie.mtime_ns = e.mtime_ns;
-          ie.path = e.rel;
-          if (e.type == EntryType::kSymlink) {
-            ie.size = ie.stored_len = e.target.size();
-            ie.xxh3 = Xxh3(e.target);
-            ie.offset = shard.pos();
-            st = shard.Write(e.target);
-            if (!st.ok()) break;
-          }
-          shard.entries().push_back(std::move(ie));
-        }
-      }
-      if (!st.ok()) break;
+      FS_RETURN_IF_ERROR(StartShard(&shard, open_shard));
     }
-    BatchOut out;
-    {
-      std::unique_lock<std::mutex> l(mu);
-      while (!slots[i].has_value()) {
-        if (Cancelled()) break;
-        cv.wait_for(l, std::chrono::milliseconds(100));
-      }
-      if (Cancelled()) {
-        st = Status::Aborted("interrupted");
-        break;
-      }
-      out = std::move(*slots[i]);
-      slots[i].reset();
-      consumed = i + 1;
-    }
-    cv.notify_all();
-    if (!out.status.ok()) {
-      st = out.status;
-      break;
-    }
-    const uint64_t base = shard.pos();
-    if (b.big) {
-      IndexEntry ie;
-      st = WriteBig(shard, entries_[b.files[0]], &ie);
-      if (!st.ok()) break;
-      ie.offset -= base;  // relative, like a batch's (made absolute below)
-      out.entries.push_back(std::move(ie));
-    } else {
-      st = shard.Write(out.data);
-    }
-    for (auto& e : out.entries) {
-      e.offset += base;
-      done_bytes += e.size;
-      manifest_.stored_bytes += e.stored_len;
-      shard.entries().push_back(std::move(e));
-    }
-    done_files += out.entries.size();
-    if (opts_.progress) opts_.progress(done_bytes, raw_total_, done_files, files_.size());
+    std::optional<BatchOut> out = pipeline.Take(i, [this] { return Cancelled(); });
+    if (!out) return Status::Aborted("interrupted");
+    FS_RETURN_IF_ERROR(out->status);
+    FS_RETURN_IF_ERROR(AppendBatch(shard, b, std::move(*out)));
   }
-  if (st.ok() && open_shard != UINT32_MAX) st = shard.Finish(opts_.sync, &manifest_.shards[open_shard]);
-  stop_workers();
-  return st;
+  return open_shard == UINT32_MAX ? Status::OK() : shard.Finish(opts_.sync, &manifest_.shards[open_shard]);
 }
 
 Status Packer::Run(Stats* stats) {
-  Walker w(src_, opts_);
-  FS_RETURN_IF_ERROR(w.Run(&entries_));
+  SourceTree tree;
+  FS_RETURN_IF_ERROR(WalkSource(src_, opts_, &tree));
+  entries_ = std::move(tree.entries);
   if (::getrandom(&dataset_id_, sizeof dataset_id_, 0) != sizeof dataset_id_ || dataset_id_ == 0)
     dataset_id_ = static_cast<uint64_t>(::time(nullptr)) ^ (static_cast<uint64_t>(::getpid()) << 32) ^ 1;
   Plan();
@@ -700,14 +479,14 @@ Status Packer::Run(Stats* stats) {
     manifest_.symlinks += e.type == EntryType::kSymlink;
   }
   manifest_.raw_bytes = raw_total_;
-  manifest_.root_mode = w.root_mode();
-  manifest_.root_mtime_ns = w.root_mtime_ns();
+  manifest_.root_mode = tree.root_mode;
+  manifest_.root_mtime_ns = tree.root_mtime_ns;
   FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kManifestName, format::ManifestToJson(manifest_), FileMode()));
   if (stats) {
     stats->files = manifest_.files;
     stats->dirs = manifest_.dirs;
     stats->symlinks = manifest_.symlinks;
-    stats->skipped = w.skipped();
+    stats->skipped = tree.skipped;
     stats->shards = nshards_;
     stats->raw_bytes = raw_total_;
     stats->stored_bytes = manifest_.stored_bytes;

@@ -1,0 +1,44 @@
+// The source tree as `fanstore pack` sees it: one walk that lists what will be stored (and
+// warns about what will not), then reads that check each file is still the one the walk saw.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/unique_fd.h"
+#include "format/format.h"
+#include "pack/pack.h"
+
+namespace fanstore::pack {
+
+struct SrcEntry {
+  std::string rel;
+  format::EntryType type;
+  uint32_t mode;
+  uint64_t size;
+  int64_t mtime_ns;
+  std::string target;  // symlinks
+};
+
+struct SourceTree {
+  std::vector<SrcEntry> entries;
+  uint64_t skipped = 0;  // entries not stored (sockets, devices, escaping symlinks), warned about
+  uint32_t root_mode = 0755;
+  int64_t root_mtime_ns = 0;
+};
+
+// Lists the tree under `root`; opts.warn hears about what is skipped.
+Status WalkSource(const std::string& root, const Options& opts, SourceTree* out);
+
+// a/b, where either may be empty.
+std::string Join(const std::string& a, const std::string& b);
+
+// Opens a source file found by the walk, checking that it is still the regular file of the
+// size seen.
+Result<UniqueFD> OpenSource(const std::string& path, const SrcEntry& e);
+// The whole of a (small) source file.
+Status ReadWhole(const std::string& path, const SrcEntry& e, std::string* out);
+
+}  // namespace fanstore::pack
