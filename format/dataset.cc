@@ -166,9 +166,8 @@ Status SetTimes(int dirfd, const std::string& leaf, int64_t mtime_ns, bool nofol
   return Status::OK();
 }
 
-}  // namespace
-
-Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions& opts) {
+// DEST, created or found empty, opened.
+Result<UniqueFD> OpenEmptyDest(const std::string& dest) {
   if (::mkdir(dest.c_str(), 0700) != 0) {
     if (errno != EEXIST) return Status::FromErrno("create " + dest, errno);
     UniqueFD probe(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -181,17 +180,11 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
   }
   UniqueFD root(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root.valid()) return Status::FromErrno("open " + dest, errno);
-  auto entries = ds.SortedEntries();
-  // 1. Directories (owner-writable for now; final modes are applied last).
-  for (const IndexEntry* e : entries) {
-    if (e->type != EntryType::kDir) continue;
-    std::string leaf;
-    auto parent = OpenParentDir(root.get(), e->path, &leaf);
-    if (!parent.ok()) return parent.status();
-    if (::mkdirat(parent->get(), leaf.c_str(), 0700) != 0)
-      return Status::FromErrno("create directory " + dest + "/" + e->path, errno);
-  }
-  // 2. File content, decoded and verified on all cores while the shards stream in.
+  return root;
+}
+
+// File content, decoded and verified on all cores while the shards stream in.
+Status ExtractFiles(const Dataset& ds, int root, const std::string& dest, const ExtractOptions& opts) {
   DecoderPool decoders(&ds.dict());
   // Extracted files are the extracting user's: never setuid or setgid (a dataset could plant
   // a setuid copy of a program in DEST), and the sticky bit means nothing on a file.
@@ -203,13 +196,13 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
   };
   auto create = [&](const IndexEntry& e) -> Result<UniqueFD> {
     std::string leaf;
-    auto parent = OpenParentDir(root.get(), e.path, &leaf);
+    auto parent = OpenParentDir(root, e.path, &leaf);
     if (!parent.ok()) return parent.status();
     UniqueFD fd(::openat(parent->get(), leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.valid()) return Status::FromErrno("create " + dest + "/" + e.path, errno);
     return fd;
   };
-  Status st = ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) -> Status {
+  auto small = [&](const IndexEntry& e, std::string_view stored) -> Status {
     if (e.type != EntryType::kFile) return Status::OK();
     std::string_view raw;
     FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
@@ -217,16 +210,22 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
     if (!fd.ok()) return fd.status();
     FS_RETURN_IF_ERROR(WriteFull(fd->get(), raw.data(), raw.size(), dest + "/" + e.path));
     return finish(fd->get(), e);
-  }, [&](const IndexEntry& e, const DecodeFn& decode) -> Status {
+  };
+  auto large = [&](const IndexEntry& e, const DecodeFn& decode) -> Status {
     // A large file is written as it is decoded, in bounded memory.
     auto fd = create(e);
     if (!fd.ok()) return fd.status();
     const std::string what = dest + "/" + e.path;
-    FS_RETURN_IF_ERROR(decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), what); }));
+    FS_RETURN_IF_ERROR(
+        decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), what); }));
     return finish(fd->get(), e);
-  });
-  if (!st.ok()) return st;
-  // 3. Symlinks, after everything else, so none can redirect a write.
+  };
+  return ScanAll(ds, opts.threads, opts.progress, small, large);
+}
+
+// Symlinks, after everything else, so none can redirect a write.
+Status ExtractLinks(const Dataset& ds, int root, const std::string& dest,
+                    const std::vector<const IndexEntry*>& entries) {
   FrameDecoder dec(&ds.dict());
   for (const IndexEntry* e : entries) {
     if (e->type != EntryType::kSymlink) continue;
@@ -235,27 +234,53 @@ Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions&
     std::string target;
     FS_RETURN_IF_ERROR(ReadEntry(ds.shard(ref.shard), *e, &dec, &target));
     std::string leaf;
-    auto parent = OpenParentDir(root.get(), e->path, &leaf);
+    auto parent = OpenParentDir(root, e->path, &leaf);
     if (!parent.ok()) return parent.status();
     if (::symlinkat(target.c_str(), parent->get(), leaf.c_str()) != 0)
       return Status::FromErrno("create symlink " + dest + "/" + e->path, errno);
     FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, true, e->path));
   }
-  // 4. Directory modes and times, deepest first so that children do not disturb parents.
+  return Status::OK();
+}
+
+// Directory modes and times, deepest first so that children do not disturb parents; the root's
+// last.
+Status FinishDirs(const Dataset& ds, int root, const std::string& dest, const std::vector<const IndexEntry*>& entries) {
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     const IndexEntry* e = *it;
     if (e->type != EntryType::kDir) continue;
     std::string leaf;
-    auto parent = OpenParentDir(root.get(), e->path, &leaf);
+    auto parent = OpenParentDir(root, e->path, &leaf);
     if (!parent.ok()) return parent.status();
-    if (::fchmodat(parent->get(), leaf.c_str(), e->mode & 01777, 0) != 0) return Status::FromErrno("chmod " + e->path, errno);
+    if (::fchmodat(parent->get(), leaf.c_str(), e->mode & 01777, 0) != 0)
+      return Status::FromErrno("chmod " + e->path, errno);
     FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, false, e->path));
   }
   const Manifest& m = ds.manifest();
-  if (::fchmod(root.get(), m.root_mode & 01777) != 0) return Status::FromErrno("chmod " + dest, errno);
+  if (::fchmod(root, m.root_mode & 01777) != 0) return Status::FromErrno("chmod " + dest, errno);
   struct timespec ts[2] = {{0, UTIME_OMIT}, {m.root_mtime_ns / 1000000000, m.root_mtime_ns % 1000000000}};
-  if (::futimens(root.get(), ts) != 0) return Status::FromErrno("set time of " + dest, errno);
+  if (::futimens(root, ts) != 0) return Status::FromErrno("set time of " + dest, errno);
   return Status::OK();
+}
+
+}  // namespace
+
+Status Extract(const Dataset& ds, const std::string& dest, const ExtractOptions& opts) {
+  auto root = OpenEmptyDest(dest);
+  if (!root.ok()) return root.status();
+  const auto entries = ds.SortedEntries();
+  // Directories first, owner-writable for now: final modes are applied last.
+  for (const IndexEntry* e : entries) {
+    if (e->type != EntryType::kDir) continue;
+    std::string leaf;
+    auto parent = OpenParentDir(root->get(), e->path, &leaf);
+    if (!parent.ok()) return parent.status();
+    if (::mkdirat(parent->get(), leaf.c_str(), 0700) != 0)
+      return Status::FromErrno("create directory " + dest + "/" + e->path, errno);
+  }
+  FS_RETURN_IF_ERROR(ExtractFiles(ds, root->get(), dest, opts));
+  FS_RETURN_IF_ERROR(ExtractLinks(ds, root->get(), dest, entries));
+  return FinishDirs(ds, root->get(), dest, entries);
 }
 
 }  // namespace fanstore::format
