@@ -34,43 +34,57 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir_in) {
   if (!m.ok()) return m.status();
   ds->manifest_ = std::move(m).value();
   FS_RETURN_IF_ERROR(ds->dict_.Load(dir, ds->manifest_.dict));
+  FS_RETURN_IF_ERROR(ds->OpenShards());
+  FS_RETURN_IF_ERROR(ds->CheckParents());
+  FS_RETURN_IF_ERROR(ds->CheckLinks());
+  return ds;
+}
+
+Status Dataset::OpenShards() {
   // Footers and indexes are read and parsed in parallel (on a parallel file system each costs
   // round trips); the checks then run in shard order, so the error reported does not depend
   // on timing.
-  const size_t n = ds->manifest_.shards.size();
+  const size_t n = manifest_.shards.size();
   std::vector<Result<std::unique_ptr<ShardFile>>> opened;
   opened.reserve(n);
   for (size_t i = 0; i < n; i++) opened.emplace_back(Status::Aborted("not opened"));
   ParallelFor(n, std::min<size_t>(8, ThreadPool::DefaultThreads() * 2), [&](size_t i) {
-    opened[i] = OpenShard(dir + "/" + ds->manifest_.shards[i].file, ds->manifest_.dataset_id);
+    opened[i] = OpenShard(dir_ + "/" + manifest_.shards[i].file, manifest_.dataset_id);
   });
   size_t total_entries = 0;
   for (auto& sh : opened)
     if (sh.ok()) total_entries += (*sh)->entries.size();
-  ds->by_path_.reserve(total_entries);
+  by_path_.reserve(total_entries);
   for (size_t i = 0; i < n; i++) {
-    const ShardRef& ref = ds->manifest_.shards[i];
+    const ShardRef& ref = manifest_.shards[i];
     auto& sh = opened[i];
     if (!sh.ok()) return sh.status();
     FS_RETURN_IF_ERROR(CheckAgainstManifest(**sh, ref, static_cast<uint32_t>(i)));
     for (uint32_t j = 0; j < (*sh)->entries.size(); j++) {
       const auto& e = (*sh)->entries[j];
-      if (e.codec == Codec::kZstdDict && !ds->dict_.ddict())
-        return Status::Corruption(dir + "/" + ref.file + ": file '" + e.path + "' needs a dictionary the manifest does not list");
-      if (!ds->by_path_.emplace(e.path, Ref{static_cast<uint32_t>(i), j}).second)
-        return Status::Corruption(dir + "/" + ref.file + ": path '" + e.path + "' appears twice in the dataset");
+      if (e.codec == Codec::kZstdDict && !dict_.ddict())
+        return Status::Corruption(dir_ + "/" + ref.file + ": file '" + e.path + "' needs a dictionary the manifest does not list");
+      if (!by_path_.emplace(e.path, Ref{static_cast<uint32_t>(i), j}).second)
+        return Status::Corruption(dir_ + "/" + ref.file + ": path '" + e.path + "' appears twice in the dataset");
     }
-    ds->shards_.push_back(std::move(sh).value());
+    shards_.push_back(std::move(sh).value());
   }
-  // Every parent of every entry must be a directory entry.
-  for (const auto& [path, r] : ds->by_path_) {
+  return Status::OK();
+}
+
+Status Dataset::CheckParents() const {
+  for (const auto& [path, r] : by_path_) {
     size_t slash = path.rfind('/');
     if (slash == std::string::npos) continue;
-    auto parent = ds->by_path_.find(std::string_view(path).substr(0, slash));
-    if (parent == ds->by_path_.end() || ds->shards_[parent->second.shard]->entries[parent->second.entry].type != EntryType::kDir)
-      return Status::Corruption(dir + "/" + ds->manifest_.shards[r.shard].file + ": '" + path +
+    auto parent = by_path_.find(std::string_view(path).substr(0, slash));
+    if (parent == by_path_.end() || shards_[parent->second.shard]->entries[parent->second.entry].type != EntryType::kDir)
+      return Status::Corruption(dir_ + "/" + manifest_.shards[r.shard].file + ": '" + path +
                                 "' has no parent directory entry");
   }
+  return Status::OK();
+}
+
+Status Dataset::CheckLinks() const {
   // Symlinks must stay inside when resolved through each other, not only each on its own:
   // `x/esc -> up/../..` with `x/up -> .` leaves the root. Targets are tiny frames in shard 0.
   struct Link {
@@ -80,17 +94,17 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir_in) {
   };
   std::vector<Link> links;
   std::unordered_map<std::string_view, size_t> link_of;
-  FrameDecoder dec(&ds->dict_);
-  for (size_t i = 0; i < ds->shards_.size(); i++)
-    for (const auto& e : ds->shards_[i]->entries) {
+  FrameDecoder dec(&dict_);
+  for (size_t i = 0; i < shards_.size(); i++)
+    for (const auto& e : shards_[i]->entries) {
       if (e.type != EntryType::kSymlink) continue;
       std::string target;
-      FS_RETURN_IF_ERROR(ReadEntry(*ds->shards_[i], e, &dec, &target));
+      FS_RETURN_IF_ERROR(ReadEntry(*shards_[i], e, &dec, &target));
       links.push_back({i, &e, std::move(target)});
     }
   for (size_t k = 0; k < links.size(); k++) link_of.emplace(links[k].e->path, k);
   const LookupFn lookup = [&](const std::string& p, std::string* target) {
-    const IndexEntry* e = ds->Find(p);
+    const IndexEntry* e = Find(p);
     if (!e || e->type == EntryType::kFile) return NodeKind::kOther;
     if (e->type == EntryType::kDir) return NodeKind::kDir;
     *target = links[link_of.at(e->path)].target;
@@ -98,9 +112,9 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir_in) {
   };
   for (const Link& l : links)
     if (!LinkStaysInside(l.e->path, l.target, lookup))
-      return Status::Corruption(ds->shards_[l.shard]->path + ": symlink '" + l.e->path + "' -> '" + l.target +
+      return Status::Corruption(shards_[l.shard]->path + ": symlink '" + l.e->path + "' -> '" + l.target +
                                 "' leads outside the dataset through its symlinks");
-  return ds;
+  return Status::OK();
 }
 
 const IndexEntry* Dataset::Find(const std::string& path, Ref* ref) const {

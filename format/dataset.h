@@ -37,6 +37,13 @@ class Dataset {
   std::vector<const IndexEntry*> SortedEntries() const;
 
  private:
+  // Opens every shard (in parallel) and indexes its entries by path.
+  Status OpenShards();
+  // Every parent of every entry is a directory entry.
+  Status CheckParents() const;
+  // Symlinks stay inside when resolved through each other.
+  Status CheckLinks() const;
+
   std::string dir_;
   Manifest manifest_;
   Dictionary dict_;
