@@ -18,12 +18,12 @@
 namespace fanstore::agent {
 
 Status LocalServer::Start(const std::string& path, Handler handler) {
-  path_ = path;
   handler_ = std::move(handler);
   struct sockaddr_un addr;
   std::memset(&addr, 0, sizeof addr);
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path) return Status::InvalidArgument("socket path too long: " + path);
+  if (path.size() >= sizeof addr.sun_path)
+    return Status::InvalidArgument("socket path too long: " + path);
   std::memcpy(addr.sun_path, path.data(), path.size());
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) return Status::FromErrno("socket", errno);
@@ -31,6 +31,7 @@ Status LocalServer::Start(const std::string& path, Handler handler) {
   int rc = ::bind(listen_fd_, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr);
   ::umask(old);
   if (rc != 0) return Status::FromErrno("bind " + path, errno);
+  path_ = path;  // ours to unlink in Stop only once bound: a failed bind names another's socket
   if (::listen(listen_fd_, 128) != 0) return Status::FromErrno("listen " + path, errno);
   if (::pipe2(wake_, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
   acceptor_ = std::thread([this] { AcceptLoop(); });
@@ -46,7 +47,8 @@ void LocalServer::Stop() {
   }
   if (acceptor_.joinable()) acceptor_.join();
   // Connection threads poll the wake pipe too; wait for them (bounded).
-  for (int i = 0; i < 500 && active_.load() > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && active_.load() > 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (listen_fd_ >= 0) ::close(listen_fd_);
   listen_fd_ = -1;
   if (!path_.empty()) ::unlink(path_.c_str());

@@ -17,11 +17,33 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    return Status::Corruption(path + " is too large: " + std::to_string(st.st_size) + " bytes, at most " +
+  auto too_large = [&](const std::string& size) {
+    return Status::Corruption(path + " is too large: " + size + " bytes, at most " +
                               std::to_string(max_bytes) + " accepted");
-  std::string out(st.st_size, '\0');
-  FS_RETURN_IF_ERROR(PreadFull(fd.get(), out.data(), out.size(), 0, path));
+  };
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large(std::to_string(st.st_size));
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  char more[4096];
+  for (;;) {
+    // In place up to st_size, then to the end in small pieces: st_size is a hint only (files
+    // of /proc and /sys say 0), and growing `out` blindly would double a large file's memory.
+    const bool in_place = done < out.size();
+    const ssize_t r = in_place ? ::read(fd.get(), out.data() + done, out.size() - done)
+                               : ::read(fd.get(), more, sizeof more);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("read " + path, errno);
+    }
+    if (r == 0) break;
+    if (!in_place) {
+      if (static_cast<size_t>(r) > max_bytes - done)
+        return too_large("more than " + std::to_string(max_bytes));
+      out.append(more, static_cast<size_t>(r));
+    }
+    done += static_cast<size_t>(r);
+  }
+  out.resize(done);
   return out;
 }
 
@@ -35,7 +57,8 @@ Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string&
       return Status::FromErrno("read " + what + " at offset " + std::to_string(off + done), errno);
     }
     if (r == 0)
-      return Status::Corruption(what + ": unexpected end of file at offset " + std::to_string(off + done));
+      return Status::Corruption(what + ": unexpected end of file at offset " +
+                                std::to_string(off + done));
     done += static_cast<size_t>(r);
   }
   return Status::OK();
@@ -61,7 +84,8 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
   if (!fd.valid()) return Status::FromErrno("create " + tmp, errno);
   Status s = WriteFull(fd.get(), data.data(), data.size(), tmp);
   if (s.ok() && ::fsync(fd.get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::FromErrno("rename " + tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    s = Status::FromErrno("rename " + tmp, errno);
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
 }
