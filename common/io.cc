@@ -12,17 +12,29 @@
 namespace fanstore {
 
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
-  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::FromErrno("open " + path, errno);
+  // O_NONBLOCK: a FIFO planted under the name must not hang the open; it is refused below.
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) return Status::FromErrno("open " + path, errno);  // ENOENT: NotFound
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
-  if (static_cast<uint64_t>(st.st_size) > max_bytes)
-    return Status::Corruption(path + " is too large: " + std::to_string(st.st_size) + " bytes, at most " +
-                              std::to_string(max_bytes) + " accepted");
-  std::string out(st.st_size, '\0');
-  FS_RETURN_IF_ERROR(PreadFull(fd.get(), out.data(), out.size(), 0, path));
-  return out;
+  auto too_large = [&](uint64_t size) {
+    return Status::Corruption(path + " is too large: " + std::to_string(size) +
+                              " bytes or more, at most " + std::to_string(max_bytes) + " accepted");
+  };
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large(st.st_size);
+  // Read to the end rather than st_size bytes: /proc files report 0, and a file may grow.
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno("read " + path, errno);
+    if (n == 0) return out;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) return too_large(out.size() + n);
+    out.append(buf, static_cast<size_t>(n));
+  }
 }
 
 Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string& what) {
@@ -35,7 +47,8 @@ Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string&
       return Status::FromErrno("read " + what + " at offset " + std::to_string(off + done), errno);
     }
     if (r == 0)
-      return Status::Corruption(what + ": unexpected end of file at offset " + std::to_string(off + done));
+      return Status::Corruption(what + ": unexpected end of file at offset " +
+                                std::to_string(off + done));
     done += static_cast<size_t>(r);
   }
   return Status::OK();
@@ -61,7 +74,8 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
   if (!fd.valid()) return Status::FromErrno("create " + tmp, errno);
   Status s = WriteFull(fd.get(), data.data(), data.size(), tmp);
   if (s.ok() && ::fsync(fd.get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::FromErrno("rename " + tmp, errno);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    s = Status::FromErrno("rename " + tmp, errno);
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
 }
