@@ -178,7 +178,8 @@ Result<MungeDecoded> MungeVerify(const std::string& cred) {
   int len = 0;
   munge_err_t e = munge_decode(cred.c_str(), nullptr, &buf, &len, &d.uid, &gid);
   if (buf) {
-    if (e == EMUNGE_SUCCESS) d.payload.assign(static_cast<const char*>(buf), static_cast<size_t>(len));
+    if (e == EMUNGE_SUCCESS)
+      d.payload.assign(static_cast<const char*>(buf), static_cast<size_t>(len));
     std::free(buf);
   }
   if (e != EMUNGE_SUCCESS) return Status::Permission(std::string("munge: ") + munge_strerror(e));
@@ -205,7 +206,8 @@ Result<std::string> PeerListenAddress(const std::string& want) {
   }
   if (!want.empty()) {
     if (::inet_pton(AF_INET, want.c_str(), &a) == 1) return want;
-    return Status::InvalidArgument("peer address '" + want + "' is neither an IPv4 address nor an interface of this node");
+    return Status::InvalidArgument("peer address '" + want +
+                                   "' is neither an IPv4 address nor an interface of this node");
   }
   // The interface the job uses: the one the kernel routes to the launch node through.
   const char* launch = std::getenv("SLURM_LAUNCH_NODE_IPADDR");
@@ -244,51 +246,56 @@ struct PeerServer::Conn {
 PeerServer::PeerServer() = default;
 PeerServer::~PeerServer() { Stop(); }
 
-Status PeerServer::Start(const std::string& addr, PeerIdentity me, LocalFileFn local, ShardFilesFn shard_files,
-                         ThreadPool* pool) {
+Status PeerServer::Start(const std::string& addr, PeerIdentity me, LocalFileFn local,
+                         ShardFilesFn shard_files, ThreadPool* pool) {
   me_ = std::move(me);
   local_ = std::move(local);
   shard_files_ = std::move(shard_files);
   pool_ = pool;
   addr_ = addr;
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (listen_fd_ < 0) return Status::FromErrno("peer service: socket", errno);
+  listen_fd_.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen_fd_.valid()) return Status::FromErrno("peer service: socket", errno);
   struct sockaddr_in sa = {};
   sa.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1) return Status::InvalidArgument("peer service: address " + addr);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(listen_fd_, 256) != 0)
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1)
+    return Status::InvalidArgument("peer service: address " + addr);
+  if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(listen_fd_.get(), 256) != 0)
     return Status::FromErrno("peer service: bind/listen on " + addr, errno);
   socklen_t len = sizeof sa;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+  ::getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&sa), &len);
   port_ = ntohs(sa.sin_port);
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (epoll_fd_ < 0 || wake_fd_ < 0) return Status::FromErrno("peer service: epoll", errno);
+  epoll_fd_.Reset(::epoll_create1(EPOLL_CLOEXEC));
+  wake_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!epoll_fd_.valid() || !wake_fd_.valid())
+    return Status::FromErrno("peer service: epoll", errno);
   struct epoll_event ev = {};
   ev.events = EPOLLIN;
-  ev.data.fd = listen_fd_;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
-  ev.data.fd = wake_fd_;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  ev.data.fd = listen_fd_.get();
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev);
+  ev.data.fd = wake_fd_.get();
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
   loop_ = std::thread([this] { Loop(); });
   return Status::OK();
 }
 
-std::string PeerServer::Endpoint() const { return port_ == 0 ? "" : addr_ + ":" + std::to_string(port_); }
+std::string PeerServer::Endpoint() const {
+  return port_ == 0 ? "" : addr_ + ":" + std::to_string(port_);
+}
 
 void PeerServer::Stop() {
   if (stopping_.exchange(true)) return;
-  if (wake_fd_ >= 0) {
+  if (wake_fd_.valid()) {
     uint64_t one = 1;
-    ssize_t ignored = ::write(wake_fd_, &one, sizeof one);
+    ssize_t ignored = ::write(wake_fd_.get(), &one, sizeof one);
     (void)ignored;
   }
   if (loop_.joinable()) loop_.join();
-  for (int i = 0; i < 300 && busy_.load() > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 300 && busy_.load() > 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::lock_guard<std::mutex> l(mu_);
   conns_.clear();
-  for (int* fd : {&listen_fd_, &epoll_fd_, &wake_fd_})
-    if (*fd >= 0) ::close(*fd), *fd = -1;
+  for (UniqueFD* fd : {&listen_fd_, &epoll_fd_, &wake_fd_}) fd->Reset();
 }
 
 int PeerServer::NextTimeoutMs() {
@@ -302,20 +309,22 @@ int PeerServer::NextTimeoutMs() {
 void PeerServer::Loop() {
   struct epoll_event evs[64];
   while (!stopping_) {
-    int n = ::epoll_wait(epoll_fd_, evs, 64, NextTimeoutMs());
+    int n = ::epoll_wait(epoll_fd_.get(), evs, 64, NextTimeoutMs());
     if (n < 0 && errno != EINTR) return;
     for (int i = 0; i < n; i++) {
       int fd = evs[i].data.fd;
-      if (fd == wake_fd_) return;
-      if (fd == listen_fd_) Accept();
-      else OnReadable(fd);
+      if (fd == wake_fd_.get()) return;
+      if (fd == listen_fd_.get())
+        Accept();
+      else
+        OnReadable(fd);
     }
     const auto now = Clock::now();
     if (accept_paused_ && now >= accept_resume_) {
       struct epoll_event ev = {};
       ev.events = EPOLLIN;
-      ev.data.fd = listen_fd_;
-      accept_paused_ = ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev) != 0;
+      ev.data.fd = listen_fd_.get();
+      accept_paused_ = ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, listen_fd_.get(), &ev) != 0;
       if (accept_paused_) accept_resume_ = now + std::chrono::milliseconds(100);
     }
     // Connections past their deadline: a handshake or a request that did not come in time.
@@ -334,14 +343,14 @@ void PeerServer::Loop() {
 
 void PeerServer::Accept() {
   while (true) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         // Out of descriptors or memory: stop accepting for a moment instead of spinning on a
         // listening socket that stays readable.
         LOG_WARN("peer service: accept: %s; pausing for 100 ms", std::strerror(errno));
-        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
         accept_paused_ = true;
         accept_resume_ = Clock::now() + std::chrono::milliseconds(100);
       }
@@ -361,7 +370,7 @@ void PeerServer::Accept() {
     struct epoll_event ev = {};
     ev.events = EPOLLIN | EPOLLONESHOT | EPOLLRDHUP;
     ev.data.fd = fd;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) == 0) conns_.emplace(fd, std::move(c));
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) == 0) conns_.emplace(fd, std::move(c));
   }
 }
 
@@ -379,7 +388,8 @@ void PeerServer::OnReadable(int fd) {
     auto need = wire::RequestSize(c->phase, c->in);
     if (!need.ok()) {
       refused_++;
-      LOG_WARN("peer service: dropped a connection from %s: %s", SocketEndpoint(fd, true).c_str(), need.status().ToString().c_str());
+      LOG_WARN("peer service: dropped a connection from %s: %s", SocketEndpoint(fd, true).c_str(),
+               need.status().ToString().c_str());
       return Drop(fd);
     }
     if (*need == 0) break;
@@ -391,7 +401,8 @@ void PeerServer::OnReadable(int fd) {
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Rearm(c);
     if (r <= 0) return Drop(fd);
     // A request begun must end in time; an idle authenticated connection may wait.
-    if (c->phase == wire::Phase::kReady && have == 0) c->deadline = Clock::now() + std::chrono::milliseconds(kRequestMs);
+    if (c->phase == wire::Phase::kReady && have == 0)
+      c->deadline = Clock::now() + std::chrono::milliseconds(kRequestMs);
   }
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -414,7 +425,7 @@ void PeerServer::Rearm(Conn* c) {
     // Under the lock: once not busy, the loop may drop (and close) it at its deadline.
     std::lock_guard<std::mutex> l(mu_);
     c->busy = false;
-    armed = ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) == 0;
+    armed = ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, fd, &ev) == 0;
   }
   if (!armed) Drop(fd);
 }
@@ -423,7 +434,7 @@ void PeerServer::Drop(int fd) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = conns_.find(fd);
   if (it == conns_.end()) return;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
   conns_.erase(it);
 }
 
@@ -438,7 +449,8 @@ void PeerServer::Serve(Conn* c) {
 
 void PeerServer::Refuse(Conn* c, const std::string& why) {
   refused_++;
-  LOG_WARN("peer service: refused a connection from %s: %s", SocketEndpoint(c->fd.get(), true).c_str(), why.c_str());
+  LOG_WARN("peer service: refused a connection from %s: %s",
+           SocketEndpoint(c->fd.get(), true).c_str(), why.c_str());
   Header h;
   std::memcpy(&h, c->in.data(), sizeof h);
   Header rp{wire::kMagic, h.op, static_cast<uint32_t>(EACCES), me_.rank, 0};
@@ -471,14 +483,16 @@ bool PeerServer::Handshake(Conn* c) {
       return false;
     }
     Header rp{wire::kMagic, wire::kHello, 0, me_.rank, wire::kNonceLen + cred->size()};
-    struct iovec iov[3] = {{&rp, sizeof rp}, {c->nonce_s.data(), wire::kNonceLen}, {cred->data(), cred->size()}};
+    struct iovec iov[3] = {
+        {&rp, sizeof rp}, {c->nonce_s.data(), wire::kNonceLen}, {cred->data(), cred->size()}};
     c->phase = wire::Phase::kAuth;
     return SendIov(c->fd.get(), iov, 3);
   }
   // kAuth: the client's credential, bound to this connection's nonces and endpoints.
   auto d = MungeVerify(std::string(payload));
   if (!d.ok()) return Refuse(c, d.status().ToString()), false;
-  if (d->uid != ::getuid()) return Refuse(c, "credential of uid " + std::to_string(d->uid) + ", not the job's"), false;
+  if (d->uid != ::getuid())
+    return Refuse(c, "credential of uid " + std::to_string(d->uid) + ", not the job's"), false;
   auto got = wire::DecodeBinding(d->payload);
   if (!got.ok()) return Refuse(c, got.status().ToString()), false;
   b.role = 'C';
@@ -611,20 +625,25 @@ Status PeerClient::Handshake(Session* s, uint32_t rank) {
   Header hello{wire::kMagic, wire::kHello, me_.rank, rank, wire::kNonceLen};
   struct iovec iov[2] = {{&hello, sizeof hello}, {want.nonce_c.data(), wire::kNonceLen}};
   Header rp;
-  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic || rp.op != wire::kHello)
+  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic ||
+      rp.op != wire::kHello)
     return Status::IOError(who + ": no answer to the handshake");
-  if (rp.a != 0) return Status::Permission(who + " refused the handshake: " + std::strerror(static_cast<int>(rp.a)));
+  if (rp.a != 0)
+    return Status::Permission(who +
+                              " refused the handshake: " + std::strerror(static_cast<int>(rp.a)));
   if (rp.len <= wire::kNonceLen || rp.len > wire::kNonceLen + wire::kMaxCred)
     return Status::Permission(who + ": handshake reply of " + std::to_string(rp.len) + " bytes");
   std::string reply(static_cast<size_t>(rp.len), '\0');
-  if (!RecvAll(fd, reply.data(), reply.size())) return Status::IOError(who + ": handshake cut short");
+  if (!RecvAll(fd, reply.data(), reply.size()))
+    return Status::IOError(who + ": handshake cut short");
   std::memcpy(want.nonce_s.data(), reply.data(), wire::kNonceLen);
   // The server proves itself first: a credential of the job's uid, bound to our nonce, to
   // this connection's endpoints and to the rank we dialled. Only then do we send ours.
   auto d = MungeVerify(reply.substr(wire::kNonceLen));
   if (!d.ok()) return d.status().Prefixed(who + " did not prove itself");
   if (d->uid != ::getuid())
-    return Status::Permission(who + " did not prove itself: a credential of uid " + std::to_string(d->uid) + ", not the job's");
+    return Status::Permission(who + " did not prove itself: a credential of uid " +
+                              std::to_string(d->uid) + ", not the job's");
   auto got = wire::DecodeBinding(d->payload);
   if (!got.ok()) return got.status().Prefixed(who + " did not prove itself");
   FS_RETURN_IF_ERROR(wire::CheckBinding(want, *got).Prefixed(who + " did not prove itself"));
@@ -633,13 +652,15 @@ Status PeerClient::Handshake(Session* s, uint32_t rank) {
   wire::Random(mine.key_share.data(), mine.key_share.size());
   auto cred = MungeCredential(wire::EncodeBinding(mine));
   if (!cred.ok()) return cred.status();
-  const wire::Key key = wire::SessionKey(got->key_share, mine.key_share, want.nonce_c, want.nonce_s);
+  const wire::Key key =
+      wire::SessionKey(got->key_share, mine.key_share, want.nonce_c, want.nonce_s);
   s->tx = wire::Mac(key, false);
   s->rx = wire::Mac(key, true);
   Header auth{wire::kMagic, wire::kAuth, me_.rank, rank, cred->size()};
   struct iovec a_iov[2] = {{&auth, sizeof auth}, {cred->data(), cred->size()}};
   wire::Tag tag;
-  if (!SendIov(fd, a_iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic || rp.op != wire::kAuth)
+  if (!SendIov(fd, a_iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic ||
+      rp.op != wire::kAuth)
     return Status::IOError(who + ": authentication failed");
   if (rp.a != 0) return Status::Permission(who + " refused our credential");
   s->rx.Begin(rp);
@@ -658,14 +679,16 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
       return s;
     }
   }
-  if (rank >= endpoints_.size() || endpoints_[rank].empty()) return Status::NotFound("no endpoint for rank " + std::to_string(rank));
+  if (rank >= endpoints_.size() || endpoints_[rank].empty())
+    return Status::NotFound("no endpoint for rank " + std::to_string(rank));
   const std::string& ep = endpoints_[rank];
   const size_t colon = ep.rfind(':');
   struct sockaddr_in sa = {};
   sa.sin_family = AF_INET;
   char* end = nullptr;
   const long port = colon == std::string::npos ? 0 : std::strtol(ep.c_str() + colon + 1, &end, 10);
-  if (port <= 0 || port > 65535 || *end || ::inet_pton(AF_INET, ep.substr(0, colon).c_str(), &sa.sin_addr) != 1)
+  if (port <= 0 || port > 65535 || *end ||
+      ::inet_pton(AF_INET, ep.substr(0, colon).c_str(), &sa.sin_addr) != 1)
     return Status::InvalidArgument(Rank(rank) + ": bad endpoint '" + ep + "'");
   sa.sin_port = htons(static_cast<uint16_t>(port));
   auto s = std::make_unique<Session>();
@@ -678,7 +701,8 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
     int err = 0;
     socklen_t len = sizeof err;
     if (rc == 0) ::getsockopt(s->fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (rc != 0 || err != 0) return Status::IOError("connect " + ep + ": " + (rc ? "timed out" : std::strerror(err)));
+    if (rc != 0 || err != 0)
+      return Status::IOError("connect " + ep + ": " + (rc ? "timed out" : std::strerror(err)));
   } else if (rc != 0) {
     return Status::FromErrno("connect " + ep, errno);
   }
@@ -691,7 +715,8 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Connect(uint32_t rank) 
   if (IsDown(rank)) return Status::IOError(Rank(rank) + " is marked down");
   auto s = Dial(rank);
   if (!s.ok()) {
-    if (s.status().code() == Status::Code::kPermission) LOG_WARN("%s", s.status().ToString().c_str());
+    if (s.status().code() == Status::Code::kPermission)
+      LOG_WARN("%s", s.status().ToString().c_str());
     MarkDown(rank);
   }
   return s;
@@ -709,8 +734,8 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
   wire::Tag tag = s->tx.Finish();
   struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
   Header rp;
-  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic || rp.op != wire::kGet ||
-      rp.b != entry) {
+  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic ||
+      rp.op != wire::kGet || rp.b != entry) {
     MarkDown(rank);
     return Status::IOError(who + ": connection lost");
   }
@@ -725,7 +750,8 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
   }
   if (rp.len != size) {
     MarkDown(rank);
-    return Status::Corruption(who + " sent " + std::to_string(rp.len) + " bytes, expected " + std::to_string(size));
+    return Status::Corruption(who + " sent " + std::to_string(rp.len) + " bytes, expected " +
+                              std::to_string(size));
   }
   // In pieces, so that a large file never sits in memory whole. The last piece goes to the
   // sink only once the tag has been checked: a file is never complete before it is proven.
@@ -757,7 +783,8 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
   return Status::OK();
 }
 
-Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
+Status PeerClient::FetchShard(uint32_t rank, uint32_t shard,
+                              const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
                               const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn) {
   auto c = Connect(rank);
   if (!c.ok()) return c.status();
@@ -788,13 +815,17 @@ Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function
     if (rp.b == wire::kEndOfShard) {
       const char* t = rp.len == 0 ? in.Take(wire::kTagLen) : nullptr;
       if (t) std::memcpy(tag.data(), t, tag.size());
-      if (!t || !s->rx.Verify(tag)) return fail(Status::Corruption(who + ": a reply failed its authentication tag"));
+      if (!t || !s->rx.Verify(tag))
+        return fail(Status::Corruption(who + ": a reply failed its authentication tag"));
       // Nothing may follow the end marker; a stray byte means a confused peer.
       if (in.buffered() == 0) Release(rank, std::move(s));
-      return rp.a == 0 ? Status::OK() : Status::FromErrno(who + ": shard " + std::to_string(shard), static_cast<int>(rp.a));
+      return rp.a == 0 ? Status::OK()
+                       : Status::FromErrno(who + ": shard " + std::to_string(shard),
+                                           static_cast<int>(rp.a));
     }
     const std::optional<uint64_t> expect = size_of(rp.b);
-    if (rp.a != 0 || !expect || rp.len != *expect) return fail(Status::Corruption(who + " sent a file that is not in the shard"));
+    if (rp.a != 0 || !expect || rp.len != *expect)
+      return fail(Status::Corruption(who + " sent a file that is not in the shard"));
     // In pieces of at most 4 MiB, so that a large file never sits in memory whole; the last
     // piece is taken with the tag and handed on only once the tag is checked.
     uint64_t off = 0;
@@ -806,9 +837,11 @@ Status PeerClient::FetchShard(uint32_t rank, uint32_t shard, const std::function
       s->rx.Update(data, n);
       if (last) {
         std::memcpy(tag.data(), data + n, tag.size());
-        if (!s->rx.Verify(tag)) return fail(Status::Corruption(who + ": a reply failed its authentication tag"));
+        if (!s->rx.Verify(tag))
+          return fail(Status::Corruption(who + ": a reply failed its authentication tag"));
       }
-      if (!fn(rp.b, off, std::string_view(data, n))) return Status::Aborted("shard transfer stopped");  // connection dropped
+      if (!fn(rp.b, off, std::string_view(data, n)))
+        return Status::Aborted("shard transfer stopped");  // connection dropped
       off += n;
     } while (off < rp.len);
   }

@@ -27,6 +27,7 @@
 
 #include "common/status.h"
 #include "common/thread_pool.h"
+#include "common/unique_fd.h"
 
 namespace fanstore::agent {
 
@@ -59,8 +60,8 @@ class PeerServer {
   PeerServer();
   ~PeerServer();
   // Listens on `addr`, on an ephemeral port. `pool` runs the handshakes and the requests.
-  Status Start(const std::string& addr, PeerIdentity me, LocalFileFn local, ShardFilesFn shard_files,
-               ThreadPool* pool);
+  Status Start(const std::string& addr, PeerIdentity me, LocalFileFn local,
+               ShardFilesFn shard_files, ThreadPool* pool);
   void Stop();
   std::string Endpoint() const;  // "addr:port"; "" before Start
   uint64_t refused() const { return refused_.load(); }
@@ -84,7 +85,7 @@ class PeerServer {
   ShardFilesFn shard_files_;
   ThreadPool* pool_ = nullptr;
   std::string addr_;
-  int listen_fd_ = -1, epoll_fd_ = -1, wake_fd_ = -1;
+  UniqueFD listen_fd_, epoll_fd_, wake_fd_;
   uint16_t port_ = 0;
   bool accept_paused_ = false;
   std::chrono::steady_clock::time_point accept_resume_;
@@ -113,7 +114,8 @@ class PeerClient {
   // offset 0; an empty file as one empty piece), and may stop the stream by returning false.
   // `size_of(entry)` is what the peer must send for it, or nullopt when the entry is not one
   // the shard's stream may hold.
-  Status FetchShard(uint32_t rank, uint32_t shard, const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
+  Status FetchShard(uint32_t rank, uint32_t shard,
+                    const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
                     const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn);
   bool IsDown(uint32_t rank);
 

@@ -12,13 +12,14 @@
 
 #include "common/proto.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace fanstore::agent {
 
 struct Reply {
-  int status = 0;       // 0 or an errno value
+  int status = 0;  // 0 or an errno value
   std::string payload;
-  int fd = -1;          // sent with SCM_RIGHTS and then closed by the server
+  int fd = -1;  // sent with SCM_RIGHTS and then closed by the server
 };
 
 using Handler = std::function<Reply(proto::Op op, const std::string& payload)>;
@@ -38,8 +39,8 @@ class LocalServer {
 
   std::string path_;
   Handler handler_;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
+  UniqueFD listen_fd_;
+  UniqueFD wake_[2];  // [0] polled by every thread, [1] written once by Stop
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
   std::mutex mu_;

@@ -12,39 +12,29 @@
 namespace fanstore {
 
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
-  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::FromErrno("open " + path, errno);
+  // O_NONBLOCK: a FIFO planted under the name must not hang the open; it is refused below.
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.valid()) return Status::FromErrno("open " + path, errno);  // ENOENT: NotFound
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
   if (!S_ISREG(st.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
-  auto too_large = [&](const std::string& size) {
-    return Status::Corruption(path + " is too large: " + size + " bytes, at most " +
-                              std::to_string(max_bytes) + " accepted");
+  auto too_large = [&](uint64_t size) {
+    return Status::Corruption(path + " is too large: " + std::to_string(size) +
+                              " bytes or more, at most " + std::to_string(max_bytes) + " accepted");
   };
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large(std::to_string(st.st_size));
-  std::string out(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  char more[4096];
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large(st.st_size);
+  // Read to the end rather than st_size bytes: /proc files report 0, and a file may grow.
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[8192];
   for (;;) {
-    // In place up to st_size, then to the end in small pieces: st_size is a hint only (files
-    // of /proc and /sys say 0), and growing `out` blindly would double a large file's memory.
-    const bool in_place = done < out.size();
-    const ssize_t r = in_place ? ::read(fd.get(), out.data() + done, out.size() - done)
-                               : ::read(fd.get(), more, sizeof more);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("read " + path, errno);
-    }
-    if (r == 0) break;
-    if (!in_place) {
-      if (static_cast<size_t>(r) > max_bytes - done)
-        return too_large("more than " + std::to_string(max_bytes));
-      out.append(more, static_cast<size_t>(r));
-    }
-    done += static_cast<size_t>(r);
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno("read " + path, errno);
+    if (n == 0) return out;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) return too_large(out.size() + n);
+    out.append(buf, static_cast<size_t>(n));
   }
-  out.resize(done);
-  return out;
 }
 
 Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string& what) {

@@ -13,6 +13,8 @@
 
 namespace fanstore {
 
+// The whole of a regular file of at most max_bytes, read to its end (so /proc files, whose
+// size reads 0, work). NotFound when it does not exist; Corruption when it is larger.
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
 // Full pread of `len` bytes at `off`; a short file is Corruption naming `what`.
 Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string& what);

@@ -8,6 +8,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/unique_fd.h"
+
 namespace fanstore::proto {
 namespace {
 
@@ -36,8 +38,8 @@ int ReadFull(int sock, void* buf, size_t len, int* fd) noexcept {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
           int got;
           memcpy(&got, CMSG_DATA(c), sizeof got);
-          if (*fd >= 0) ::close(got);  // more than one: keep the first
-          else *fd = got;
+          UniqueFD passed(got);
+          if (*fd < 0) *fd = passed.Release();  // more than one: keep the first
         }
       }
     }
@@ -95,25 +97,16 @@ int Send(int sock, const Frame& f, const void* payload, int fd) noexcept {
 
 int Recv(int sock, Frame* f, void* buf, size_t cap, int* fd) noexcept {
   if (fd) *fd = -1;
-  int r = ReadFull(sock, f, sizeof *f, fd);
+  int got = -1;
+  int r = ReadFull(sock, f, sizeof *f, fd ? &got : nullptr);
+  UniqueFD passed(got);  // the caller's only once the whole frame arrived
   if (r != 0) return r;
-  if (f->magic != kMagic || f->len > kMaxPayload || f->len > cap) {
-    if (fd && *fd >= 0) {
-      ::close(*fd);
-      *fd = -1;
-    }
-    return -EPROTO;
-  }
+  if (f->magic != kMagic || f->len > kMaxPayload || f->len > cap) return -EPROTO;
   if (f->len) {
     r = ReadFull(sock, buf, f->len, nullptr);
-    if (r != 0) {
-      if (fd && *fd >= 0) {
-        ::close(*fd);
-        *fd = -1;
-      }
-      return r;
-    }
+    if (r != 0) return r;
   }
+  if (fd) *fd = passed.Release();
   return 0;
 }
 
@@ -124,19 +117,16 @@ int Connect(const char* path, int timeout_ms) noexcept {
   size_t n = strlen(path);
   if (n >= sizeof addr.sun_path) return -ENAMETOOLONG;
   memcpy(addr.sun_path, path, n);
-  int s = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return -errno;
+  UniqueFD s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return -errno;
   if (timeout_ms > 0) {
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(s.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    setsockopt(s.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
-  if (::connect(s, reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0) {
-    int err = errno;
-    ::close(s);
-    return -err;
-  }
-  return s;
+  if (::connect(s.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0)
+    return -errno;
+  return s.Release();
 }
 
 }  // namespace fanstore::proto

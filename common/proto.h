@@ -25,15 +25,16 @@ enum Op : uint32_t { kOpen = 1, kStatus = 2, kStats = 3 };
 
 struct Frame {
   uint32_t magic;
-  uint32_t op;      // Op in requests; echoed in replies
-  int32_t status;   // 0 or an errno value (replies)
-  uint32_t len;     // payload bytes that follow
+  uint32_t op;     // Op in requests; echoed in replies
+  int32_t status;  // 0 or an errno value (replies)
+  uint32_t len;    // payload bytes that follow
 };
 
 // Sends a frame, its payload and optionally one descriptor (fd >= 0). Returns 0 or -errno.
 int Send(int sock, const Frame& f, const void* payload, int fd) noexcept;
 // Receives a frame and up to `cap` payload bytes into buf; *fd receives a passed descriptor
-// (or -1). A payload longer than cap, a bad magic or EOF give -EPROTO / -ECONNRESET.
+// (or -1), which is closed instead on any failure. A payload longer than cap, a bad magic or
+// EOF give -EPROTO / -ECONNRESET. fd == nullptr: a passed descriptor is dropped by the kernel.
 int Recv(int sock, Frame* f, void* buf, size_t cap, int* fd) noexcept;
 // Connects to the agent socket at `path`. With timeout_ms > 0, connect, every send and every
 // receive on the socket wait at most that long (SO_SNDTIMEO/SO_RCVTIMEO; connect on a Unix

@@ -7,30 +7,38 @@
 
 namespace fanstore {
 
-class UniqueFD {
+// Owns a descriptor and closes it with Close()(fd). The interceptor instantiates it with libc's
+// own close (its exported close is a wrapper); everything else uses UniqueFD.
+template <typename Close>
+class BasicUniqueFD {
  public:
-  UniqueFD() = default;
-  explicit UniqueFD(int fd) : fd_(fd) {}
-  UniqueFD(UniqueFD&& o) noexcept : fd_(o.Release()) {}
-  UniqueFD& operator=(UniqueFD&& o) noexcept {
+  BasicUniqueFD() = default;
+  explicit BasicUniqueFD(int fd) noexcept : fd_(fd) {}
+  BasicUniqueFD(BasicUniqueFD&& o) noexcept : fd_(o.Release()) {}
+  BasicUniqueFD& operator=(BasicUniqueFD&& o) noexcept {
     if (this != &o) Reset(o.Release());
     return *this;
   }
-  UniqueFD(const UniqueFD&) = delete;
-  UniqueFD& operator=(const UniqueFD&) = delete;
-  ~UniqueFD() { Reset(); }
+  BasicUniqueFD(const BasicUniqueFD&) = delete;
+  BasicUniqueFD& operator=(const BasicUniqueFD&) = delete;
+  ~BasicUniqueFD() { Reset(); }
 
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release() { return std::exchange(fd_, -1); }
-  void Reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
+  int get() const noexcept { return fd_; }
+  bool valid() const noexcept { return fd_ >= 0; }
+  int Release() noexcept { return std::exchange(fd_, -1); }
+  void Reset(int fd = -1) noexcept {
+    if (fd_ >= 0) Close()(fd_);
     fd_ = fd;
   }
 
  private:
   int fd_ = -1;
 };
+
+struct PosixClose {
+  void operator()(int fd) const noexcept { ::close(fd); }
+};
+using UniqueFD = BasicUniqueFD<PosixClose>;
 
 template <typename F>
 class ScopeExit {

@@ -37,7 +37,7 @@ pthread_once_t g_keep_once = PTHREAD_ONCE_INIT;
 void ForkPrepare() { pthread_mutex_lock(&g_keep_mu); }
 void ForkParent() { pthread_mutex_unlock(&g_keep_mu); }
 void ForkChild() {
-  for (int i = 0; i < g_nkept; i++) Real().close(g_kept[i].fd);
+  for (int i = 0; i < g_nkept; i++) RealClose()(g_kept[i].fd);
   g_nkept = 0;
   pthread_mutex_unlock(&g_keep_mu);
 }
@@ -71,17 +71,12 @@ Kept TakeKept() {
 // Keeps a connection that just completed a request (identifying it if it is new), or closes it
 // when enough are kept.
 void Keep(Kept k) {
-  if (!k.identified && !Identify(k.fd, &k)) {
-    Real().close(k.fd);
-    return;
-  }
-  bool kept = false;
+  RealFD owned(k.fd);  // closed unless it joins the idle list
+  if (!k.identified && !Identify(k.fd, &k)) return;
   if (pthread_mutex_trylock(&g_keep_mu) == 0) {
-    kept = g_nkept < kKeepMax;
-    if (kept) g_kept[g_nkept++] = k;
+    if (g_nkept < kKeepMax) g_kept[g_nkept++] = Kept{owned.Release(), k.dev, k.ino, true};
     pthread_mutex_unlock(&g_keep_mu);
   }
-  if (!kept) Real().close(k.fd);
 }
 
 // One kOpen request on `sock`. Returns the descriptor or -errno for the file (*transport
@@ -95,22 +90,19 @@ int Request(int sock, std::string_view rel, bool* transport, const char** stage,
     return -EIO;
   }
   proto::Frame reply;
-  int fd = -1;
+  int got = -1;
   *stage = "receive";
-  *err = -proto::Recv(sock, &reply, nullptr, 0, &fd);
-  if (*err != 0 || reply.op != proto::kOpen || (reply.status == 0 && fd < 0)) {
+  *err = -proto::Recv(sock, &reply, nullptr, 0, &got);
+  RealFD fd(got);
+  if (*err != 0 || reply.op != proto::kOpen || (reply.status == 0 && !fd.valid())) {
     if (*err == 0) *err = EPROTO;
-    if (fd >= 0) Real().close(fd);
     *transport = true;
     return -EIO;
   }
   *transport = false;
-  if (reply.status != 0) {
-    if (fd >= 0) Real().close(fd);
-    // The agent's answer for this file; anything that is not an errno becomes EIO.
-    return reply.status > 0 && reply.status < 4096 ? -reply.status : -EIO;
-  }
-  return fd;
+  // The agent's answer for this file; anything that is not an errno becomes EIO.
+  if (reply.status != 0) return reply.status > 0 && reply.status < 4096 ? -reply.status : -EIO;
+  return fd.Release();
 }
 
 }  // namespace
@@ -139,21 +131,21 @@ int AgentOpen(const char* socket_path, std::string_view rel, int timeout_ms) noe
         break;
       }
     }
+    RealFD sock(conn.fd);
     bool transport = false;
-    int r = Request(conn.fd, rel, &transport, &stage, &err);
+    int r = Request(sock.get(), rel, &transport, &stage, &err);
     if (transport) {
-      Real().close(conn.fd);
       if (err == EAGAIN) break;  // timed out: the agent is slow, not gone; do not ask twice
       continue;
     }
-    if (pooled)
+    if (pooled) {
+      conn.fd = sock.Release();
       Keep(conn);
-    else
-      Real().close(conn.fd);
+    }
     return r;
   }
-  FS_ILOG(1, "open of remote file '%.*s': agent at %s: %s failed: %s", static_cast<int>(rel.size()), rel.data(),
-          socket_path, stage, strerror(err == EAGAIN ? ETIMEDOUT : err));
+  FS_ILOG(1, "open of remote file '%.*s': agent at %s: %s failed: %s", static_cast<int>(rel.size()),
+          rel.data(), socket_path, stage, strerror(err == EAGAIN ? ETIMEDOUT : err));
   return -EIO;
 }
 

@@ -23,10 +23,13 @@ std::atomic<bool> g_warned{false};
 void WarnOnce(std::string_view dataset) {
   if (g_warned.exchange(true)) return;
   char msg[PATH_MAX + 200];
-  int n = snprintf(msg, sizeof msg,
-                   "fanstore: this node's agent is gone; files not staged here are read from the dataset %.*s\n",
-                   static_cast<int>(dataset.size()), dataset.data());
-  if (n > 0) (void)!::write(STDERR_FILENO, msg, static_cast<size_t>(n) < sizeof msg ? static_cast<size_t>(n) : sizeof msg - 1);
+  int n = snprintf(
+      msg, sizeof msg,
+      "fanstore: this node's agent is gone; files not staged here are read from the dataset %.*s\n",
+      static_cast<int>(dataset.size()), dataset.data());
+  if (n > 0)
+    (void)!::write(STDERR_FILENO, msg,
+                   static_cast<size_t>(n) < sizeof msg ? static_cast<size_t>(n) : sizeof msg - 1);
 }
 
 // The program's environment without the preload library: the reader must not intercept.
@@ -60,8 +63,8 @@ int OpenWithoutAgent(const table::Entry& e, int keep) noexcept {
   if (!t.Source(e, &shard, &index) || tool.empty() || dataset.empty() || tool.size() >= PATH_MAX ||
       dataset.size() >= PATH_MAX)
     return -ESTALE;
-  int fd = ::memfd_create("fanstore-orphan", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return -errno;
+  RealFD fd(::memfd_create("fanstore-orphan", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) return -errno;
   char tool_s[PATH_MAX], dataset_s[PATH_MAX], shard_s[16], index_s[16];
   snprintf(tool_s, sizeof tool_s, "%.*s", static_cast<int>(tool.size()), tool.data());
   snprintf(dataset_s, sizeof dataset_s, "%.*s", static_cast<int>(dataset.size()), dataset.data());
@@ -75,7 +78,7 @@ int OpenWithoutAgent(const table::Entry& e, int keep) noexcept {
   ChildEnv(envp, sizeof envp / sizeof envp[0], disable);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fd, STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&fa, fd.get(), STDOUT_FILENO);
   posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   pid_t pid;
   int rc = posix_spawn(&pid, tool_s, &fa, nullptr, argv, envp);
@@ -86,13 +89,11 @@ int OpenWithoutAgent(const table::Entry& e, int keep) noexcept {
     }
   }
   const int code = rc != 0 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code != 0 || static_cast<uint64_t>(::lseek(fd, 0, SEEK_END)) != e.size) {
-    ::close(fd);
+  if (code != 0 || static_cast<uint64_t>(::lseek(fd.get(), 0, SEEK_END)) != e.size)
     return code == 4 ? -EIO : -ESTALE;  // damaged bytes, or no dataset to read
-  }
-  ::lseek(fd, 0, SEEK_SET);
-  ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
-  return fd;
+  ::lseek(fd.get(), 0, SEEK_SET);
+  ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  return fd.Release();
 }
 
 }  // namespace fanstore::interceptor

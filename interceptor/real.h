@@ -6,6 +6,7 @@
 // may both resolve; they store identical values.
 #pragma once
 
+#include "common/unique_fd.h"
 #include "interceptor/libc_types.h"
 
 namespace fanstore::interceptor {
@@ -25,5 +26,12 @@ inline const RealFns& Real() noexcept {
   if (__atomic_load_n(&g_real_ready, __ATOMIC_ACQUIRE)) return g_real;
   return ResolveReal();
 }
+
+// A descriptor the interceptor opened for itself, closed through libc: the exported close is
+// our wrapper, which would first look the number up in the descriptor table.
+struct RealClose {
+  void operator()(int fd) const noexcept { Real().close(fd); }
+};
+using RealFD = BasicUniqueFD<RealClose>;
 
 }  // namespace fanstore::interceptor

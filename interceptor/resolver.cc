@@ -36,6 +36,57 @@ bool Concat(std::string_view head, std::string_view tail, char* out) {
   return true;
 }
 
+// A walk in progress. `pending` is what is left to walk; symlink expansions alternate between
+// two buffers because the new pending text is built from the old one's tail.
+struct Cursor {
+  const Entry* dir;  // invariant: a directory
+  std::string_view pending;
+  // The tail of `pending` that is the caller's own text; what precedes it came from symlink
+  // targets. A target may never take the walk above the mount (EXDEV, as openat2's
+  // RESOLVE_BENEATH): a chain like `x/esc -> up/../..` with `x/up -> .` passes every
+  // per-link check of the dataset and would otherwise escape.
+  size_t user_len;
+  int links = 0;
+  int which = 0;
+  char bufs[2][PATH_MAX];
+};
+
+// One component of the pending text, with what follows it.
+struct Component {
+  std::string_view name;
+  std::string_view rest;  // from the slash after `name`; empty for the last component
+  bool last;              // nothing but slashes follows
+  bool trailing;          // last, and followed by a slash
+  bool from_link;         // the text came from a symlink target
+};
+
+// Splits off the next component; false when only slashes are left.
+bool NextComponent(Cursor* c, Component* out) {
+  size_t skip = c->pending.find_first_not_of('/');
+  if (skip == std::string_view::npos) return false;
+  c->pending.remove_prefix(skip);
+  out->from_link = c->pending.size() > c->user_len;
+  size_t slash = c->pending.find('/');
+  out->name = c->pending.substr(0, slash);
+  out->rest = slash == std::string_view::npos ? std::string_view() : c->pending.substr(slash);
+  out->last = out->rest.find_first_not_of('/') == std::string_view::npos;
+  out->trailing = out->last && !out->rest.empty();
+  return true;
+}
+
+// Replaces the symlink `link`'s component with its target: 0, or an errno for the walk.
+int ExpandLink(const table::TableView& t, const Entry& link, std::string_view rest, Cursor* c) {
+  if (++c->links > 40) return ELOOP;
+  std::string_view target = t.LinkTarget(link);
+  if (target.empty()) return ENOENT;
+  if (target.front() == '/') return EXDEV;  // an absolute target leaves the namespace
+  c->which ^= 1;
+  if (!Concat(target, rest, c->bufs[c->which])) return ENAMETOOLONG;
+  c->pending = std::string_view(c->bufs[c->which], target.size() + rest.size());
+  if (rest.size() < c->user_len) c->user_len = rest.size();
+  return 0;  // c->dir stays: the target is relative to the link's directory
+}
+
 }  // namespace
 
 Resolver::Resolver(const table::TableView* table, std::string_view mount)
@@ -44,86 +95,71 @@ Resolver::Resolver(const table::TableView* table, std::string_view mount)
   mount_parent_ = slash == 0 ? mount.substr(0, 1) : mount.substr(0, slash);
 }
 
+bool Resolver::LookupCanonical(const Entry& start, std::string_view rel, bool follow_last,
+                               Walk* w) const {
+  if (!IsCanonicalPath(rel)) return false;
+  std::string_view key = rel;
+  char join[PATH_MAX];
+  if (&start != &root()) {
+    long n = Join(table_->Path(start), rel, join);
+    if (n < 0) {
+      w->err = ENAMETOOLONG;
+      return true;
+    }
+    key = std::string_view(join, n);
+  }
+  const Entry* e = table_->Lookup(key);
+  if (!e || (follow_last && table::IsLink(*e))) return false;
+  w->entry = e;
+  w->last = LastKind::kName;
+  return true;
+}
+
+void Resolver::LeaveRoot(std::string_view rest, char* out, Walk* w) const {
+  std::string_view head = mount_parent_;
+  if (head == "/" && !rest.empty()) head = {};
+  if (!Concat(head, rest, out))
+    w->err = ENAMETOOLONG;
+  else
+    w->escaped = true;
+}
+
 Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_last,
                        char* out) const {
   Walk w;
-  const table::TableView& t = *table_;
-  char join[PATH_MAX];
-
   // Fast path: one probe for a canonical path whose components are all real directories.
-  if (IsCanonicalPath(rel)) {
-    std::string_view key = rel;
-    if (&start != &root()) {
-      long n = Join(t.Path(start), rel, join);
-      if (n < 0) {
-        w.err = ENAMETOOLONG;
-        return w;
-      }
-      key = std::string_view(join, n);
-    }
-    if (const Entry* e = t.Lookup(key); e && !(follow_last && table::IsLink(*e))) {
-      w.entry = e;
-      w.last = LastKind::kName;
-      return w;
-    }
-  }
+  if (LookupCanonical(start, rel, follow_last, &w)) return w;
 
-  // Slow path. `pending` is what is left to walk; symlink expansions alternate between two
-  // buffers because the new pending text is built from the old one's tail.
-  char bufs[2][PATH_MAX];
-  int which = 0;
-  std::string_view pending = rel;
-  // The tail of `pending` that is the caller's own text; what precedes it came from symlink
-  // targets. A target may never take the walk above the mount (EXDEV, as openat2's
-  // RESOLVE_BENEATH): a chain like `x/esc -> up/../..` with `x/up -> .` passes every
-  // per-link check of the dataset and would otherwise escape.
-  size_t user_len = rel.size();
-  const Entry* cur = &start;
-  int links = 0;
+  const table::TableView& t = *table_;
+  Cursor c;
+  c.dir = &start;
+  c.pending = rel;
+  c.user_len = rel.size();
   w.trailing_slash = !rel.empty() && rel.back() == '/';
-  while (true) {
-    size_t skip = pending.find_first_not_of('/');
-    if (skip == std::string_view::npos) break;
-    pending.remove_prefix(skip);
-    const bool from_link = pending.size() > user_len;
-    size_t slash = pending.find('/');
-    std::string_view comp = pending.substr(0, slash);
-    std::string_view rest =
-        slash == std::string_view::npos ? std::string_view() : pending.substr(slash);
-    const bool last = rest.find_first_not_of('/') == std::string_view::npos;
-    const bool trailing = last && !rest.empty();
-    // Invariant: cur is a directory.
-    if (comp == ".") {
+  Component comp;
+  while (NextComponent(&c, &comp)) {
+    if (comp.name == ".") {
       w.last = LastKind::kDot;
-      pending = rest;
+      c.pending = comp.rest;
       continue;
     }
-    if (comp == "..") {
+    if (comp.name == "..") {
       w.last = LastKind::kDotDot;
-      if (cur == &root()) {
-        if (from_link) {
+      if (c.dir == &root()) {
+        // Leaves the namespace, which only the caller's own text may do.
+        if (comp.from_link)
           w.err = EXDEV;
-          return w;
-        }
-        // Leaves the namespace: continue in the real directory above the mount.
-        std::string_view head = mount_parent_;
-        if (head == "/" && !rest.empty()) head = {};
-        if (!Concat(head, rest, out))
-          w.err = ENAMETOOLONG;
         else
-          w.escaped = true;
+          LeaveRoot(comp.rest, out, &w);
         return w;
       }
-      cur = &t.at(cur->parent);
-      pending = rest;
+      c.dir = &t.at(c.dir->parent);
+      c.pending = comp.rest;
       continue;
     }
     w.last = LastKind::kName;
-    if (comp.size() > NAME_MAX) {
-      w.err = ENAMETOOLONG;
-      return w;
-    }
-    long n = Join(t.Path(*cur), comp, join);
+    char join[PATH_MAX];
+    long n = comp.name.size() > NAME_MAX ? -1 : Join(t.Path(*c.dir), comp.name, join);
     if (n < 0) {
       w.err = ENAMETOOLONG;
       return w;
@@ -131,41 +167,22 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
     const Entry* next = t.Lookup(std::string_view(join, n));
     if (!next) {
       w.err = ENOENT;
-      if (last) w.parent = cur;
+      if (comp.last) w.parent = c.dir;
       return w;
     }
-    if (table::IsLink(*next) && (!last || follow_last || trailing)) {
-      if (++links > 40) {
-        w.err = ELOOP;
-        return w;
-      }
-      std::string_view target = t.LinkTarget(*next);
-      if (target.empty()) {
-        w.err = ENOENT;
-        return w;
-      }
-      if (target.front() == '/') {
-        // An absolute target leaves the namespace: no dataset may hold one.
-        w.err = EXDEV;
-        return w;
-      }
-      which ^= 1;
-      if (!Concat(target, rest, bufs[which])) {
-        w.err = ENAMETOOLONG;
-        return w;
-      }
-      pending = std::string_view(bufs[which], target.size() + rest.size());
-      if (rest.size() < user_len) user_len = rest.size();
-      continue;  // cur stays: the target is relative to the link's directory
+    if (table::IsLink(*next) && (!comp.last || follow_last || comp.trailing)) {
+      w.err = ExpandLink(t, *next, comp.rest, &c);
+      if (w.err) return w;
+      continue;
     }
-    if ((!last || trailing) && !table::IsDir(*next)) {
+    if ((!comp.last || comp.trailing) && !table::IsDir(*next)) {
       w.err = ENOTDIR;
       return w;
     }
-    cur = next;
-    pending = rest;
+    c.dir = next;
+    c.pending = comp.rest;
   }
-  w.entry = cur;
+  w.entry = c.dir;
   return w;
 }
 

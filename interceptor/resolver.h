@@ -57,6 +57,12 @@ class Resolver {
   long AbsolutePath(const table::Entry& e, char* out, size_t cap) const;
 
  private:
+  // The fast path: a canonical `rel` found by one probe. False when the slow walk must decide.
+  bool LookupCanonical(const table::Entry& start, std::string_view rel, bool follow_last,
+                       Walk* w) const;
+  // ".." from the mount root in the caller's path: continue at mount_parent_ + rest, in out.
+  void LeaveRoot(std::string_view rest, char* out, Walk* w) const;
+
   std::string_view mount_;
   std::string_view mount_parent_;  // "/" for a mount like "/ds"
   const table::TableView* table_;

@@ -13,6 +13,7 @@
 
 #include "common/env.h"
 #include "common/hash.h"
+#include "common/text.h"
 
 namespace fanstore::interceptor {
 
@@ -89,20 +90,18 @@ void Init() {
     while (g_cfg.local_root_len > 1 && g_cfg.local_root[g_cfg.local_root_len - 1] == '/')
       g_cfg.local_root[--g_cfg.local_root_len] = '\0';
     // Moved to a high number, away from the program's own small ones.
-    int fd = Real().open(g_cfg.local_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-      int high = Real().fcntl(fd, F_DUPFD_CLOEXEC, 900);
-      if (high >= 0) {
-        Real().close(fd);
-        fd = high;
-      }
-      g_root_fd.store(fd, std::memory_order_relaxed);
+    RealFD fd(Real().open(g_cfg.local_root, O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (fd.valid()) {
+      int high = Real().fcntl(fd.get(), F_DUPFD_CLOEXEC, 900);
+      if (high >= 0) fd.Reset(high);
+      g_root_fd.store(fd.Release(), std::memory_order_relaxed);
     }
   }
   {
     std::string dir(table_path);
     size_t slash = dir.rfind('/');
-    g_cfg.counters = table::MapCounters(slash == std::string::npos ? "." : dir.substr(0, slash), false);
+    g_cfg.counters =
+        table::MapCounters(slash == std::string::npos ? "." : dir.substr(0, slash), false);
   }
   std::string_view cache = table->CacheRoot();
   if (!cache.empty() && cache.size() + 18 < PATH_MAX) {
@@ -115,10 +114,11 @@ void Init() {
     FS_ILOG(1, "%s is too long for a Unix socket path; remote opens will fail", env::kSocket);
   g_cfg.open_timeout_ms = kDefaultOpenTimeoutMs;
   if (const char* t = getenv(env::kOpenTimeoutMs); t && *t) {
-    char* end = nullptr;
-    long ms = strtol(t, &end, 10);
-    if (end && *end == '\0' && ms >= 0 && ms <= 24L * 3600 * 1000)
-      g_cfg.open_timeout_ms = static_cast<int>(ms);
+    if (auto ms = ParseInt(t, 0, 24L * 3600 * 1000))
+      g_cfg.open_timeout_ms = static_cast<int>(*ms);
+    else
+      FS_ILOG(1, "%s='%s' is not a number of milliseconds up to a day; using %d",
+              env::kOpenTimeoutMs, t, kDefaultOpenTimeoutMs);
   }
   g_ns = new (g_resolver_storage) Resolver(table, Mount());
   g_cwd.store(0, std::memory_order_relaxed);  // kUnknown: computed on first relative path
@@ -401,12 +401,15 @@ int OpenLocalCopy(const table::Entry& e, int flags) noexcept {
   } else if (!LocalPath(e, path)) {
     return -ENOENT;
   }
-  auto open_it = [&](int f) { return relative ? Real().openat(rfd, path, f) : Real().open(path, f); };
+  auto open_it = [&](int f) {
+    return relative ? Real().openat(rfd, path, f) : Real().open(path, f);
+  };
   // O_NOATIME: the agent's copies are the job user's own, and nobody needs their atime.
   int fd = open_it(O_RDONLY | O_NOATIME | flags);
   if (fd < 0 && errno == EPERM) fd = open_it(O_RDONLY | flags);
   if (fd < 0 && relative && (errno == EBADF || errno == ENOTDIR)) {
-    ForgetLocalRootFd(static_cast<unsigned>(rfd), static_cast<unsigned>(rfd));  // closed behind our back
+    ForgetLocalRootFd(static_cast<unsigned>(rfd),
+                      static_cast<unsigned>(rfd));  // closed behind our back
     return OpenLocalCopy(e, flags);
   }
   return fd >= 0 ? fd : -errno;
@@ -444,11 +447,9 @@ int OpenDirStandIn(const table::Entry& dir, int flags) noexcept {
 int TrackNew(int fd, const table::Entry& e) noexcept {
   // No vfork check here: between vfork and exec only exec-preparation calls are allowed, and
   // a stray record is cleared by the parent's next pass-through open of that number.
-  if (!g_fds.Track(fd, Table().IndexOf(e))) {
-    Real().close(fd);
-    return -EMFILE;
-  }
-  return fd;
+  RealFD owned(fd);
+  if (!g_fds.Track(fd, Table().IndexOf(e))) return -EMFILE;
+  return owned.Release();
 }
 
 }  // namespace fanstore::interceptor

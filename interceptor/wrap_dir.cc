@@ -289,30 +289,27 @@ class NftwWalker {
 // nftw and ftw over a virtual tree; real() runs the libc function for anything else.
 template <typename RealCall>
 int Nftw(const char* path, NftwFn fn, FtwFn ftw_fn, int flags, RealCall&& real) {
-  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path)) return real();
-  Located loc;
-  {
-    Guard guard;
-    PathScratch scratch;
-    loc = Locate(AT_FDCWD, path, !(flags & FTW_PHYS), false, &scratch);
-  }
-  // Escapes go to libc with the original path: it resolves ".." itself. The guard is not
-  // held while a walk runs, because the user's function may call any wrapper.
-  if (!loc.virt) return real();
-  auto* walker = static_cast<NftwWalker*>(malloc(sizeof(NftwWalker)));
-  if (!walker) {
-    errno = ENOMEM;
-    return -1;
-  }
-  new (walker) NftwWalker(fn, ftw_fn, flags);
-  ErrnoSaver saved;
-  int result = 0;
-  int err = walker->Run(path, loc.walk, &result);
-  walker->~NftwWalker();
-  free(walker);
-  if (err) return AsInt(saved.Finish(-err));
-  saved.Restore();
-  return result;
+  // The guard is not held while a walk runs, libc's or ours: the user's function may call any
+  // wrapper. Escapes go to libc with the original path: it resolves ".." itself.
+  return RoutePath(
+      AT_FDCWD, path, !(flags & FTW_PHYS), false, real,
+      [&](int, const char*) {
+        Unguard unguard;
+        return real();
+      },
+      [&](const Walk& w, const ErrnoSaver& saved) {
+        Unguard unguard;
+        auto* walker = static_cast<NftwWalker*>(malloc(sizeof(NftwWalker)));
+        if (!walker) return AsInt(saved.Finish(-ENOMEM));
+        new (walker) NftwWalker(fn, ftw_fn, flags);
+        int result = 0;
+        int err = walker->Run(path, w, &result);
+        walker->~NftwWalker();
+        free(walker);
+        if (err) return AsInt(saved.Finish(-err));
+        saved.Restore();
+        return result;
+      });
 }
 
 // ---- glob ----------------------------------------------------------------------------------
@@ -341,19 +338,15 @@ using namespace fanstore::interceptor;  // NOLINT: the wrappers below are the C 
 namespace table = fanstore::table;
 
 extern "C" DIR* fanstore_opendir(const char* path) noexcept {
-  if (!Intercepting() || !MaybeOurs(AT_FDCWD, path)) return Real().opendir(path);
-  Guard guard;
-  ErrnoSaver saved;
-  PathScratch scratch;
-  Located loc = Locate(AT_FDCWD, path, true, false, &scratch);
-  if (!loc.virt) {
-    saved.Restore();
-    return Real().opendir(loc.path);
-  }
-  int err = 0;
-  DIR* d = OpenVirtualDir(loc.walk, &err);
-  saved.Finish(d ? 0 : -err);
-  return d;
+  auto real = [](int, const char* p) { return Real().opendir(p); };
+  return RoutePath(
+      AT_FDCWD, path, true, false, [&] { return real(AT_FDCWD, path); }, real,
+      [](const Walk& w, const ErrnoSaver& saved) {
+        int err = 0;
+        DIR* d = OpenVirtualDir(w, &err);
+        saved.Finish(d ? 0 : -err);
+        return d;
+      });
 }
 
 extern "C" DIR* fanstore_fdopendir(int fd) noexcept {

@@ -64,20 +64,16 @@ char* RealRealpath(const char* path, char* resolved) {
 }
 
 char* Realpath(const char* path, char* resolved) {
-  if (!Intercepting()) return Real().realpath(path, resolved);
-  if (!path || !MaybeOurs(AT_FDCWD, path)) return RealRealpath(path, resolved);
-  Guard guard;
-  ErrnoSaver saved;
-  PathScratch scratch;
-  Located loc = Locate(AT_FDCWD, path, true, false, &scratch);
-  if (!loc.virt) {
-    saved.Restore();
-    return RealRealpath(loc.path, resolved);
-  }
-  int err = 0;
-  char* r = RealpathVirtual(loc.walk, resolved, &err);
-  saved.Finish(r ? 0 : -err);
-  return r;
+  if (!path) return Real().realpath(path, resolved);  // EINVAL
+  return RoutePath(
+      AT_FDCWD, path, true, false, [&] { return Real().realpath(path, resolved); },
+      [&](int, const char* p) { return RealRealpath(p, resolved); },
+      [&](const Walk& w, const ErrnoSaver& saved) {
+        int err = 0;
+        char* r = RealpathVirtual(w, resolved, &err);
+        saved.Finish(r ? 0 : -err);
+        return r;
+      });
 }
 
 // The virtual working directory as an absolute path into buf[cap]; length or -ERANGE.
@@ -141,18 +137,12 @@ int RealChdir(const char* path) {
 }  // namespace
 
 extern "C" int fanstore_chdir(const char* path) noexcept {
-  if (!Intercepting()) return Real().chdir(path);
-  if (!MaybeOurs(AT_FDCWD, path)) return RealChdir(path);
-  Guard guard;
-  ErrnoSaver saved;
-  PathScratch scratch;
-  Located loc = Locate(AT_FDCWD, path, true, false, &scratch);
-  if (!loc.virt) {
-    saved.Restore();
-    return RealChdir(loc.path);
-  }
-  if (loc.walk.err) return AsInt(saved.Finish(-loc.walk.err));
-  return AsInt(saved.Finish(ChdirVirtual(*loc.walk.entry)));
+  return RoutePath(
+      AT_FDCWD, path, true, false, [&] { return Real().chdir(path); },
+      [](int, const char* p) { return RealChdir(p); },
+      [](const Walk& w, const ErrnoSaver& saved) {
+        return AsInt(saved.Finish(w.err ? -w.err : ChdirVirtual(*w.entry)));
+      });
 }
 
 extern "C" int fanstore_fchdir(int fd) noexcept {

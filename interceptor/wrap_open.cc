@@ -42,11 +42,13 @@ int OpenFileData(const Entry& e, int flags) {
   if (eflags & table::kLocal) {
     int fd = OpenLocalCopy(e, keep);
     if (fd >= 0) {
-      if (g_cfg.counters) table::CountOpen(&g_cfg.counters->local_opens, &g_cfg.counters->local_bytes, e.size);
+      if (g_cfg.counters)
+        table::CountOpen(&g_cfg.counters->local_opens, &g_cfg.counters->local_bytes, e.size);
       return fd;
     }
     if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM || fd == -EINTR) return fd;
-    FS_ILOG(1, "local copy of %.*s: %s; asking the agent", static_cast<int>(rel.size()), rel.data(), strerror(-fd));
+    FS_ILOG(1, "local copy of %.*s: %s; asking the agent", static_cast<int>(rel.size()), rel.data(),
+            strerror(-fd));
   }
   // A path-only descriptor needs no data: do not fetch the file for it.
   if (flags & O_PATH) return OpenDirStandIn(t.at(0), O_PATH | (flags & O_CLOEXEC));
@@ -55,7 +57,8 @@ int OpenFileData(const Entry& e, int flags) {
   if (!(eflags & table::kLocal) && CachePath(e, path)) {
     int fd = Real().open(path, O_RDONLY | O_NOFOLLOW | keep);
     if (fd >= 0) {
-      if (g_cfg.counters) table::CountOpen(&g_cfg.counters->cached_opens, &g_cfg.counters->cached_bytes, e.size);
+      if (g_cfg.counters)
+        table::CountOpen(&g_cfg.counters->cached_opens, &g_cfg.counters->cached_bytes, e.size);
       return fd;
     }
   }
@@ -95,7 +98,9 @@ int FlagsFromMode(const char* mode) {
 
 // Copies the record of `from` to `to` after a successful dup.
 void CopySlot(int from, int to) {
-  if (!InVforkChild()) ForgetLocalRootFd(static_cast<unsigned>(to), static_cast<unsigned>(to));  // dup2 onto it closed it
+  if (!InVforkChild())
+    ForgetLocalRootFd(static_cast<unsigned>(to),
+                      static_cast<unsigned>(to));  // dup2 onto it closed it
   uint64_t s = g_fds.Get(from);
   if (s == g_fds.Get(to) || InVforkChild()) return;
   int saved = errno;
@@ -112,99 +117,119 @@ void BeforeClose(int fd) {
   if (slot) g_fds.Untrack(fd, slot);
 }
 
-FILE* FopenAny(const char* path, const char* mode, FILE* (*real)(const char*, const char*)) {
-  if (!Intercepting()) return real(path, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) {
-    FILE* f = real(path, mode);
-    if (f) ForgetStale(fileno(f));
-    return f;
-  }
-  Guard guard;
-  ErrnoSaver saved;
-  int flags = FlagsFromMode(mode);
-  if (flags < 0) {
-    saved.Finish(flags);
-    return nullptr;
-  }
-  PathScratch scratch;
-  bool follow = (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL);
-  Located loc = Locate(AT_FDCWD, path, follow, false, &scratch);
-  if (!loc.virt) {
-    saved.Restore();
-    FILE* f = real(loc.path, mode);
-    if (f) ForgetStale(fileno(f));
-    return f;
-  }
-  int fd = OpenVirtual(loc.walk, flags);
-  if (fd < 0) {
-    saved.Finish(fd);
-    return nullptr;
-  }
-  FILE* f = fdopen(fd, mode);
-  if (!f) {
-    int err = errno;
+// A descriptor OpenVirtual handed out, until its caller keeps it: forgotten, then closed.
+struct UntrackAndClose {
+  void operator()(int fd) const noexcept {
     BeforeClose(fd);
     Real().close(fd);
-    saved.Finish(-err);
-    return nullptr;
   }
-  saved.Restore();
-  return f;
+};
+using TrackedFD = BasicUniqueFD<UntrackAndClose>;
+
+// Whether an open with these flags follows a final symlink: not with O_NOFOLLOW, nor when it
+// creates exclusively.
+bool FollowsLast(int flags) {
+  return !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL);
+}
+
+FILE* FopenAny(const char* path, const char* mode, FILE* (*real)(const char*, const char*)) {
+  // A malformed mode fails with EINVAL either way: from libc, or from FlagsFromMode.
+  const int flags = FlagsFromMode(mode);
+  return RoutePath(
+      AT_FDCWD, path, flags < 0 || FollowsLast(flags), false, [&] { return real(path, mode); },
+      [&](int, const char* p) {
+        FILE* f = real(p, mode);
+        if (f) ForgetStale(fileno(f));
+        return f;
+      },
+      [&](const Walk& w, const ErrnoSaver& saved) -> FILE* {
+        if (flags < 0) {
+          saved.Finish(flags);
+          return nullptr;
+        }
+        const int r = OpenVirtual(w, flags);
+        if (r < 0) {
+          saved.Finish(r);
+          return nullptr;
+        }
+        TrackedFD fd(r);
+        FILE* f = fdopen(fd.get(), mode);
+        if (!f) {
+          const int err = errno;
+          fd.Reset();
+          saved.Finish(-err);
+          return nullptr;
+        }
+        fd.Release();  // the stream's now
+        saved.Restore();
+        return f;
+      });
 }
 
 FILE* FreopenAny(const char* path, const char* mode, FILE* stream,
                  FILE* (*real)(const char*, const char*, FILE*)) {
-  if (!Intercepting() || !stream) return real(path, mode, stream);
-  const int old = fileno(stream);
-  const uint64_t old_slot = g_fds.Get(old);
   // freopen(NULL, ...) reopens the same file through /proc/self/fd and keeps the number:
   // the record stays valid.
-  if (!path) return real(path, mode, stream);
-  Guard guard;
-  ErrnoSaver saved;
-  PathScratch scratch;
-  Located loc;
-  int flags = FlagsFromMode(mode);
-  if (MaybeOurs(AT_FDCWD, path) && flags >= 0) {
-    bool follow = (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL);
-    loc = Locate(AT_FDCWD, path, follow, false, &scratch);
-  } else {
-    loc.path = path;
-  }
-  if (!loc.virt) {
-    saved.Restore();
-    FILE* f = real(loc.path, mode, stream);
-    int err = errno;
+  if (!stream || !path) return real(path, mode, stream);
+  const int flags = FlagsFromMode(mode);
+  auto pass = [&](int, const char* p) {
+    const int old = fileno(stream);
+    const uint64_t old_slot = g_fds.Get(old);
+    FILE* f = real(p, mode, stream);
+    const int err = errno;
     if (old_slot && !InVforkChild()) g_fds.Untrack(old, old_slot);  // closed or replaced
     if (f) ForgetStale(fileno(f));
     errno = err;
     return f;
-  }
-  int fd = OpenVirtual(loc.walk, flags);
-  if (fd < 0) {
-    // Like glibc: the original stream is closed even when the new file cannot be opened.
-    BeforeClose(old);
-    Real().fclose(stream);
-    saved.Finish(fd);
-    return nullptr;
-  }
-  // Let glibc do the stream work on our descriptor: reopen it through /proc/self/fd, which
-  // glibc then moves onto the stream's old number.
-  const Entry& e = *TrackedEntry(fd);
-  char proc[64];
-  snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-  if (old_slot && !InVforkChild()) g_fds.Untrack(old, old_slot);
-  FILE* f = real(proc, mode, stream);
-  int err = errno;
-  BeforeClose(fd);
-  Real().close(fd);
-  if (!f) {
-    saved.Finish(-err);
-    return nullptr;
-  }
-  TrackNew(fileno(f), e);
-  saved.Restore();
-  return f;
+  };
+  return RoutePath(
+      AT_FDCWD, path, flags < 0 || FollowsLast(flags), false,
+      [&] { return real(path, mode, stream); }, pass,
+      [&](const Walk& w, const ErrnoSaver& saved) -> FILE* {
+        if (flags < 0) return pass(AT_FDCWD, path);  // libc refuses the mode itself
+        const int old = fileno(stream);
+        const uint64_t old_slot = g_fds.Get(old);
+        const int r = OpenVirtual(w, flags);
+        if (r < 0) {
+          // Like glibc: the original stream is closed even when the new file cannot be opened.
+          BeforeClose(old);
+          Real().fclose(stream);
+          saved.Finish(r);
+          return nullptr;
+        }
+        // Let glibc do the stream work on our descriptor: reopen it through /proc/self/fd,
+        // which glibc then moves onto the stream's old number.
+        TrackedFD fd(r);
+        const Entry& e = *TrackedEntry(fd.get());
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd.get());
+        if (old_slot && !InVforkChild()) g_fds.Untrack(old, old_slot);
+        FILE* f = real(proc, mode, stream);
+        const int err = errno;
+        fd.Reset();
+        if (!f) {
+          saved.Finish(-err);
+          return nullptr;
+        }
+        TrackNew(fileno(f), e);
+        saved.Restore();
+        return f;
+      });
+}
+
+// The open family. real(dirfd, path) is the wrapper's own libc function with its own flags and
+// mode; `flags` is what a virtual open sees (O_LARGEFILE added for the *64 variants).
+template <typename RealCall>
+int OpenPath(int dirfd, const char* path, int flags, RealCall&& real) {
+  return RoutePath(
+      dirfd, path, FollowsLast(flags), false, [&] { return real(dirfd, path); },
+      [&](int d, const char* p) { return Passed(d, p, real(d, p)); },
+      [&](const Walk& w, const ErrnoSaver& saved) {
+        const int r = OpenVirtual(w, flags);
+        FS_ILOG(2, "open %s flags %#x -> %d%s%s", path, flags, r, r < 0 ? " " : "",
+                r < 0 ? strerror(-r) : "");
+        return AsInt(saved.Finish(r));
+      });
 }
 
 }  // namespace
@@ -241,24 +266,6 @@ int OpenVirtual(const Walk& w, int flags) noexcept {
   return TrackNew(fd, e);
 }
 
-int OpenAnyAt(int dirfd, const char* path, int flags, mode_t mode) noexcept {
-  if (!Intercepting()) return Real().openat(dirfd, path, flags, mode);
-  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().openat(dirfd, path, flags, mode));
-  Guard guard;
-  ErrnoSaver saved;
-  PathScratch scratch;
-  bool follow = !(flags & O_NOFOLLOW) && (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL);
-  Located loc = Locate(dirfd, path, follow, false, &scratch);
-  if (!loc.virt) {
-    saved.Restore();
-    return Passed(loc.dirfd, loc.path, Real().openat(loc.dirfd, loc.path, flags, mode));
-  }
-  int r = OpenVirtual(loc.walk, flags);
-  FS_ILOG(2, "open %s flags %#x -> %d%s%s", path, flags, r, r < 0 ? " " : "",
-          r < 0 ? strerror(-r) : "");
-  return AsInt(saved.Finish(r));
-}
-
 }  // namespace fanstore::interceptor
 
 using namespace fanstore::interceptor;  // NOLINT: the wrappers below are the C entry points
@@ -275,68 +282,57 @@ namespace table = fanstore::table;
 
 extern "C" int fanstore_open(const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
-  if (!Intercepting()) return Real().open(path, flags, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().open(path, flags, mode));
-  return OpenAnyAt(AT_FDCWD, path, flags, mode);
+  return OpenPath(AT_FDCWD, path, flags,
+                  [&](int, const char* p) { return Real().open(p, flags, mode); });
 }
 
 extern "C" int fanstore_open64(const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
-  if (!Intercepting()) return Real().open64(path, flags, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().open64(path, flags, mode));
-  return OpenAnyAt(AT_FDCWD, path, flags | O_LARGEFILE, mode);
+  return OpenPath(AT_FDCWD, path, flags | O_LARGEFILE,
+                  [&](int, const char* p) { return Real().open64(p, flags, mode); });
 }
 
 extern "C" int fanstore_openat(int dirfd, const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
-  if (!Intercepting()) return Real().openat(dirfd, path, flags, mode);
-  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().openat(dirfd, path, flags, mode));
-  return OpenAnyAt(dirfd, path, flags, mode);
+  return OpenPath(dirfd, path, flags,
+                  [&](int d, const char* p) { return Real().openat(d, p, flags, mode); });
 }
 
 extern "C" int fanstore_openat64(int dirfd, const char* path, int flags, ...) noexcept {
   FS_MODE_ARG(flags);
-  if (!Intercepting()) return Real().openat64(dirfd, path, flags, mode);
-  if (!MaybeOurs(dirfd, path))
-    return Passed(dirfd, path, Real().openat64(dirfd, path, flags, mode));
-  return OpenAnyAt(dirfd, path, flags | O_LARGEFILE, mode);
+  return OpenPath(dirfd, path, flags | O_LARGEFILE,
+                  [&](int d, const char* p) { return Real().openat64(d, p, flags, mode); });
 }
 
 // The _FORTIFY_SOURCE entry points: no mode (glibc aborts if O_CREAT is given without one).
 extern "C" int fanstore___open_2(const char* path, int flags) noexcept {
-  if (!Intercepting()) return Real().__open_2(path, flags);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().__open_2(path, flags));
-  return OpenAnyAt(AT_FDCWD, path, flags, 0);
+  return OpenPath(AT_FDCWD, path, flags,
+                  [&](int, const char* p) { return Real().__open_2(p, flags); });
 }
 
 extern "C" int fanstore___open64_2(const char* path, int flags) noexcept {
-  if (!Intercepting()) return Real().__open64_2(path, flags);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().__open64_2(path, flags));
-  return OpenAnyAt(AT_FDCWD, path, flags | O_LARGEFILE, 0);
+  return OpenPath(AT_FDCWD, path, flags | O_LARGEFILE,
+                  [&](int, const char* p) { return Real().__open64_2(p, flags); });
 }
 
 extern "C" int fanstore___openat_2(int dirfd, const char* path, int flags) noexcept {
-  if (!Intercepting()) return Real().__openat_2(dirfd, path, flags);
-  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().__openat_2(dirfd, path, flags));
-  return OpenAnyAt(dirfd, path, flags, 0);
+  return OpenPath(dirfd, path, flags,
+                  [&](int d, const char* p) { return Real().__openat_2(d, p, flags); });
 }
 
 extern "C" int fanstore___openat64_2(int dirfd, const char* path, int flags) noexcept {
-  if (!Intercepting()) return Real().__openat64_2(dirfd, path, flags);
-  if (!MaybeOurs(dirfd, path)) return Passed(dirfd, path, Real().__openat64_2(dirfd, path, flags));
-  return OpenAnyAt(dirfd, path, flags | O_LARGEFILE, 0);
+  return OpenPath(dirfd, path, flags | O_LARGEFILE,
+                  [&](int d, const char* p) { return Real().__openat64_2(d, p, flags); });
 }
 
 extern "C" int fanstore_creat(const char* path, mode_t mode) noexcept {
-  if (!Intercepting()) return Real().creat(path, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().creat(path, mode));
-  return OpenAnyAt(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode);
+  return OpenPath(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC,
+                  [&](int, const char* p) { return Real().creat(p, mode); });
 }
 
 extern "C" int fanstore_creat64(const char* path, mode_t mode) noexcept {
-  if (!Intercepting()) return Real().creat64(path, mode);
-  if (!MaybeOurs(AT_FDCWD, path)) return Passed(AT_FDCWD, path, Real().creat64(path, mode));
-  return OpenAnyAt(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC | O_LARGEFILE, mode);
+  return OpenPath(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC | O_LARGEFILE,
+                  [&](int, const char* p) { return Real().creat64(p, mode); });
 }
 
 extern "C" FILE* fanstore_fopen(const char* path, const char* mode) noexcept {

@@ -5,7 +5,7 @@
 // specifications, fortify inlines, deprecation attributes), and the version script exports
 // exactly these symbols.
 //
-// The shape of every path wrapper (see OnPath):
+// The shape of every path wrapper (see RoutePath and OnPath):
 //   if the library is inert, we are inside our own code, or the path cannot be ours (one
 //   prefix compare): call libc with the original arguments;
 //   otherwise locate the path; a real result (an escape via "..") goes to libc, a virtual one
@@ -28,6 +28,28 @@
 
 namespace fanstore::interceptor {
 
+// The prologue every path wrapper shares. inert() makes the libc call with the original
+// arguments when this call is not ours to look at (an inert process, or our own code calling
+// libc); pass(dirfd, path) makes it for a path that is not ours, with the original arguments
+// or, after an escape via "..", the real path to continue with; virt(walk, saved) answers for a
+// located virtual path, with `saved` holding the caller's errno. All three return what the
+// wrapper returns. The path is located under the guard and without allocating.
+template <typename InertCall, typename PassCall, typename VirtCall>
+auto RoutePath(int dirfd, const char* path, bool follow_last, bool empty_path, InertCall&& inert,
+               PassCall&& pass, VirtCall&& virt) noexcept -> decltype(inert()) {
+  if (!Intercepting()) return inert();
+  if (!MaybeOurs(dirfd, path)) return pass(dirfd, path);
+  Guard guard;
+  ErrnoSaver saved;
+  PathScratch scratch;
+  Located loc = Locate(dirfd, path, follow_last, empty_path, &scratch);
+  if (!loc.virt) {
+    saved.Restore();
+    return pass(loc.dirfd, loc.path);
+  }
+  return virt(loc.walk, saved);
+}
+
 // Runs a path operation. real(dirfd, path) performs it with libc; virt(const Walk&) answers
 // for a located virtual path with a result >= 0 or -errno. Returns what the wrapper returns,
 // with errno set for failures and preserved for successes.
@@ -39,7 +61,6 @@ namespace fanstore::interceptor {
 template <typename RealCall, typename VirtCall, typename AncestorCall = std::nullptr_t>
 long OnPath(int dirfd, const char* path, bool follow_last, bool empty_path, RealCall&& real,
             VirtCall&& virt, AncestorCall&& ancestor = nullptr) noexcept {
-  if (!Intercepting()) return real(dirfd, path);
   auto real_or_ancestor = [&](int d, const char* p) -> long {
     long r = real(d, p);
     if constexpr (!std::is_same_v<std::decay_t<AncestorCall>, std::nullptr_t>) {
@@ -50,17 +71,13 @@ long OnPath(int dirfd, const char* path, bool follow_last, bool empty_path, Real
     }
     return r;
   };
-  if (!MaybeOurs(dirfd, path)) return real_or_ancestor(dirfd, path);
-  Guard guard;
-  ErrnoSaver saved;
-  PathScratch scratch;
-  Located loc = Locate(dirfd, path, follow_last, empty_path, &scratch);
-  if (!loc.virt) {
-    saved.Restore();
-    return real_or_ancestor(loc.dirfd, loc.path);
-  }
-  FS_ILOG(2, "%s -> %s", path, loc.walk.err ? strerror(loc.walk.err) : "entry");
-  return saved.Finish(virt(loc.walk));
+  return RoutePath(
+      dirfd, path, follow_last, empty_path, [&]() -> long { return real(dirfd, path); },
+      real_or_ancestor,
+      [&](const Walk& w, const ErrnoSaver& saved) {
+        FS_ILOG(2, "%s -> %s", path, w.err ? strerror(w.err) : "entry");
+        return saved.Finish(virt(w));
+      });
 }
 
 // Only an active library records descriptors, so an untracked one costs one table load.
@@ -80,8 +97,6 @@ inline int AsInt(long r) { return static_cast<int>(r); }
 // ---- Shared virtual operations (defined in the wrap_*.cc files) ----
 // open(2) of a located virtual path: a tracked descriptor or -errno.
 int OpenVirtual(const Walk& w, int flags) noexcept;
-// open(2) of any path, with interception; the mode is passed to libc only.
-int OpenAnyAt(int dirfd, const char* path, int flags, mode_t mode) noexcept;
 // Makes the virtual directory `dir` the working directory. 0 or -errno.
 int ChdirVirtual(const table::Entry& dir) noexcept;
 

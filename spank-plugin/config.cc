@@ -1,6 +1,7 @@
 // Plugstack argument parsing (see config.h).
 #include "spank-plugin/config.h"
 
+#include "common/path.h"
 #include "common/text.h"
 
 #include <charconv>
@@ -28,17 +29,7 @@ Config DefaultConfig() {
 }
 
 bool IsCleanAbsolutePath(const std::string& p) {
-  if (p.size() < 2 || p[0] != '/' || p.back() == '/') return false;
-  if (p.find('\0') != std::string::npos) return false;
-  size_t start = 1;
-  while (start <= p.size()) {
-    size_t end = p.find('/', start);
-    if (end == std::string::npos) end = p.size();
-    std::string_view part(p.data() + start, end - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    start = end + 1;
-  }
-  return true;
+  return p.size() >= 2 && p[0] == '/' && IsCanonicalPath(std::string_view(p).substr(1));
 }
 
 bool IsValidReplicas(const std::string& value) {
@@ -51,7 +42,8 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
   for (const std::string& arg : args) {
     const size_t eq = arg.find('=');
     if (eq == std::string::npos || eq == 0)
-      return Status::InvalidArgument("argument '" + arg + "' is not key=value (known keys: " + kKnownKeys + ")");
+      return Status::InvalidArgument("argument '" + arg +
+                                     "' is not key=value (known keys: " + kKnownKeys + ")");
     const std::string key = arg.substr(0, eq);
     const std::string value = arg.substr(eq + 1);
     for (const auto& k : seen)
@@ -76,7 +68,8 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
     } else if (key == "local_dir") {
       // A template: checked as a path with its % sequences left in place.
       if (!IsCleanAbsolutePath(value))
-        return Status::InvalidArgument("local_dir='" + value + "': must be a clean absolute path template");
+        return Status::InvalidArgument("local_dir='" + value +
+                                       "': must be a clean absolute path template");
       for (size_t i = 0; i < value.size(); i++) {
         if (value[i] != '%') continue;
         const char n = i + 1 < value.size() ? value[i + 1] : '\0';
@@ -89,15 +82,18 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
     } else if (key == "stagein_timeout") {
       const auto timeout = ParseInt(value, 1, 7 * 24 * 3600);
       if (!timeout)
-        return Status::InvalidArgument("stagein_timeout='" + value + "': must be a number of seconds, 1 to 604800");
+        return Status::InvalidArgument("stagein_timeout='" + value +
+                                       "': must be a number of seconds, 1 to 604800");
       c.stagein_timeout = static_cast<int>(*timeout);
     } else if (key == "replicas") {
       if (!IsValidReplicas(value))
-        return Status::InvalidArgument("replicas='" + value + "': must be 'all' or a number from 1 to 65535");
+        return Status::InvalidArgument("replicas='" + value +
+                                       "': must be 'all' or a number from 1 to 65535");
       c.replicas = value;
     } else if (key == "cache_size") {
       if (!ParseSize(value))
-        return Status::InvalidArgument("cache_size='" + value + "': must be a size such as 20G, 512M or 1T");
+        return Status::InvalidArgument("cache_size='" + value +
+                                       "': must be a size such as 20G, 512M or 1T");
       c.cache_size = value;
     } else {
       return Status::InvalidArgument("unknown key '" + key + "' (known keys: " + kKnownKeys + ")");

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/env.h"
+#include "common/text.h"
 
 namespace fanstore::spank {
 namespace {
@@ -19,16 +20,8 @@ bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefi
 // Splits an LD_PRELOAD value into entries (ld.so accepts ':' and ' ' as separators).
 std::vector<std::string> SplitPreload(const std::string& v) {
   std::vector<std::string> out;
-  std::string cur;
-  for (char c : v) {
-    if (c == ':' || c == ' ') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
+  for (std::string_view colon_part : Split(v, ':'))
+    for (std::string_view entry : Split(colon_part, ' ')) out.emplace_back(entry);
   return out;
 }
 

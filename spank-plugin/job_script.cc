@@ -1,19 +1,18 @@
-// Job-script context: slurm_spank_job_prolog and slurm_spank_job_epilog, as root on every node of the
-// job. The epilog is the safety net of the teardown: whatever happened to the agents (crash, scancel,
-// SIGKILL), it ends this job's leftover agent processes on this node and removes the job's run
-// directory (socket, metadata table, status), local directory and launch files. The prolog does the same
-// for stale leftovers of an earlier job with the same id (job ids restart when slurmctld starts clean).
+// Job-script context: slurm_spank_job_prolog and slurm_spank_job_epilog, as root on every node of
+// the job. The epilog is the safety net of the teardown: whatever happened to the agents (crash,
+// scancel, SIGKILL), it ends this job's leftover agent processes on this node and removes the job's
+// run directory (socket, metadata table, status), local directory and launch files. The prolog does
+// the same for stale leftovers of an earlier job with the same id (job ids restart when slurmctld
+// starts clean).
 //
-// The cleanup runs in a child that has become the job user, so a symlink or a directory planted by the
-// user can make it remove only what the user could remove anyway.
+// The cleanup runs in a child that has become the job user, so a symlink or a directory planted by
+// the user can make it remove only what the user could remove anyway.
 //
-// Our option arrives here only as SPANK__SLURM_SPANK_OPTION_fanstore_fanstore in the environment; the
-// options are not registered in this context (spank_option_getopt would then fail).
+// Our option arrives here only as SPANK__SLURM_SPANK_OPTION_fanstore_fanstore in the environment;
+// the options are not registered in this context (spank_option_getopt would then fail).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <cstdlib>
 
 #include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
@@ -33,10 +32,12 @@ bool Exists(const std::string& path) {
 // Runs as the job user. Returns 0 when nothing of the job is left on this node.
 int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
   const std::string run_dir = RunDir(config, id);
-  const std::vector<std::string> marks = {std::string(kEnvAgentStep) + "=1", "SLURM_JOB_ID=" + std::to_string(id.job),
+  const std::vector<std::string> marks = {std::string(kEnvAgentStep) + "=1",
+                                          "SLURM_JOB_ID=" + std::to_string(id.job),
                                           "SLURMD_NODENAME=" + id.node};
   // The agents are found by their environment, which Slurm and the plugin set and no pid reuse can
-  // fake: the agent step's marker, this job, this node (nodes may share one /proc in a test cluster).
+  // fake: the agent step's marker, this job, this node (nodes may share one /proc in a test
+  // cluster).
   const std::vector<pid_t> pids = FindProcesses(id.uid, marks);
   int rc = 0;
   if (!pids.empty()) {
@@ -49,7 +50,8 @@ int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
     struct stat st;
     if (::lstat(path.c_str(), &st) != 0) continue;
     if (st.st_uid != id.uid) {  // planted by someone else: not ours to remove, and in no one's way
-      LogInfo(phase, path + " belongs to uid " + std::to_string(st.st_uid) + ", not to the job's user: left alone");
+      LogInfo(phase, path + " belongs to uid " + std::to_string(st.st_uid) +
+                         ", not to the job's user: left alone");
       continue;
     }
     Status s = RemoveTree(path);
@@ -60,14 +62,10 @@ int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
       LogInfo(phase, "removed " + path + " (left by an agent that did not clean up)");
     }
   }
-  // The launch files of the batch step (or of a supervisor that died); a live supervisor removes its own.
+  // The launch files of the batch step (or of a supervisor that died); a live supervisor removes
+  // its own.
   const std::string lock = LaunchLock(config, id);
-  const pid_t supervisor = [&] {
-    auto text = ReadSmallFile(lock, 64);
-    char* end = nullptr;
-    const long pid = text.ok() ? std::strtol(text.value().c_str(), &end, 10) : 0;
-    return pid > 0 && pid < (1L << 22) && end && (*end == '\0' || *end == '\n') ? static_cast<pid_t>(pid) : 0;
-  }();
+  const pid_t supervisor = ReadPidFile(lock);
   if (supervisor <= 0 || !ProcessAlive(supervisor)) {
     ::unlink(LaunchLog(config, id).c_str());
     ::unlink(lock.c_str());
@@ -75,7 +73,8 @@ int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
   }
   for (pid_t p : pids)
     if (ProcessAlive(p)) {
-      LogError(phase, "agent process " + std::to_string(p) + " of job " + std::to_string(id.job) + " survived SIGKILL");
+      LogError(phase, "agent process " + std::to_string(p) + " of job " + std::to_string(id.job) +
+                          " survived SIGKILL");
       rc = 1;
     }
   return rc;
@@ -90,7 +89,8 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
     return -1;
   }
   const bool used = ProcessGetenv("SPANK__SLURM_SPANK_OPTION_fanstore_fanstore").has_value();
-  s.enabled = used || Exists(RunDir(s.config, id.value())) || Exists(LocalDir(s.config, id.value()));
+  s.enabled =
+      used || Exists(RunDir(s.config, id.value())) || Exists(LocalDir(s.config, id.value()));
   if (!s.enabled) return 0;
   Credentials creds;
   creds.uid = id->uid;
@@ -106,16 +106,19 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
     // As root: the job's directories on this node, whatever another user planted under their
     // names first (moved aside, never deleted). A failure here fails the job, not the node:
     // the agent then reports what it cannot create.
-    for (const std::string& dir : {LaunchDir(config, who), RunDir(config, who), LocalDir(config, who)}) {
+    for (const std::string& dir :
+         {LaunchDir(config, who), RunDir(config, who), LocalDir(config, who)}) {
       std::string moved;
       Status claimed = ClaimDir(dir, creds.uid, creds.gid, &moved);
       if (!claimed.ok()) LogError(phase, claimed.message());
-      if (!moved.empty()) LogError(phase, "moved aside " + moved + ", planted in the way of job " + std::to_string(who.job));
+      if (!moved.empty())
+        LogError(phase,
+                 "moved aside " + moved + ", planted in the way of job " + std::to_string(who.job));
     }
   }
   if (!rc.ok() || rc.value() != 0) {
-    LogError(phase, "job " + std::to_string(who.job) + " could not be cleaned up completely on " + who.node +
-                        (rc.ok() ? "" : ": " + rc.status().message()));
+    LogError(phase, "job " + std::to_string(who.job) + " could not be cleaned up completely on " +
+                        who.node + (rc.ok() ? "" : ": " + rc.status().message()));
     return -1;
   }
   LogVerbose(phase, "job " + std::to_string(who.job) + " left nothing on " + who.node);

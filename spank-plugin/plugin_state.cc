@@ -7,41 +7,21 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "spank-plugin/options.h"
+
 namespace fanstore::spank {
 namespace {
 
-enum OptionId { kOptDataset = 0, kOptMount = 1, kOptReplicas = 2, kOptStats = 3 };
-
-std::string StripTrailingSlashes(std::string s) {
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
-
-// Slurm may call an option callback more than once with the same value; a different value is an error.
-int SetOption(std::string* field, const char* name, const std::string& value) {
-  if (value.empty()) {
-    LogError("options", std::string("--") + name + ": a value is required");
-    return -1;
-  }
-  if (!field->empty() && *field != value) {
-    LogError("options", std::string("--") + name + " given twice, as '" + *field + "' and '" + value + "'");
-    return -1;
-  }
-  *field = value;
-  return 0;
-}
-
 int OptionCallback(int val, const char* optarg, int /*remote*/) noexcept {
   try {
-    const std::string v = optarg != nullptr ? optarg : "";
-    UserOptions& o = State().options;
-    switch (val) {
-      case kOptDataset: return SetOption(&o.dataset, "fanstore", StripTrailingSlashes(v));
-      case kOptMount: return SetOption(&o.mount, "fanstore-mount", StripTrailingSlashes(v));
-      case kOptReplicas: return SetOption(&o.replicas, "fanstore-replicas", v);
-      case kOptStats: return SetOption(&o.stats, "fanstore-stats", v);
-      default: return -1;
+    if (val < kOptDataset || val > kOptStats) return -1;
+    Status s = SetUserOption(&State().options, static_cast<UserOption>(val),
+                             optarg != nullptr ? optarg : "");
+    if (!s.ok()) {
+      LogError("options", s.message());
+      return -1;
     }
+    return 0;
   } catch (...) {
     return -1;
   }
@@ -54,16 +34,22 @@ std::string& MountUsage() {
 
 struct spank_option g_options[] = {
     {const_cast<char*>("fanstore"), const_cast<char*>("PATH"),
-     const_cast<char*>("[fanstore] serve the FanStore dataset PATH (a NAME.fs directory made by `fanstore pack`) "
-                       "to every task of the job"),
+     const_cast<char*>(
+         "[fanstore] serve the FanStore dataset PATH (a NAME.fs directory made by `fanstore pack`) "
+         "to every task of the job"),
      1, kOptDataset, OptionCallback},
-    {const_cast<char*>("fanstore-mount"), const_cast<char*>("PATH"), nullptr, 1, kOptMount, OptionCallback},
+    {const_cast<char*>("fanstore-mount"), const_cast<char*>("PATH"), nullptr, 1, kOptMount,
+     OptionCallback},
     {const_cast<char*>("fanstore-replicas"), const_cast<char*>("N|all"),
-     const_cast<char*>("[fanstore] how many nodes hold each shard: N, or all (default: 1, or the site's)"), 1, kOptReplicas, OptionCallback},
+     const_cast<char*>(
+         "[fanstore] how many nodes hold each shard: N, or all (default: 1, or the site's)"),
+     1, kOptReplicas, OptionCallback},
     {const_cast<char*>("fanstore-stats"), const_cast<char*>("FILE|none"),
-     const_cast<char*>("[fanstore] at job end every node appends its FanStore counters to FILE (%j: job id; "
-                       "relative to the submit directory; default fanstore-%j.stats); `fanstore stats FILE` "
-                       "summarises them"), 1, kOptStats, OptionCallback},
+     const_cast<char*>(
+         "[fanstore] at job end every node appends its FanStore counters to FILE (%j: job id; "
+         "relative to the submit directory; default fanstore-%j.stats); `fanstore stats FILE` "
+         "summarises them"),
+     1, kOptStats, OptionCallback},
 };
 
 }  // namespace
@@ -101,10 +87,18 @@ int RegisterOptions(spank_t sp, const char* phase) {
   return 0;
 }
 
-void LogError(const char* phase, const std::string& msg) { slurm_error("fanstore: %s: %s", phase, msg.c_str()); }
-void LogInfo(const char* phase, const std::string& msg) { slurm_info("fanstore: %s: %s", phase, msg.c_str()); }
-void LogVerbose(const char* phase, const std::string& msg) { slurm_verbose("fanstore: %s: %s", phase, msg.c_str()); }
-void LogDebug(const char* phase, const std::string& msg) { slurm_debug("fanstore: %s: %s", phase, msg.c_str()); }
+void LogError(const char* phase, const std::string& msg) {
+  slurm_error("fanstore: %s: %s", phase, msg.c_str());
+}
+void LogInfo(const char* phase, const std::string& msg) {
+  slurm_info("fanstore: %s: %s", phase, msg.c_str());
+}
+void LogVerbose(const char* phase, const std::string& msg) {
+  slurm_verbose("fanstore: %s: %s", phase, msg.c_str());
+}
+void LogDebug(const char* phase, const std::string& msg) {
+  slurm_debug("fanstore: %s: %s", phase, msg.c_str());
+}
 
 std::optional<std::string> JobGetenv(spank_t sp, const char* name) {
   std::vector<char> buf(256);
@@ -141,16 +135,19 @@ Result<std::string> UserName(uid_t uid) {
   std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
   struct passwd pw, *result = nullptr;
   const int rc = ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &result);
-  if (rc != 0 || result == nullptr) return Status::NotFound("no user name for uid " + std::to_string(uid));
+  if (rc != 0 || result == nullptr)
+    return Status::NotFound("no user name for uid " + std::to_string(uid));
   return std::string(pw.pw_name);
 }
 
 Result<JobIdentity> GetJobIdentity(spank_t sp) {
   JobIdentity id;
   spank_err_t rc = spank_get_item(sp, S_JOB_ID, &id.job);
-  if (rc != ESPANK_SUCCESS) return Status::IOError(std::string("cannot get the job id: ") + spank_strerror(rc));
+  if (rc != ESPANK_SUCCESS)
+    return Status::IOError(std::string("cannot get the job id: ") + spank_strerror(rc));
   rc = spank_get_item(sp, S_JOB_UID, &id.uid);
-  if (rc != ESPANK_SUCCESS) return Status::IOError(std::string("cannot get the job uid: ") + spank_strerror(rc));
+  if (rc != ESPANK_SUCCESS)
+    return Status::IOError(std::string("cannot get the job uid: ") + spank_strerror(rc));
   auto user = UserName(id.uid);
   if (!user.ok()) return user.status();
   id.user = user.value();
@@ -162,7 +159,8 @@ Result<JobIdentity> GetJobIdentity(spank_t sp) {
     id.node = host;
     id.node = id.node.substr(0, id.node.find('.'));
   }
-  if (!IsSafeNodeName(id.node)) return Status::InvalidArgument("unusable node name '" + id.node + "'");
+  if (!IsSafeNodeName(id.node))
+    return Status::InvalidArgument("unusable node name '" + id.node + "'");
   return id;
 }
 
@@ -170,10 +168,12 @@ Result<Credentials> GetJobCredentials(spank_t sp) {
   Credentials c;
   spank_err_t rc = spank_get_item(sp, S_JOB_UID, &c.uid);
   if (rc == ESPANK_SUCCESS) rc = spank_get_item(sp, S_JOB_GID, &c.gid);
-  if (rc != ESPANK_SUCCESS) return Status::IOError(std::string("cannot get the job's uid/gid: ") + spank_strerror(rc));
+  if (rc != ESPANK_SUCCESS)
+    return Status::IOError(std::string("cannot get the job's uid/gid: ") + spank_strerror(rc));
   gid_t* groups = nullptr;
   int ngroups = 0;
-  if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups != nullptr)
+  if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS &&
+      groups != nullptr)
     c.groups.assign(groups, groups + ngroups);
   if (c.groups.empty()) c.groups.push_back(c.gid);
   return c;

@@ -16,6 +16,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/io.h"
+#include "common/text.h"
+#include "common/unique_fd.h"
+
 namespace fanstore::spank {
 namespace {
 
@@ -61,7 +65,8 @@ void ResetSignals() {
   struct sigaction dfl;
   std::memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; sig++) ::sigaction(sig, &dfl, nullptr);  // fails harmlessly for some
+  for (int sig = 1; sig < NSIG; sig++)
+    ::sigaction(sig, &dfl, nullptr);  // fails harmlessly for some
 }
 
 bool BecomeUser(const Credentials& c) {
@@ -88,7 +93,8 @@ void Redirect(int fd, int target) {
 
 int OpenOutput(const char* path) {
   int fd = -1;
-  if (path[0] != '\0') fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (path[0] != '\0')
+    fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   return fd;
 }
@@ -126,32 +132,39 @@ bool WriteAll(int fd, const std::string& s) {
   return true;
 }
 
-pid_t ReadPidFile(const std::string& path) {
-  auto text = ReadSmallFile(path, 64);
-  if (!text.ok()) return -1;
-  long v = std::strtol(text.value().c_str(), nullptr, 10);
-  return v > 0 ? static_cast<pid_t>(v) : -1;
+// Slurm's RLIMIT values are unsigned longs: RLIM_INFINITY is beyond ParseInt's range.
+std::optional<rlim_t> ParseLimit(const std::string& value) {
+  if (value == std::to_string(RLIM_INFINITY)) return RLIM_INFINITY;
+  if (auto v = ParseInt(value, 0, INT64_MAX)) return static_cast<rlim_t>(*v);
+  return std::nullopt;
 }
 
 }  // namespace
 
+pid_t ReadPidFile(const std::string& path) {
+  auto text = ReadSmallFile(path, 64);
+  if (!text.ok()) return -1;
+  std::string_view digits = text.value();
+  if (!digits.empty() && digits.back() == '\n') digits.remove_suffix(1);
+  return static_cast<pid_t>(ParseInt(digits, 1, kMaxPid).value_or(-1));
+}
+
 std::vector<std::pair<int, rlim_t>> JobLimits(const std::vector<std::string>& env) {
   static const std::pair<const char*, int> kNames[] = {
-      {"CPU", RLIMIT_CPU},         {"FSIZE", RLIMIT_FSIZE}, {"DATA", RLIMIT_DATA},   {"STACK", RLIMIT_STACK},
-      {"CORE", RLIMIT_CORE},       {"RSS", RLIMIT_RSS},     {"NPROC", RLIMIT_NPROC}, {"NOFILE", RLIMIT_NOFILE},
-      {"MEMLOCK", RLIMIT_MEMLOCK}, {"AS", RLIMIT_AS}};
+      {"CPU", RLIMIT_CPU},     {"FSIZE", RLIMIT_FSIZE},   {"DATA", RLIMIT_DATA},
+      {"STACK", RLIMIT_STACK}, {"CORE", RLIMIT_CORE},     {"RSS", RLIMIT_RSS},
+      {"NPROC", RLIMIT_NPROC}, {"NOFILE", RLIMIT_NOFILE}, {"MEMLOCK", RLIMIT_MEMLOCK},
+      {"AS", RLIMIT_AS}};
   std::vector<std::pair<int, rlim_t>> out;
   for (const std::string& kv : env) {
     if (kv.rfind("SLURM_RLIMIT_", 0) != 0) continue;
     const size_t eq = kv.find('=');
     if (eq == std::string::npos) continue;
-    const std::string name = kv.substr(13, eq - 13), value = kv.substr(eq + 1);
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
-    if (value.empty() || *end || errno || value[0] == '-') continue;
+    const std::string name = kv.substr(13, eq - 13);
+    const std::optional<rlim_t> v = ParseLimit(kv.substr(eq + 1));
+    if (!v) continue;
     for (const auto& [n, res] : kNames)
-      if (name == n) out.emplace_back(res, static_cast<rlim_t>(v));
+      if (name == n) out.emplace_back(res, *v);
   }
   return out;
 }
@@ -186,91 +199,90 @@ Result<pid_t> Spawn(const std::vector<std::string>& argv, const std::vector<std:
   return pid;
 }
 
-Result<bool> SpawnSupervised(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                             const std::string& lock_path, const std::string& log_path) {
+namespace {
+
+// The supervisor process: in its own session, so that ^C on the user's srun does not reach the
+// agents' srun. Waits for the parent's go on `go`, runs the image with its output in log_path,
+// and removes the lock and the log when it ends.
+[[noreturn]] void Supervise(const ExecImage& image, int go, const std::string& lock_path,
+                            const std::string& log_path) {
+  ResetSignals();
+  ::setsid();
+  StdinFromNull();
+  const int null_out = OpenOutput("");
+  Redirect(null_out, 1);
+  Redirect(null_out, 2);
+  char c = 0;
+  ssize_t n;
+  do n = ::read(go, &c, 1);
+  while (n < 0 && errno == EINTR);
+  if (n != 1 || c != 'g') ::_exit(0);  // another supervisor holds the lock
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int out = OpenOutput(log_path.c_str());
+    Redirect(out, 1);
+    Redirect(out, 2);
+    CloseFrom(3);
+    image.Exec();
+  }
+  CloseFrom(3);
+  int status;
+  if (child > 0)
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+  ::unlink(log_path.c_str());
+  ::unlink(lock_path.c_str());
+  ::_exit(0);
+}
+
+// Takes lock_path for the supervisor `sup`: writes its pid to a private file, then links that
+// to the lock name. False when a live supervisor holds the lock; a stale one is taken over.
+Result<bool> TakeLaunchLock(const std::string& lock_path, pid_t sup) {
+  const std::string tmp = lock_path + ".tmp." + std::to_string(::getpid());
+  ScopeExit remove_tmp([&] { ::unlink(tmp.c_str()); });
+  for (int attempt = 0; attempt < 2; attempt++) {
+    ::unlink(tmp.c_str());
+    UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd.valid()) return Status::FromErrno("create " + tmp, errno);
+    if (!WriteAll(fd.get(), std::to_string(sup) + "\n"))
+      return Status::IOError("cannot write " + tmp);
+    fd.Reset();
+    if (::link(tmp.c_str(), lock_path.c_str()) == 0) return true;
+    if (errno != EEXIST) return Status::FromErrno("link " + lock_path, errno);
+    const pid_t holder = ReadPidFile(lock_path);
+    if (holder > 0 && ProcessAlive(holder)) return false;  // agents already started for this job
+    ::unlink(lock_path.c_str());                           // stale: its supervisor is gone
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<bool> SpawnSupervised(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env, const std::string& lock_path,
+                             const std::string& log_path) {
   if (argv.empty()) return Status::InvalidArgument("SpawnSupervised: empty argv");
   const ExecImage image(argv, env);
   int go[2];
   if (::pipe2(go, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+  UniqueFD go_read(go[0]), go_write(go[1]);
   const pid_t sup = ::fork();
-  if (sup < 0) {
-    const int err = errno;
-    ::close(go[0]);
-    ::close(go[1]);
-    return Status::FromErrno("fork", err);
-  }
+  if (sup < 0) return Status::FromErrno("fork", errno);
   if (sup == 0) {
-    // The supervisor: in its own session, so that ^C on the user's srun does not reach the agents' srun.
-    ResetSignals();
-    ::setsid();
-    ::close(go[1]);
-    StdinFromNull();
-    const int null_out = OpenOutput("");
-    Redirect(null_out, 1);
-    Redirect(null_out, 2);
-    char c = 0;
-    ssize_t n;
-    do n = ::read(go[0], &c, 1);
-    while (n < 0 && errno == EINTR);
-    if (n != 1 || c != 'g') ::_exit(0);  // another supervisor holds the lock
-    const pid_t child = ::fork();
-    if (child == 0) {
-      const int out = OpenOutput(log_path.c_str());
-      Redirect(out, 1);
-      Redirect(out, 2);
-      CloseFrom(3);
-      image.Exec();
-    }
-    CloseFrom(3);
-    int status;
-    if (child > 0)
-      while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-      }
-    ::unlink(log_path.c_str());
-    ::unlink(lock_path.c_str());
-    ::_exit(0);
+    go_write.Reset();
+    Supervise(image, go_read.get(), lock_path, log_path);
   }
-  ::close(go[0]);
-
-  // Take the lock: write our supervisor's pid to a private file, then link it to the lock name.
-  const std::string tmp = lock_path + ".tmp." + std::to_string(::getpid());
-  bool started = false;
-  Status err;
-  for (int attempt = 0; attempt < 2 && !started; attempt++) {
-    ::unlink(tmp.c_str());
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      err = Status::FromErrno("create " + tmp, errno);
-      break;
-    }
-    const bool wrote = WriteAll(fd, std::to_string(sup) + "\n");
-    ::close(fd);
-    if (!wrote) {
-      err = Status::IOError("cannot write " + tmp);
-      break;
-    }
-    if (::link(tmp.c_str(), lock_path.c_str()) == 0) {
-      started = true;
-      break;
-    }
-    if (errno != EEXIST) {
-      err = Status::FromErrno("link " + lock_path, errno);
-      break;
-    }
-    const pid_t holder = ReadPidFile(lock_path);
-    if (holder > 0 && ProcessAlive(holder)) break;  // agents already started for this job
-    ::unlink(lock_path.c_str());                    // stale: its supervisor is gone
-  }
-  ::unlink(tmp.c_str());
-  if (started) WriteAll(go[1], "g");
-  ::close(go[1]);
+  go_read.Reset();
+  Result<bool> taken = TakeLaunchLock(lock_path, sup);
+  const bool started = taken.ok() && taken.value();
+  if (started) WriteAll(go_write.get(), "g");
+  go_write.Reset();  // without a go, the supervisor exits at once
   if (!started) {
     int status;
     while (::waitpid(sup, &status, 0) < 0 && errno == EINTR) {
     }
   }
-  if (!err.ok()) return err;
-  return started;
+  return taken;
 }
 
 Result<int> RunCapture(const std::vector<std::string>& argv, const std::vector<std::string>& env,
@@ -279,39 +291,35 @@ Result<int> RunCapture(const std::vector<std::string>& argv, const std::vector<s
   const ExecImage image(argv, env);
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+  UniqueFD out_read(p[0]), out_write(p[1]);
   const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(p[0]);
-    ::close(p[1]);
-    return Status::FromErrno("fork", err);
-  }
+  if (pid < 0) return Status::FromErrno("fork", errno);
   if (pid == 0) {
     ResetSignals();
     if (creds != nullptr && !BecomeUser(*creds)) ::_exit(126);
     StdinFromNull();
-    Redirect(p[1], 1);
+    Redirect(out_write.get(), 1);
     Redirect(OpenOutput(""), 2);
     CloseFrom(3);
     image.Exec();
   }
-  ::close(p[1]);
+  out_write.Reset();
   out->clear();
   const int64_t deadline = NowMs() + timeout_ms;
   char buf[4096];
   for (;;) {
     const int64_t left = deadline - NowMs();
     if (left <= 0) break;
-    struct pollfd pfd = {p[0], POLLIN, 0};
+    struct pollfd pfd = {out_read.get(), POLLIN, 0};
     const int r = ::poll(&pfd, 1, static_cast<int>(left));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
-    const ssize_t n = ::read(p[0], buf, sizeof buf);
+    const ssize_t n = ::read(out_read.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     if (out->size() < 65536) out->append(buf, static_cast<size_t>(n));
   }
-  ::close(p[0]);
+  out_read.Reset();
   return WaitWithTimeout(pid, static_cast<int>(std::max<int64_t>(deadline - NowMs(), 0)));
 }
 
@@ -350,29 +358,18 @@ std::vector<pid_t> FindProcesses(uid_t uid, const std::vector<std::string>& env_
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return found;
   while (struct dirent* e = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0' || pid == ::getpid()) continue;
+    const int64_t pid = ParseInt(e->d_name, 1, kMaxPid).value_or(0);
+    if (pid == 0 || pid == ::getpid()) continue;
     const std::string dir = std::string("/proc/") + e->d_name;
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0 || st.st_uid != uid) continue;
-    auto environ = ReadSmallFile(dir + "/environ", 1 << 20);
+    // Bounded well above what execve accepts with the usual 8 MiB stack (a quarter of it).
+    auto environ = ReadSmallFile(dir + "/environ", 8 << 20);
     if (!environ.ok()) continue;
-    const std::string& blob = environ.value();
+    const std::vector<std::string_view> vars = Split(environ.value(), '\0');
     bool all = true;
-    for (const auto& want : env_entries) {
-      bool hit = false;
-      for (size_t pos = 0; pos < blob.size();) {
-        const size_t z = blob.find('\0', pos);
-        const size_t len = (z == std::string::npos ? blob.size() : z) - pos;
-        if (len == want.size() && blob.compare(pos, len, want) == 0) {
-          hit = true;
-          break;
-        }
-        pos += len + 1;
-      }
-      all = all && hit;
-    }
+    for (const auto& want : env_entries)
+      all = all && std::find(vars.begin(), vars.end(), want) != vars.end();
     if (all && ProcessAlive(static_cast<pid_t>(pid))) found.push_back(static_cast<pid_t>(pid));
   }
   ::closedir(proc);
@@ -395,40 +392,19 @@ int TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms) {
   return static_cast<int>(alive.size());
 }
 
-Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound(path + " does not exist");
-    return Status::FromErrno(path, errno);
-  }
-  std::string data;
-  char buf[8192];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Status::FromErrno(path, err);
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-    if (data.size() > max_bytes) {
-      data.resize(max_bytes);
-      break;
-    }
-  }
-  ::close(fd);
-  return data;
-}
-
 std::string TailOfFile(const std::string& path, int max_lines) {
-  auto text = ReadSmallFile(path, 1 << 20);
-  if (!text.ok()) return "";
-  std::string s = text.value();
+  // The last 64 KiB hold the last lines of any log worth showing.
+  constexpr off_t kWindow = 64 << 10;
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  struct stat st;
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  const off_t from = std::max<off_t>(st.st_size - kWindow, 0);
+  std::string s(static_cast<size_t>(st.st_size - from), '\0');
+  if (!PreadFull(fd.get(), s.data(), s.size(), static_cast<uint64_t>(from), path).ok()) return "";
   while (!s.empty() && s.back() == '\n') s.pop_back();
   size_t pos = s.size();
-  for (int i = 0; i < max_lines && pos != std::string::npos && pos > 0; i++) pos = s.rfind('\n', pos - 1);
+  for (int i = 0; i < max_lines && pos != std::string::npos && pos > 0; i++)
+    pos = s.rfind('\n', pos - 1);
   return pos == std::string::npos ? s : s.substr(pos + 1);
 }
 

@@ -1,5 +1,6 @@
-// Processes and files for the plugin: starting the agent step as the job user, asking squeue, finding
-// and ending an agent's processes, and removing a job's directories without following symlinks.
+// Processes and files for the plugin: starting the agent step as the job user, asking squeue,
+// finding and ending an agent's processes, and removing a job's directories without following
+// symlinks.
 //
 // Slurm's processes are multi-threaded, so every function that forks prepares all its memory first
 // and the child calls only async-signal-safe functions before exec (or before _exit).
@@ -8,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -18,8 +20,8 @@
 namespace fanstore::spank {
 
 // The job user. A child given credentials becomes that user completely (supplementary groups, real,
-// effective and saved ids) before it runs anything: in slurm_spank_user_init the caller has ruid 0 and
-// euid user, and a shell started without this would go back to euid 0.
+// effective and saved ids) before it runs anything: in slurm_spank_user_init the caller has ruid 0
+// and euid user, and a shell started without this would go back to euid 0.
 struct Credentials {
   uid_t uid = 0;
   gid_t gid = 0;
@@ -35,28 +37,34 @@ std::vector<std::pair<int, rlim_t>> JobLimits(const std::vector<std::string>& en
 // Lowers (never raises above the hard limit) this process's soft limits to `limits`.
 void ApplyLimits(const std::vector<std::pair<int, rlim_t>>& limits);
 
-// Starts argv with exactly env, in a new session, stdin from /dev/null and stdout/stderr appended to
-// out_path (created 0600 by the child, so as the job user when creds is given) or /dev/null if empty.
-// creds == nullptr keeps the caller's identity. Returns the child's pid; the caller reaps it.
-[[nodiscard]] Result<pid_t> Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                                  const Credentials* creds, const std::string& out_path);
+// Starts argv with exactly env, in a new session, stdin from /dev/null and stdout/stderr appended
+// to out_path (created 0600 by the child, so as the job user when creds is given) or /dev/null if
+// empty. creds == nullptr keeps the caller's identity. Returns the child's pid; the caller reaps
+// it.
+[[nodiscard]] Result<pid_t> Spawn(const std::vector<std::string>& argv,
+                                  const std::vector<std::string>& env, const Credentials* creds,
+                                  const std::string& out_path);
 
-// srun and salloc: starts argv under a small supervisor process that outlives the calling srun, unless
-// another live supervisor of the same job already holds lock_path. The supervisor writes its pid to
-// lock_path (atomically, with link), runs argv with its output in log_path, and removes both files
-// when argv ends, i.e. when the job ends. Returns true if it started argv, false if a live supervisor
-// already existed. A lock whose supervisor is gone is taken over.
-[[nodiscard]] Result<bool> SpawnSupervised(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                                           const std::string& lock_path, const std::string& log_path);
+// srun and salloc: starts argv under a small supervisor process that outlives the calling srun,
+// unless another live supervisor of the same job already holds lock_path. The supervisor writes its
+// pid to lock_path (atomically, with link), runs argv with its output in log_path, and removes both
+// files when argv ends, i.e. when the job ends. Returns true if it started argv, false if a live
+// supervisor already existed. A lock whose supervisor is gone is taken over.
+[[nodiscard]] Result<bool> SpawnSupervised(const std::vector<std::string>& argv,
+                                           const std::vector<std::string>& env,
+                                           const std::string& lock_path,
+                                           const std::string& log_path);
 
-// Runs argv as creds (or as the caller), with env, and returns its exit status (-1 if killed) and up to
-// 64 KiB of its stdout. The child is killed after timeout_ms.
-[[nodiscard]] Result<int> RunCapture(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                                     const Credentials* creds, int timeout_ms, std::string* out);
+// Runs argv as creds (or as the caller), with env, and returns its exit status (-1 if killed) and
+// up to 64 KiB of its stdout. The child is killed after timeout_ms.
+[[nodiscard]] Result<int> RunCapture(const std::vector<std::string>& argv,
+                                     const std::vector<std::string>& env, const Credentials* creds,
+                                     int timeout_ms, std::string* out);
 
-// Forks, becomes creds in the child, runs fn there and returns its result (the child's exit status);
-// -1 if the child was killed, including after timeout_ms.
-[[nodiscard]] Result<int> RunAsUser(const Credentials& creds, int timeout_ms, const std::function<int()>& fn);
+// Forks, becomes creds in the child, runs fn there and returns its result (the child's exit
+// status); -1 if the child was killed, including after timeout_ms.
+[[nodiscard]] Result<int> RunAsUser(const Credentials& creds, int timeout_ms,
+                                    const std::function<int()>& fn);
 
 // The state letter of /proc/PID/stat ('R', 'S', 'Z', ...) or '\0' when the process is gone.
 char ProcessState(pid_t pid);
@@ -64,14 +72,17 @@ char ProcessState(pid_t pid);
 bool ProcessAlive(pid_t pid);
 // Live processes of uid whose environment holds every one of the `KEY=VALUE` entries.
 std::vector<pid_t> FindProcesses(uid_t uid, const std::vector<std::string>& env_entries);
-// SIGTERM, up to grace_ms for them to go, then SIGKILL. Returns how many were still alive for SIGKILL.
+// SIGTERM, up to grace_ms for them to go, then SIGKILL. Returns how many were still alive for
+// SIGKILL.
 int TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms);
 
 using fanstore::RemoveTree;  // common/remove_tree.h
 
-// Reads a small file (at most max_bytes). NotFound when it does not exist.
-[[nodiscard]] Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
-// The last max_lines lines of a file, "" if unreadable.
+// The largest pid Linux hands out (PID_MAX_LIMIT - 1).
+inline constexpr int64_t kMaxPid = (1 << 22) - 1;
+// The pid a lock or pid file holds ("1234\n"), or -1 when it is missing or holds anything else.
+pid_t ReadPidFile(const std::string& path);
+// The last max_lines lines of a file (within its last 64 KiB), "" if unreadable.
 std::string TailOfFile(const std::string& path, int max_lines);
 
 }  // namespace fanstore::spank

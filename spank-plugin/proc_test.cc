@@ -1,5 +1,5 @@
-// Unit tests of the process and file helpers: starting and supervising children, finding processes by
-// their environment, and removing trees without following symlinks.
+// Unit tests of the process and file helpers: starting and supervising children, finding processes
+// by their environment, and removing trees without following symlinks.
 #include "spank-plugin/proc.h"
 
 #include <signal.h>
@@ -12,6 +12,8 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
+
+#include "common/io.h"
 
 namespace fanstore::spank {
 namespace {
@@ -40,7 +42,8 @@ class ProcTest : public ::testing::Test {
 
 TEST_F(ProcTest, RunCaptureReturnsOutputAndStatus) {
   std::string out;
-  auto rc = RunCapture({"/bin/sh", "-c", "echo hello $X; exit 3"}, {"X=world"}, nullptr, 5000, &out);
+  auto rc =
+      RunCapture({"/bin/sh", "-c", "echo hello $X; exit 3"}, {"X=world"}, nullptr, 5000, &out);
   ASSERT_TRUE(rc.ok());
   EXPECT_EQ(rc.value(), 3);
   EXPECT_EQ(out, "hello world\n");
@@ -57,7 +60,8 @@ TEST_F(ProcTest, RunCaptureKillsAfterTimeout) {
 
 TEST_F(ProcTest, SpawnWritesItsOutputToTheLog) {
   const std::string log = root_ + "/log";
-  auto pid = Spawn({"/bin/sh", "-c", "echo out; echo err >&2; [ \"$(ps -o sid= -p $$)\" -eq $$ ] && echo leader"},
+  auto pid = Spawn({"/bin/sh", "-c",
+                    "echo out; echo err >&2; [ \"$(ps -o sid= -p $$)\" -eq $$ ] && echo leader"},
                    {"PATH=/bin:/usr/bin"}, nullptr, log);
   ASSERT_TRUE(pid.ok());
   int status = 0;
@@ -87,8 +91,10 @@ TEST_F(ProcTest, ProcessStateAndFindByEnvironment) {
 }
 
 TEST_F(ProcTest, SupervisedLaunchHappensOncePerLock) {
-  const std::string lock = root_ + "/job.launch", log = root_ + "/job.launch.log", flag = root_ + "/stop";
-  const std::vector<std::string> argv = {"/bin/sh", "-c", "echo started; while [ ! -e " + flag + " ]; do sleep 0.05; done"};
+  const std::string lock = root_ + "/job.launch", log = root_ + "/job.launch.log",
+                    flag = root_ + "/stop";
+  const std::vector<std::string> argv = {
+      "/bin/sh", "-c", "echo started; while [ ! -e " + flag + " ]; do sleep 0.05; done"};
   auto first = SpawnSupervised(argv, {}, lock, log);
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_TRUE(first.value());
@@ -135,6 +141,42 @@ TEST_F(ProcTest, RemoveTreeHandlesReadOnlyDirectoriesAndDoesNotFollowSymlinks) {
   EXPECT_TRUE(Exists(outside + "/keep"));
 }
 
+TEST_F(ProcTest, ReadPidFileAcceptsOnlyAPid) {
+  const std::string f = root_ + "/pid";
+  auto pid_of = [&](const std::string& text) {
+    std::ofstream(f, std::ios::trunc) << text;
+    return ReadPidFile(f);
+  };
+  EXPECT_EQ(pid_of("1234\n"), 1234);
+  EXPECT_EQ(pid_of("1234"), 1234);
+  EXPECT_EQ(pid_of(std::to_string(kMaxPid) + "\n"), kMaxPid);
+  EXPECT_EQ(pid_of(std::to_string(kMaxPid + 1)), -1);
+  for (const char* bad : {"", "0\n", "-5\n", "12x\n", "12\n\n", " 12\n", "1e3"})
+    EXPECT_EQ(pid_of(bad), -1) << bad;
+  EXPECT_EQ(ReadPidFile(root_ + "/missing"), -1);
+}
+
+TEST_F(ProcTest, TailOfFileReadsTheEndOfALargeLog) {
+  const std::string log = root_ + "/big.log";
+  {
+    std::ofstream out(log);
+    for (int i = 0; i < 200000; i++) out << "line " << i << "\n";  // about 2.3 MB
+  }
+  EXPECT_EQ(TailOfFile(log, 2), "line 199998\nline 199999");
+  EXPECT_EQ(TailOfFile(root_ + "/missing", 2), "");
+}
+
+TEST(ReadSmallFile, ReadsProcFilesToTheirEnd) {
+  // /proc files report a size of 0; the reader must not believe it.
+  auto stat = ReadSmallFile("/proc/self/stat", 4096);
+  ASSERT_TRUE(stat.ok()) << stat.status().ToString();
+  EXPECT_EQ(stat.value().rfind(std::to_string(::getpid()) + " (", 0), 0u);
+  EXPECT_FALSE(ReadSmallFile("/proc/self/environ", 1).ok());  // larger than the bound
+  auto missing = ReadSmallFile("/proc/self/no-such-file", 64);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Status::Code::kNotFound);
+}
+
 TEST_F(ProcTest, RunAsUserRunsInAChild) {
   Credentials me;
   me.uid = ::getuid();
@@ -149,11 +191,18 @@ TEST_F(ProcTest, RunAsUserRunsInAChild) {
 
 namespace {
 TEST(JobLimits, ReadsSlurmsVariablesAndSkipsTheRest) {
-  auto l = JobLimits({"SLURM_RLIMIT_NOFILE=1024", "SLURM_RLIMIT_CORE=0", "SLURM_RLIMIT_AS=x1", "SLURM_RLIMIT_BOGUS=5",
-                      "SLURM_RLIMIT_STACK=-1", "PATH=/bin", "SLURM_RLIMIT_NPROC="});
+  auto l = JobLimits({"SLURM_RLIMIT_NOFILE=1024", "SLURM_RLIMIT_CORE=0", "SLURM_RLIMIT_AS=x1",
+                      "SLURM_RLIMIT_BOGUS=5", "SLURM_RLIMIT_STACK=-1", "PATH=/bin",
+                      "SLURM_RLIMIT_NPROC="});
   ASSERT_EQ(l.size(), 2u);
   EXPECT_EQ(l[0], std::make_pair(static_cast<int>(RLIMIT_NOFILE), static_cast<rlim_t>(1024)));
   EXPECT_EQ(l[1], std::make_pair(static_cast<int>(RLIMIT_CORE), static_cast<rlim_t>(0)));
+}
+
+TEST(JobLimits, UnlimitedIsSlurmsUnsignedInfinity) {
+  auto l = JobLimits({"SLURM_RLIMIT_CORE=" + std::to_string(RLIM_INFINITY)});
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0], std::make_pair(static_cast<int>(RLIMIT_CORE), RLIM_INFINITY));
 }
 }  // namespace
 }  // namespace fanstore::spank

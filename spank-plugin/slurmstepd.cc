@@ -1,23 +1,26 @@
 // Remote context (slurmstepd of the batch step and of each srun step, on every node of the step).
 //
-//  - Batch step, user_init: starts the agent step (srun --overlap --mpi=pmix, one agent per node, as the
+//  - Batch step, user_init: starts the agent step (srun --overlap --mpi=pmix, one agent per node,
+//  as the
 //    job user), then waits until this node's agent is ready before the batch script starts.
 //  - Every other step, user_init: waits until this node's agent is ready.
 //  - Both then give the tasks LD_PRELOAD and FANSTORE_MOUNT/TABLE/SOCKET.
-//  - The agent step itself (FANSTORE_AGENT_STEP=1): only sets this node's directories for the agent.
+//  - The agent step itself (FANSTORE_AGENT_STEP=1): only sets this node's directories for the
+//  agent.
 //
-// Errors from user_init do not fail the step or reach srun (https://bugs.schedmd.com/show_bug.cgi?id=7573),
-// so user_init records them and task_init_privileged reports them, as NVIDIA/pyxis does.
+// Errors from user_init do not fail the step or reach srun
+// (https://bugs.schedmd.com/show_bug.cgi?id=7573), so user_init records them and
+// task_init_privileged reports them, as NVIDIA/pyxis does.
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "common/env.h"
 #include "common/run_dir.h"
 #include "spank-plugin/agent_wait.h"
 #include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
+#include "spank-plugin/options.h"
 #include "spank-plugin/plugin_state.h"
 
 namespace fanstore::spank {
@@ -27,7 +30,8 @@ constexpr char kPhase[] = "user_init";
 
 Status SetTaskEnv(spank_t sp, const char* name, const std::string& value) {
   const spank_err_t rc = spank_setenv(sp, name, value.c_str(), 1);
-  if (rc != ESPANK_SUCCESS) return Status::IOError(std::string("cannot set ") + name + ": " + spank_strerror(rc));
+  if (rc != ESPANK_SUCCESS)
+    return Status::IOError(std::string("cannot set ") + name + ": " + spank_strerror(rc));
   return Status::OK();
 }
 
@@ -47,28 +51,37 @@ Status PrepareAgentStep(spank_t sp, const JobIdentity& id) {
 Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& creds) {
   const PluginState& s = State();
   if (::access(s.config.agent.c_str(), X_OK) != 0)
-    return Status::NotFound("the FanStore agent " + s.config.agent + " is not executable on this node (plugstack agent=)");
-  uint32_t nodes = 0;
-  if (auto n = JobGetenv(sp, "SLURM_JOB_NUM_NODES")) nodes = static_cast<uint32_t>(std::strtoul(n->c_str(), nullptr, 10));
-  if (nodes == 0) return Status::IOError("SLURM_JOB_NUM_NODES is not set in the batch step");  // S_JOB_NNODES is 0 here
-  auto step = MakeAgentStep(s.config, s.options, id.job, nodes, JobGetenv(sp, "SLURM_SUBMIT_DIR").value_or(""));
+    return Status::NotFound("the FanStore agent " + s.config.agent +
+                            " is not executable on this node (plugstack agent=)");
+  auto count = ParseNodeCount(JobGetenv(sp, "SLURM_JOB_NUM_NODES"));
+  if (!count.ok()) return count.status();
+  const uint32_t nodes = count.value();
+  if (nodes == 0)
+    return Status::IOError(
+        "SLURM_JOB_NUM_NODES is not set in the batch step");  // S_JOB_NNODES is 0 here
+  auto step = MakeAgentStep(s.config, s.options, id.job, nodes,
+                            JobGetenv(sp, "SLURM_SUBMIT_DIR").value_or(""));
   if (!step.ok()) return step.status();
   // The prolog claimed these on every node; here too, in case the site runs no prolog on the
   // batch node: the launch log must never go into a file someone else planted (F12).
-  for (const std::string& dir : {LaunchDir(s.config, id), RunDir(s.config, id), LocalDir(s.config, id)}) {
+  for (const std::string& dir :
+       {LaunchDir(s.config, id), RunDir(s.config, id), LocalDir(s.config, id)}) {
     std::string moved;
     Status claimed = ClaimDir(dir, creds.uid, creds.gid, &moved);
     if (!claimed.ok()) return claimed.Prefixed("cannot prepare the job's directories");
-    if (!moved.empty()) LogError(kPhase, "moved aside " + moved + ", planted in the way of job " + std::to_string(id.job));
+    if (!moved.empty())
+      LogError(kPhase,
+               "moved aside " + moved + ", planted in the way of job " + std::to_string(id.job));
   }
   // The agents run with the job's limits, not slurmstepd's (root's).
   Credentials user = creds;
   user.limits = JobLimits(JobEnvironment(sp));
-  auto pid = Spawn(AgentStepArgv(step.value()), AgentStepEnv(JobEnvironment(sp), s.config.preload), &user,
-                   LaunchLog(s.config, id));
+  auto pid = Spawn(AgentStepArgv(step.value()), AgentStepEnv(JobEnvironment(sp), s.config.preload),
+                   &user, LaunchLog(s.config, id));
   if (!pid.ok()) return pid.status().Prefixed("cannot start the FanStore agents");
   LogVerbose(kPhase, "started the FanStore agent step of job " + std::to_string(id.job) + " on " +
-                         std::to_string(nodes) + " node(s), srun pid " + std::to_string(pid.value()));
+                         std::to_string(nodes) + " node(s), srun pid " +
+                         std::to_string(pid.value()));
   return pid.value();
 }
 
@@ -79,13 +92,14 @@ Status ServeStep(spank_t sp) {
   auto creds = GetJobCredentials(sp);
   if (!creds.ok()) return creds.status();
   uint32_t stepid = 0;
-  if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS) return Status::IOError("cannot get the step id");
+  if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
+    return Status::IOError("cannot get the step id");
   FS_RETURN_IF_ERROR(CheckUserOptions(s.options));
   auto mount = ResolveMount(s.options, s.config);
   if (!mount.ok()) return mount.status();
   if (::access(s.config.preload.c_str(), R_OK) != 0)
-    return Status::NotFound("the interception library " + s.config.preload + " is missing on " + id->node +
-                            " (plugstack preload=)");
+    return Status::NotFound("the interception library " + s.config.preload + " is missing on " +
+                            id->node + " (plugstack preload=)");
 
   WaitRequest wait;
   if (stepid == SLURM_BATCH_SCRIPT) {
@@ -109,10 +123,11 @@ Status ServeStep(spank_t sp) {
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", waited);
   const std::string step = stepid == SLURM_BATCH_SCRIPT ? "batch" : std::to_string(stepid);
-  LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + step + " on " + id->node + ": agent ready after " +
-                      secs + " s");
+  LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + step + " on " + id->node +
+                      ": agent ready after " + secs + " s");
 
-  const std::string preload = PrependPreload(JobGetenv(sp, "LD_PRELOAD").value_or(""), s.config.preload);
+  const std::string preload =
+      PrependPreload(JobGetenv(sp, "LD_PRELOAD").value_or(""), s.config.preload);
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, "LD_PRELOAD", preload));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kMount, mount.value()));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kTable, wait.run_dir + "/" + run_dir::kTableName));
@@ -137,7 +152,8 @@ int StepdUserInit(spank_t sp, int ac, char** av) {
   PluginState& s = State();
   if (!s.enabled) return 0;
   uint32_t stepid = 0;
-  if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS && stepid == SLURM_EXTERN_CONT) return 0;
+  if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS && stepid == SLURM_EXTERN_CONT)
+    return 0;
   Status st;
   if (s.agent_step) {
     auto id = GetJobIdentity(sp);

@@ -3,18 +3,18 @@
 // Who starts the agents: the first process that lives as long as the allocation.
 //  - sbatch: the batch step (slurmstepd.cc). It exports FANSTORE_JOB_AGENTS=<job id> to the batch
 //    script, so the sruns inside it start nothing.
-//  - `srun --fanstore=...` from a login shell, and the sruns inside `salloc --fanstore=...`: here, in
-//    local_user_init, after Slurm created the allocation and the step. The agent step's srun runs under
-//    a small supervisor outside the user's srun, so that it survives that srun inside salloc; a lock
-//    file holding the supervisor's pid makes later sruns of the same job start nothing.
+//  - `srun --fanstore=...` from a login shell, and the sruns inside `salloc --fanstore=...`: here,
+//  in
+//    local_user_init, after Slurm created the allocation and the step. The agent step's srun runs
+//    under a small supervisor outside the user's srun, so that it survives that srun inside salloc;
+//    a lock file holding the supervisor's pid makes later sruns of the same job start nothing.
 // Each step then waits on every node, in user_init, for that node's agent (slurmstepd.cc).
 #include <unistd.h>
-
-#include <cstdlib>
 
 #include "spank-plugin/dataset_check.h"
 #include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
+#include "spank-plugin/options.h"
 #include "spank-plugin/plugin_state.h"
 
 namespace fanstore::spank {
@@ -63,10 +63,15 @@ int SrunLocalUserInit(spank_t sp, int ac, char** av) {
     return -1;
   }
   id.uid = ::getuid();
-  uint32_t nodes = 0;
-  if (auto n = ProcessGetenv("SLURM_JOB_NUM_NODES")) nodes = static_cast<uint32_t>(std::strtoul(n->c_str(), nullptr, 10));
+  auto count = ParseNodeCount(ProcessGetenv("SLURM_JOB_NUM_NODES"));
+  if (!count.ok()) {
+    LogError(kPhase, count.status().message());
+    return -1;
+  }
+  uint32_t nodes = count.value();
   if (nodes == 0 && spank_get_item(sp, S_JOB_NNODES, &nodes) != ESPANK_SUCCESS) nodes = 0;
-  auto step = MakeAgentStep(s.config, s.options, id.job, nodes, ProcessGetenv("SLURM_SUBMIT_DIR").value_or(""));
+  auto step = MakeAgentStep(s.config, s.options, id.job, nodes,
+                            ProcessGetenv("SLURM_SUBMIT_DIR").value_or(""));
   if (!step.ok()) {
     LogError(kPhase, step.status().message());
     return -1;
@@ -76,8 +81,9 @@ int SrunLocalUserInit(spank_t sp, int ac, char** av) {
   // the allocation goes down the same list, so they all find the same lock.
   std::string dir;
   std::string why;
-  for (const std::string& d : {LaunchDir(s.config, id), ProcessGetenv("XDG_RUNTIME_DIR").value_or("") + "/fanstore",
-                               ProcessGetenv("HOME").value_or("") + "/.fanstore"}) {
+  for (const std::string& d :
+       {LaunchDir(s.config, id), ProcessGetenv("XDG_RUNTIME_DIR").value_or("") + "/fanstore",
+        ProcessGetenv("HOME").value_or("") + "/.fanstore"}) {
     if (d[0] != '/') continue;
     Status ok = EnsureOwnDir(d);
     if (ok.ok()) {
@@ -92,17 +98,18 @@ int SrunLocalUserInit(spank_t sp, int ac, char** av) {
   }
   if (dir != LaunchDir(s.config, id)) LogInfo(kPhase, "launch files in " + dir + " (" + why + ")");
   const std::string lock = dir + "/" + std::to_string(id.job) + ".launch", log = lock + ".log";
-  auto started = SpawnSupervised(AgentStepArgv(step.value()), AgentStepEnv(ProcessEnvironment(), s.config.preload),
-                                 lock, log);
+  auto started = SpawnSupervised(AgentStepArgv(step.value()),
+                                 AgentStepEnv(ProcessEnvironment(), s.config.preload), lock, log);
   if (!started.ok()) {
     LogError(kPhase, "cannot start the FanStore agents: " + started.status().message());
     return -1;
   }
   if (started.value())
-    LogVerbose(kPhase, "started the FanStore agents of job " + std::to_string(id.job) + " on " + std::to_string(nodes) +
-                           " node(s); their output is in " + log);
+    LogVerbose(kPhase, "started the FanStore agents of job " + std::to_string(id.job) + " on " +
+                           std::to_string(nodes) + " node(s); their output is in " + log);
   else
-    LogDebug(kPhase, "the FanStore agents of job " + std::to_string(id.job) + " are already running");
+    LogDebug(kPhase,
+             "the FanStore agents of job " + std::to_string(id.job) + " are already running");
   return 0;
 }
 

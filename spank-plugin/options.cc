@@ -1,0 +1,67 @@
+// Option values and the node count (see options.h).
+#include "spank-plugin/options.h"
+
+#include "common/text.h"
+
+namespace fanstore::spank {
+namespace {
+
+std::string StripTrailingSlashes(std::string s) {
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+const char* OptionName(UserOption which) {
+  switch (which) {
+    case kOptDataset:
+      return "fanstore";
+    case kOptMount:
+      return "fanstore-mount";
+    case kOptReplicas:
+      return "fanstore-replicas";
+    case kOptStats:
+      return "fanstore-stats";
+  }
+  return "fanstore-?";
+}
+
+Status SetUserOption(UserOptions* opts, UserOption which, const std::string& value) {
+  const std::string name = OptionName(which);
+  if (value.empty()) return Status::InvalidArgument("--" + name + ": a value is required");
+  std::string* field = nullptr;
+  std::string v = value;
+  switch (which) {
+    case kOptDataset:
+      field = &opts->dataset;
+      v = StripTrailingSlashes(v);
+      break;
+    case kOptMount:
+      field = &opts->mount;
+      v = StripTrailingSlashes(v);
+      break;
+    case kOptReplicas:
+      field = &opts->replicas;
+      break;
+    case kOptStats:
+      field = &opts->stats;
+      break;
+  }
+  if (field == nullptr)
+    return Status::InvalidArgument("unknown option id " + std::to_string(which));
+  if (!field->empty() && *field != v)
+    return Status::InvalidArgument("--" + name + " given twice, as '" + *field + "' and '" + v +
+                                   "'");
+  *field = v;
+  return Status::OK();
+}
+
+Result<uint32_t> ParseNodeCount(const std::optional<std::string>& value) {
+  if (!value) return 0u;
+  if (auto n = ParseInt(*value, 1, kMaxNodes)) return static_cast<uint32_t>(*n);
+  return Status::InvalidArgument("SLURM_JOB_NUM_NODES='" + value->substr(0, 40) +
+                                 "' is not a node count");
+}
+
+}  // namespace fanstore::spank
