@@ -89,9 +89,12 @@ as_user "$F" run ds.fs --local-dir "$T/local" --mount $M -- sleep 60 >run.kill.l
 run=$!
 for _ in $(seq 200); do grep -qs '"state":"ready"' "/dev/shm/fanstore.$(id -u fsalice)".run.*/status.json && break; sleep 0.05; done
 agent=$(agent_pid)
-kill -9 "$(pgrep -u fsalice -f "fanstore run ds.fs --local-dir $T/local")" "$agent"
+runpid=$(pgrep -u fsalice -f "fanstore run ds.fs --local-dir $T/local")
+# Its command, orphaned by the kill, is ended by its pid: other tests may run sleeps as fsalice.
+for _ in $(seq 100); do sleeper=$(pgrep -P "$runpid" -x sleep) && break; sleep 0.05; done
+kill -9 "$runpid" "$agent"
 wait "$run" 2>/dev/null
-pkill -9 -u fsalice -x sleep
+[[ -n $sleeper ]] && kill -9 "$sleeper"
 left=$(left_behind | wc -l)
 check "the killed run left its directories behind ($left entries)" test "$left" -gt 0
 out=$(as_user "$F" run ds.fs --local-dir "$T/local" --mount $M -- true 2>&1)
