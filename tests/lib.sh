@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared helpers for FanStore's shell tests. Source it; set FANSTORE_BIN_DIR first or pass
 # the build directory as $1 to the test.
 set -uo pipefail
@@ -21,6 +22,8 @@ expect_fail() {
     bad "$d: exit $rc (want $rc_want), stderr: $err (want /$pat/)"
   fi
 }
+# indent PREFIX: prints its input with PREFIX before every line.
+indent() { awk -v p="$1" '{ print p $0 }'; }
 finish() {
   echo "$TEST_NAME: $((CHECKS - FAILURES))/$CHECKS checks passed"
   [[ $FAILURES -eq 0 ]]

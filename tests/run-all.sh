@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The README's second command: install everything, build from scratch, and pass every test:
-# unit, integration, real-Slurm end-to-end and the quick benchmark; then the unit tests and
-# the interceptor/agent integration tests under ASan+UBSan, the agent's unit tests (peer
-# service included) under TSan, and a fuzzing run of the format and peer-request parsers (clang
-# libFuzzer). Run as root on Debian 12. CI calls exactly this.
+# unit, integration, real-Slurm end-to-end, lint (shellcheck over every script) and the quick
+# benchmark; then the unit tests and the interceptor/agent integration tests under ASan+UBSan, the
+# agent's unit tests (peer service included) under TSan, and a fuzzing run of the format and
+# peer-request parsers (clang libFuzzer). Run as root on Debian 12. CI calls exactly this.
 #   --no-asan   skip the sanitizer pass (faster local iteration)
 set -euo pipefail
 cd "$(dirname "$0")/.."

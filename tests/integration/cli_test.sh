@@ -5,7 +5,7 @@ source "$(dirname "$0")/../lib.sh"
 F="$1/bin/fanstore"
 T=$(mktmp)
 trap 'rm -rf "$T"' EXIT
-cd "$T"
+cd "$T" || exit 1
 
 echo "== round trip"
 make_tree src 5
@@ -57,6 +57,7 @@ echo "== damaged datasets"
 fresh() { rm -rf bad.fs; cp -a ds.fs bad.fs; }
 fresh
 # The biggest shard holds big.bin (5 MiB > shard size): flip a byte in its middle.
+# shellcheck disable=SC2012  # ls -S: the largest shard; shard names are plain (shard-NNNNN.fsd).
 big=$(ls -S bad.fs/shard-*.fsd | head -1)
 printf '\x5a' | dd of="$big" bs=1 seek=1048576 conv=notrunc status=none
 expect_fail "flipped byte: names shard, file and offset" 1 "$(basename "$big").*file 'big.bin' \(frame at offset [0-9]+\)" "$F" verify bad.fs
@@ -90,7 +91,7 @@ else
 fi
 
 echo "== interrupted pack"
-mkdir big; for i in $(seq 1 40); do seq $((i * 100000)) > big/t$i.txt; done
+mkdir big; for i in $(seq 1 40); do seq $((i * 100000)) > "big/t$i.txt"; done
 "$F" pack big int.fs --level 19 --threads 1 -q & pid=$!
 sleep 0.5; kill -INT $pid; wait $pid; rc=$?
 check "SIGINT stops the pack with an error" test $rc -ne 0

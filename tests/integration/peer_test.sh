@@ -22,11 +22,11 @@ cleanup() {
   sleep 0.5; rm -rf "$T" "$RD0".*
 }
 trap cleanup EXIT
-cd "$T"
+cd "$T" || exit 1
 
 mkdir -p src/many/x src/many/y
-for i in $(seq 1 120); do head -c $((16000 + i * 37)) /dev/urandom > src/many/x/f$i.bin; done
-for i in $(seq 1 80); do seq $((i * 300)) > src/many/y/t$i.txt; done
+for i in $(seq 1 120); do head -c $((16000 + i * 37)) /dev/urandom > "src/many/x/f$i.bin"; done
+for i in $(seq 1 80); do seq $((i * 300)) > "src/many/y/t$i.txt"; done
 # Two files larger than the cache (100 KiB) and than one transfer piece (1 MiB): pack puts them
 # in the first two shards, one per agent, so each agent fetches one of them from the other (into
 # a memfd, streamed) and, once the peer is dead, from the dataset (a streamed zstd frame).
@@ -35,7 +35,8 @@ seq 1 400000 > src/big.txt
 "$F" pack src ds.fs -q --shard-size 256K
 chmod -R a+rX "$T"
 mkdir local && chown fsalice local
-check "dataset has many shards" test "$(ls ds.fs/shard-*.fsd | wc -l)" -ge 8
+shard_files=(ds.fs/shard-*.fsd)
+check "dataset has many shards" test "${#shard_files[@]}" -ge 8
 
 # --enable-recovery: mpirun must not take agent 0 down when the test kills agent 1.
 # Lazy unpack with the background pass held back: the holders unpack what they serve to the
@@ -84,8 +85,8 @@ check "agent 1 unpacked the files it served on first request ($(field "$s1" "['u
   test "$(field "$s1" "['unpack']['on_demand']")" -gt 0 -a "$(field "$s1" "['unpack']['mode']")" = lazy
 # Files of rank 1's shards: what agent 0 must fetch.
 rank1_files() {
-  for s in $(field "$(cat $RD.1/status.json)" "['shards']" | tr -d '[],'); do
-    "$F" ls -w ds.fs | awk -v f=$(printf 'shard-%05d.fsd' $s) '$2 == f'
+  for s in $(field "$(cat "$RD.1/status.json")" "['shards']" | tr -d '[],'); do
+    "$F" ls -w ds.fs | awk -v f="$(printf 'shard-%05d.fsd' "$s")" '$2 == f'
   done | sort
 }
 remote_file=$(rank1_files | awk '{print $1}' | tail -1)
@@ -103,7 +104,7 @@ echo "== another user gets nothing"
 ep=$(field "$(cat $RD.1/status.json)" "['endpoint']")
 cp "$HERE/../peer_probe.py" attack.py
 out=$(runuser -u fsbob -- $PY attack.py "$ep" 1 2>&1)
-echo "$out" | sed 's/^/  fsbob: /'
+indent '  fsbob: ' <<<"$out"
 check "the agent listens on one address, not every interface ($ep)" bash -c "[[ '${ep%:*}' != 0.0.0.0 ]] && ! ss -Htln | grep -q '0.0.0.0:${ep##*:} '"
 check "fsbob cannot decode the agent's proof (its credential is for the job's uid only)" grep -q "decode the server's proof: exit [1-9]" <<<"$out"
 check "fsbob's valid MUNGE credential is refused (EACCES) and nothing follows" grep -q "own credential: status 13 bytes after 0" <<<"$out"
@@ -131,7 +132,7 @@ echo "== a dead peer"
 agent1=$(field "$(cat $RD.1/status.json)" "['pid']")
 # The first file of rank 1's shards: corrupt its frame on the "parallel file system".
 victim=$(rank1_files | grep '^many/x/' | head -1)
-read -r vpath vshard voff vlen vcodec <<<"$victim"
+read -r vpath vshard voff vlen _ <<<"$victim"
 kill -9 "$agent1"
 sleep 0.3
 check "with the peer dead, every other file still reads correctly (from the dataset)" \

@@ -9,7 +9,7 @@ PY=/usr/bin/python3
 T=$(mktmp)
 cleanup() { mountpoint -q "$T/ro" 2>/dev/null && umount "$T/ro"; mountpoint -q "$T/full" 2>/dev/null && umount "$T/full"; rm -rf "$T"; }
 trap cleanup EXIT
-cd "$T"
+cd "$T" || exit 1
 M=/fanstore/servetest
 # In a sanitizer build, `fanstore run` and its children get the ASan runtime preloaded.
 ASAN_RT=$(asan_runtime "$B/lib/libfanstore_preload.so")
@@ -47,6 +47,7 @@ check "cat of a file" diff <(cat src/a/b/numbers.txt) <(run cat $M/a/b/numbers.t
 check "cat of the empty file" test -z "$(run cat $M/a/empty.txt)"
 check "cat through a symlink" diff <(cat src/a/b/numbers.txt) <(run cat $M/a/link-to-numbers)
 # ls -laR: identical except the mount root's parent entry ("..") and the header paths.
+# shellcheck disable=SC2010  # the listing itself is what the test compares.
 lsR() { (cd "$1" && ls -laR --time-style=+%s . | grep -v ' \.\.$'); }
 check "ls -laR matches" diff <(lsR src) <(run bash -c "$(declare -f lsR); lsR $M")
 check "find -type f matches" diff <(cd src && find . -type f | sort) <(run bash -c "cd $M && find . -type f | sort")
@@ -223,6 +224,7 @@ check "SIGTERM during stage-in: nothing left behind" bash -c "! ls -d $T/sigl $S
 
 echo "== faults"
 cp -a ds.fs bad.fs
+# shellcheck disable=SC2012  # ls -S: the largest shard; shard names are plain (shard-NNNNN.fsd).
 big=$(ls -S bad.fs/shard-*.fsd | head -1)
 printf '\x5a' | dd of="$big" bs=1 seek=2000000 conv=notrunc status=none
 err=$("$F" run bad.fs -- touch started 2>&1); rc=$?
@@ -260,7 +262,7 @@ json.dump(m, open("under.fs/manifest.json", "w"))
 print(room // 1024 + 64)
 PY
 )
-  mount -t tmpfs -o size=${size_k}k tmpfs full
+  mount -t tmpfs -o "size=${size_k}k" tmpfs full
   out=$("$F" run under.fs --unpack lazy --local-dir full --mount $M -- bash -c \
     "cd $M && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum" 2>under.err); rc=$?
   check "lazy does not fit after all: falls back to eager with a warning" \
@@ -298,6 +300,7 @@ if len(sys.argv) > 4:  # the dataset goes away as well
     attempt("dataset gone", "a/hello.txt")
     os.rename(sys.argv[4] + ".gone", sys.argv[4])
 PY
+# shellcheck disable=SC2016  # expanded by the job's bash, not here.
 kill_agent='agent=$(sed "s/.*\"pid\":\([0-9]*\).*/\1/" $(dirname $FANSTORE_TABLE)/status.json); exec '$PY' killagent.py '$M' $agent'
 out=$("$F" run ds.fs --mount $M -- bash -c "$kill_agent src" 2>&1)
 check "agent killed: already-open descriptors keep working" grep -q "open fd still reads: True" <<<"$out"

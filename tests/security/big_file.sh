@@ -10,7 +10,7 @@ F="$(cd "$1" && pwd)/bin/fanstore"
 LIMIT_KB=$((64 * 1024))
 T=$(mktmp)
 trap 'rm -rf "$T"' EXIT
-cd "$T"
+cd "$T" || exit 1
 mkdir -p src/d
 truncate -s 1G src/d/big.bin                   # sparse: quick to make, compresses to nothing
 printf 'tail' | dd of=src/d/big.bin bs=1 seek=$((1024 * 1024 * 1024 - 4)) conv=notrunc status=none
@@ -47,14 +47,17 @@ for p in /proc/[0-9]*; do
 done
 true
 SH
+# shellcheck disable=SC2016  # the single-quoted script expands its own arguments.
 rss stage "$F" run ds.fs --mount /fanstore/bigfile --local-dir "$T/local" --unpack eager -- \
   bash -c 'cmp /fanstore/bigfile/d/big.bin "$1" && cmp /fanstore/bigfile/rand.bin "$2" && bash "$3" "$4" > "$5"' \
   sh "$T/src/d/big.bin" "$T/src/rand.bin" "$T/agent_peak.sh" "$T/local" "$T/agent.kb"
 kb=$(head -1 agent.kb)
 if [[ -n $kb && $kb -le $LIMIT_KB ]]; then ok "stage: the agent's peak RSS $((kb / 1024)) MiB"
 else bad "stage: the agent's peak RSS '${kb}' KiB (want <= 64 MiB)"; fi
+# shellcheck disable=SC2016  # the inner bash runs the ls.
 check "the staged copy is removed" bash -c '[ -z "$(ls -A local)" ]'
 # Lazy: the shard copies are unpacked in the background after ready, large files as streams.
+# shellcheck disable=SC2016  # the single-quoted script expands its own arguments.
 rss stage-lazy "$F" run ds.fs --mount /fanstore/bigfile --local-dir "$T/local" --unpack lazy -- \
   bash -c 'for i in $(seq 600); do grep -q "\"unpacked\":true" "$(dirname "$FANSTORE_TABLE")/status.json" && break; sleep 0.1; done
     grep -q "\"unpacked\":true" "$(dirname "$FANSTORE_TABLE")/status.json" && cmp /fanstore/bigfile/d/big.bin "$1" && bash "$2" "$3" > "$4"' \

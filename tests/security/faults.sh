@@ -24,7 +24,7 @@ cleanup() {
   rm -rf "$T" /dev/shm/fanstore-faults.*
 }
 trap cleanup EXIT
-cd "$T"
+cd "$T" || exit 1
 mkdir -p src/d
 for i in $(seq 1 300); do head -c $((3000 + i * 11)) /dev/urandom >"src/d/f$i.bin"; done
 "$F" pack src ds.fs -q --shard-size 256K
@@ -87,11 +87,14 @@ done
 echo "== fanstore run and its agent killed with SIGKILL while serving (F15)"
 as_user "$F" run ds.fs --local-dir "$T/local" --mount $M -- sleep 60 >run.kill.log 2>&1 &
 run=$!
-for _ in $(seq 200); do grep -qs '"state":"ready"' /dev/shm/fanstore.$(id -u fsalice).run.*/status.json && break; sleep 0.05; done
+for _ in $(seq 200); do grep -qs '"state":"ready"' "/dev/shm/fanstore.$(id -u fsalice)".run.*/status.json && break; sleep 0.05; done
 agent=$(agent_pid)
-kill -9 "$(pgrep -u fsalice -f "fanstore run ds.fs --local-dir $T/local")" "$agent"
+runpid=$(pgrep -u fsalice -f "fanstore run ds.fs --local-dir $T/local")
+# Its command, orphaned by the kill, is ended by its pid: other tests may run sleeps as fsalice.
+for _ in $(seq 100); do sleeper=$(pgrep -P "$runpid" -x sleep) && break; sleep 0.05; done
+kill -9 "$runpid" "$agent"
 wait "$run" 2>/dev/null
-pkill -9 -u fsalice -x sleep
+[[ -n $sleeper ]] && kill -9 "$sleeper"
 left=$(left_behind | wc -l)
 check "the killed run left its directories behind ($left entries)" test "$left" -gt 0
 out=$(as_user "$F" run ds.fs --local-dir "$T/local" --mount $M -- true 2>&1)
@@ -113,7 +116,8 @@ check "non-UTF-8 name: nothing left behind" test -z "$(left_behind)"
 
 echo "== a truncated shard"
 cp -a ds.fs trunc.fs
-victim=$(ls trunc.fs/shard-*.fsd | sed -n 2p)
+shard_files=(trunc.fs/shard-*.fsd)
+victim=${shard_files[1]}
 truncate -s $(($(stat -c %s "$victim") - 100)) "$victim"
 chmod -R a+rX trunc.fs
 rm -f started

@@ -10,7 +10,7 @@ source "$HERE/../lib.sh"
 F="$(cd "$1" && pwd)/bin/fanstore"
 T=$(mktmp)
 trap 'rm -rf "$T"' EXIT
-cd "$T"
+cd "$T" || exit 1
 
 # no_crash NAME COMMAND...: exit 0 or 1 (never a signal), a message when 1, peak RSS <= 64 MiB.
 no_crash() {

@@ -97,7 +97,7 @@ pid_is() {
   [[ "${exe% (deleted)}" == "$(readlink -f "$2")" ]]
 }
 
-read_pidfile() { [[ -s "$1" ]] && tr -dc '0-9' <"$1" || true; }
+read_pidfile() { if [[ -s $1 ]]; then tr -dc '0-9' <"$1" || true; fi; }
 
 # wait_gone TIMEOUT PID...  -> 0 if all gone (or zombies)
 wait_gone() {
@@ -122,7 +122,7 @@ terminate() {
   kill -TERM "${pids[@]}" 2>/dev/null || true
   if ! wait_gone 15 "${pids[@]}"; then
     warn "$name did not exit after SIGTERM; sending SIGKILL"
-    for p in "${pids[@]}"; do alive "$p" && kill -KILL "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do if alive "$p"; then kill -KILL "$p" 2>/dev/null || true; fi; done
     wait_gone 10 "${pids[@]}" || warn "$name (pid ${pids[*]}) still alive after SIGKILL"
   fi
 }
@@ -343,6 +343,7 @@ unmount_under_base() {
   local m
   [[ -d "$BASE" ]] || return 0
   # deepest first
+  # shellcheck disable=SC2016  # the sed's $ is a regex character of $BASE to escape, not an expansion.
   for m in $(findmnt -rn -o TARGET 2>/dev/null | grep -E "^$(printf '%s' "$BASE" | sed 's/[.[\*^$()+?{|]/\\&/g')(/|\$)" | sort -r || true); do
     log "unmounting $m"
     umount "$m" 2>/dev/null || umount -l "$m" || warn "could not unmount $m"
@@ -370,6 +371,7 @@ start_slurmd() {
   for ((i = 1; i <= NODES; i++)); do
     n=node$i
     if [[ $MODE == netns ]]; then
+      # shellcheck disable=SC2016  # $1..$3 are the inner sh's arguments.
       nsenter --net="/run/netns/$NODE_NS_PREFIX$n" \
         unshare --uts --mount --propagation private \
         sh -c 'hostname "$1" && mount --bind "$2" "$3" && exec /usr/sbin/slurmd -N "$1"' \
@@ -439,7 +441,7 @@ write_env() {
 cmd_start() {
   need_root start
   [[ $MODE == ports || $MODE == netns ]] || die "--mode must be ports or netns"
-  [[ $NODES =~ ^[0-9]+$ ]] && ((NODES >= 1)) || die "--nodes must be a positive number"
+  { [[ $NODES =~ ^[0-9]+$ ]] && ((NODES >= 1)); } || die "--nodes must be a positive number"
   if [[ $MODE == netns ]] && ((NODES > 250)); then die "too many nodes"; fi
   if [[ -n "$PLUGIN" ]]; then
     [[ -f "$PLUGIN" ]] || die "plugin $PLUGIN does not exist"
@@ -493,7 +495,7 @@ cmd_stop() {
         [[ -z "$jobs" ]] && break
         sleep 0.3
       done
-      [[ -z "$jobs" ]] || warn "jobs still listed after scancel: $(echo $jobs)"
+      [[ -z "$jobs" ]] || warn "jobs still listed after scancel: ${jobs//$'\n'/ }"
     fi
   fi
 

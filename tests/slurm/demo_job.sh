@@ -11,8 +11,8 @@ BUILD=$(realpath "$1")
 DS=$(realpath "$2")
 BASE=$(realpath -m "${FANSTORE_SLURM_BASE:-/var/tmp/fanstore-slurm}")
 
-"$HERE/e2e.sh" "$BUILD" start-ports | grep -v '^slurm_'
-trap '"$HERE/e2e.sh" "$BUILD" stop >/dev/null 2>&1 || true' EXIT
+"$HERE/e2e/start.sh" "$BUILD" ports | grep -v '^slurm_'
+trap '"$HERE/e2e/stop.sh" "$BUILD" >/dev/null 2>&1 || true' EXIT
 
 jd=$BASE/jobs/demo
 mkdir -p "$jd"

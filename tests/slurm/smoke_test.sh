@@ -95,9 +95,9 @@ EOF
   ((nh == n)) || fail "expected $n hostname lines, got $nh"
   if [[ $mode == netns ]]; then
     [[ $(sort -u <<<"$hosts" | tr '\n' ' ') == "$(for ((i = 1; i <= n; i++)); do echo "node$i"; done | sort | tr '\n' ' ')" ]] \
-      || fail "expected distinct hostnames node1..node$n, got: $(echo $hosts)"
+      || fail "expected distinct hostnames node1..node$n, got: ${hosts//$'\n'/ }"
   else
-    [[ $(sort -u <<<"$hosts") == "$(hostname)" ]] || fail "expected hostname $(hostname) on every node, got: $(echo $hosts)"
+    [[ $(sort -u <<<"$hosts") == "$(hostname)" ]] || fail "expected hostname $(hostname) on every node, got: ${hosts//$'\n'/ }"
   fi
   grep -qx 'SLURMD_NODENAME=node1' "$out" || fail "batch step not on node1 (SLURMD_NODENAME)"
   # node-local directory: each node sees its own .node-name
@@ -105,7 +105,7 @@ EOF
   for ((i = 1; i <= n; i++)); do
     grep -qx "LOCAL node$i node$i" "$out" || fail "node$i does not see its own node-local directory"
   done
-  [[ $(grep -c '^PMIX_RANK=' "$out") == 2 ]] && grep -qx 'PMIX_RANK=0' "$out" && grep -qx 'PMIX_RANK=1' "$out" \
+  { [[ $(grep -c '^PMIX_RANK=' "$out") == 2 ]] && grep -qx 'PMIX_RANK=0' "$out" && grep -qx 'PMIX_RANK=1' "$out"; } \
     || fail "PMIx check: expected PMIX_RANK=0 and PMIX_RANK=1"
   say "$mode mode OK"
 }
