@@ -1,0 +1,299 @@
+// The peer client: authenticated sessions to the other agents, pooled per rank, with fetches of
+// files and whole shards.
+#include "agent/peer.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "agent/peer_wire.h"
+#include "common/log.h"
+#include "common/unique_fd.h"
+#include "agent/peer_io.h"
+
+namespace fanstore::agent {
+
+using peer_io::Clock;
+using peer_io::Rank;
+using peer_io::RecvAll;
+using peer_io::RecvBuffer;
+using peer_io::SendIov;
+using peer_io::SetBlockingWithTimeouts;
+using peer_io::SocketEndpoint;
+using peer_io::kConnectTimeoutMs;
+using peer_io::kDownFor;
+using peer_io::kFilePiece;
+using peer_io::kShardPiece;
+using wire::Header;
+
+struct PeerClient::Session {
+  UniqueFD fd;
+  wire::Mac tx, rx;
+};
+
+PeerClient::PeerClient() = default;
+PeerClient::~PeerClient() = default;
+
+bool PeerClient::IsDown(uint32_t rank) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = down_until_.find(rank);
+  return it != down_until_.end() && Clock::now() < it->second;
+}
+
+void PeerClient::MarkDown(uint32_t rank) {
+  std::lock_guard<std::mutex> l(mu_);
+  down_until_[rank] = Clock::now() + kDownFor;
+  idle_[rank].clear();
+}
+
+void PeerClient::Release(uint32_t rank, std::unique_ptr<Session> s) {
+  std::lock_guard<std::mutex> l(mu_);
+  idle_[rank].push_back(std::move(s));
+}
+
+Status PeerClient::Handshake(Session* s, uint32_t rank) {
+  const int fd = s->fd.get();
+  const std::string who = Rank(rank);
+  wire::Binding want;
+  want.role = 'S';
+  want.job = me_.job;
+  want.server_rank = rank;
+  want.client_rank = me_.rank;
+  want.server_ep = SocketEndpoint(fd, true);
+  want.client_ep = SocketEndpoint(fd, false);
+  wire::Random(want.nonce_c.data(), want.nonce_c.size());
+  Header hello{wire::kMagic, wire::kHello, me_.rank, rank, wire::kNonceLen};
+  struct iovec iov[2] = {{&hello, sizeof hello}, {want.nonce_c.data(), wire::kNonceLen}};
+  Header rp;
+  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic ||
+      rp.op != wire::kHello)
+    return Status::IOError(who + ": no answer to the handshake");
+  if (rp.a != 0)
+    return Status::Permission(who +
+                              " refused the handshake: " + std::strerror(static_cast<int>(rp.a)));
+  if (rp.len <= wire::kNonceLen || rp.len > wire::kNonceLen + wire::kMaxCred)
+    return Status::Permission(who + ": handshake reply of " + std::to_string(rp.len) + " bytes");
+  std::string reply(static_cast<size_t>(rp.len), '\0');
+  if (!RecvAll(fd, reply.data(), reply.size()))
+    return Status::IOError(who + ": handshake cut short");
+  std::memcpy(want.nonce_s.data(), reply.data(), wire::kNonceLen);
+  // The server proves itself first: a credential of the job's uid, bound to our nonce, to
+  // this connection's endpoints and to the rank we dialled. Only then do we send ours.
+  auto d = MungeVerify(reply.substr(wire::kNonceLen));
+  if (!d.ok()) return d.status().Prefixed(who + " did not prove itself");
+  if (d->uid != ::getuid())
+    return Status::Permission(who + " did not prove itself: a credential of uid " +
+                              std::to_string(d->uid) + ", not the job's");
+  auto got = wire::DecodeBinding(d->payload);
+  if (!got.ok()) return got.status().Prefixed(who + " did not prove itself");
+  FS_RETURN_IF_ERROR(wire::CheckBinding(want, *got).Prefixed(who + " did not prove itself"));
+  wire::Binding mine = want;
+  mine.role = 'C';
+  wire::Random(mine.key_share.data(), mine.key_share.size());
+  auto cred = MungeCredential(wire::EncodeBinding(mine));
+  if (!cred.ok()) return cred.status();
+  const wire::Key key =
+      wire::SessionKey(got->key_share, mine.key_share, want.nonce_c, want.nonce_s);
+  s->tx = wire::Mac(key, false);
+  s->rx = wire::Mac(key, true);
+  Header auth{wire::kMagic, wire::kAuth, me_.rank, rank, cred->size()};
+  struct iovec a_iov[2] = {{&auth, sizeof auth}, {cred->data(), cred->size()}};
+  wire::Tag tag;
+  if (!SendIov(fd, a_iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic ||
+      rp.op != wire::kAuth)
+    return Status::IOError(who + ": authentication failed");
+  if (rp.a != 0) return Status::Permission(who + " refused our credential");
+  s->rx.Begin(rp);
+  if (rp.len != 0 || !RecvAll(fd, tag.data(), tag.size()) || !s->rx.Verify(tag))
+    return Status::Permission(who + ": the session's first message failed its tag");
+  return Status::OK();
+}
+
+Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& v = idle_[rank];
+    if (!v.empty()) {
+      auto s = std::move(v.back());
+      v.pop_back();
+      return s;
+    }
+  }
+  if (rank >= endpoints_.size() || endpoints_[rank].empty())
+    return Status::NotFound("no endpoint for rank " + std::to_string(rank));
+  const std::string& ep = endpoints_[rank];
+  const size_t colon = ep.rfind(':');
+  struct sockaddr_in sa = {};
+  sa.sin_family = AF_INET;
+  char* end = nullptr;
+  const long port = colon == std::string::npos ? 0 : std::strtol(ep.c_str() + colon + 1, &end, 10);
+  if (port <= 0 || port > 65535 || *end ||
+      ::inet_pton(AF_INET, ep.substr(0, colon).c_str(), &sa.sin_addr) != 1)
+    return Status::InvalidArgument(Rank(rank) + ": bad endpoint '" + ep + "'");
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  auto s = std::make_unique<Session>();
+  s->fd.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!s->fd.valid()) return Status::FromErrno("socket", errno);
+  int rc = ::connect(s->fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  if (rc != 0 && errno == EINPROGRESS) {
+    struct pollfd p = {s->fd.get(), POLLOUT, 0};
+    rc = ::poll(&p, 1, kConnectTimeoutMs) == 1 ? 0 : -1;
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (rc == 0) ::getsockopt(s->fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (rc != 0 || err != 0)
+      return Status::IOError("connect " + ep + ": " + (rc ? "timed out" : std::strerror(err)));
+  } else if (rc != 0) {
+    return Status::FromErrno("connect " + ep, errno);
+  }
+  SetBlockingWithTimeouts(s->fd.get());
+  FS_RETURN_IF_ERROR(Handshake(s.get(), rank));
+  return s;
+}
+
+Result<std::unique_ptr<PeerClient::Session>> PeerClient::Connect(uint32_t rank) {
+  if (IsDown(rank)) return Status::IOError(Rank(rank) + " is marked down");
+  auto s = Dial(rank);
+  if (!s.ok()) {
+    if (s.status().code() == Status::Code::kPermission)
+      LOG_WARN("%s", s.status().ToString().c_str());
+    MarkDown(rank);
+  }
+  return s;
+}
+
+Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
+                         const std::function<Status(std::string_view)>& sink) {
+  auto c = Connect(rank);
+  if (!c.ok()) return c.status();
+  std::unique_ptr<Session> s = std::move(c).value();
+  const int fd = s->fd.get();
+  const std::string who = Rank(rank);
+  Header rq{wire::kMagic, wire::kGet, shard, entry, 0};
+  s->tx.Begin(rq);
+  wire::Tag tag = s->tx.Finish();
+  struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
+  Header rp;
+  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic ||
+      rp.op != wire::kGet || rp.b != entry) {
+    MarkDown(rank);
+    return Status::IOError(who + ": connection lost");
+  }
+  s->rx.Begin(rp);
+  if (rp.a != 0) {
+    if (rp.len != 0 || !RecvAll(fd, tag.data(), tag.size()) || !s->rx.Verify(tag)) {
+      MarkDown(rank);
+      return Status::Corruption(who + ": a reply failed its authentication tag");
+    }
+    Release(rank, std::move(s));
+    return Status::FromErrno(who, static_cast<int>(rp.a));
+  }
+  if (rp.len != size) {
+    MarkDown(rank);
+    return Status::Corruption(who + " sent " + std::to_string(rp.len) + " bytes, expected " +
+                              std::to_string(size));
+  }
+  // In pieces, so that a large file never sits in memory whole. The last piece goes to the
+  // sink only once the tag has been checked: a file is never complete before it is proven.
+  const size_t cap = static_cast<size_t>(std::min<uint64_t>(size, kFilePiece));
+  std::unique_ptr<char[]> buf(new char[cap + wire::kTagLen]);  // not zero-filled
+  for (uint64_t left = size;;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, cap));
+    const bool last = n == left;
+    if (!RecvAll(fd, buf.get(), n + (last ? wire::kTagLen : 0))) {
+      MarkDown(rank);
+      return Status::IOError(who + ": connection lost mid-transfer");
+    }
+    s->rx.Update(buf.get(), n);
+    if (last) {
+      std::memcpy(tag.data(), buf.get() + n, tag.size());
+      if (!s->rx.Verify(tag)) {
+        MarkDown(rank);
+        return Status::Corruption(who + ": a reply failed its authentication tag");
+      }
+    }
+    if (n) {
+      Status st = sink(std::string_view(buf.get(), n));
+      if (!st.ok()) return st;  // the rest of the reply is unread: the connection is dropped
+    }
+    left -= n;
+    if (last) break;
+  }
+  Release(rank, std::move(s));
+  return Status::OK();
+}
+
+Status PeerClient::FetchShard(uint32_t rank, uint32_t shard,
+                              const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
+                              const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn) {
+  auto c = Connect(rank);
+  if (!c.ok()) return c.status();
+  std::unique_ptr<Session> s = std::move(c).value();
+  const std::string who = Rank(rank);
+  Header rq{wire::kMagic, wire::kGetShard, shard, 0, 0};
+  s->tx.Begin(rq);
+  wire::Tag tag = s->tx.Finish();
+  struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
+  if (!SendIov(s->fd.get(), iov, 2)) {
+    MarkDown(rank);
+    return Status::IOError(who + ": connection lost");
+  }
+  auto fail = [&](Status st) {
+    MarkDown(rank);
+    return st;
+  };
+  // Headers and files are taken from one large buffer, refilled with whatever the socket has:
+  // a few receives per megabyte instead of two or three per file.
+  RecvBuffer in(s->fd.get());
+  while (true) {
+    Header rp;
+    const char* hdr = in.Take(sizeof rp);
+    if (hdr) std::memcpy(&rp, hdr, sizeof rp);
+    if (!hdr || rp.magic != wire::kMagic || rp.op != wire::kGetShard)
+      return fail(Status::IOError(who + ": connection lost during a shard transfer"));
+    s->rx.Begin(rp);
+    if (rp.b == wire::kEndOfShard) {
+      const char* t = rp.len == 0 ? in.Take(wire::kTagLen) : nullptr;
+      if (t) std::memcpy(tag.data(), t, tag.size());
+      if (!t || !s->rx.Verify(tag))
+        return fail(Status::Corruption(who + ": a reply failed its authentication tag"));
+      // Nothing may follow the end marker; a stray byte means a confused peer.
+      if (in.buffered() == 0) Release(rank, std::move(s));
+      return rp.a == 0 ? Status::OK()
+                       : Status::FromErrno(who + ": shard " + std::to_string(shard),
+                                           static_cast<int>(rp.a));
+    }
+    const std::optional<uint64_t> expect = size_of(rp.b);
+    if (rp.a != 0 || !expect || rp.len != *expect)
+      return fail(Status::Corruption(who + " sent a file that is not in the shard"));
+    // In pieces of at most 4 MiB, so that a large file never sits in memory whole; the last
+    // piece is taken with the tag and handed on only once the tag is checked.
+    uint64_t off = 0;
+    do {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(rp.len - off, kShardPiece));
+      const bool last = off + n == rp.len;
+      const char* data = in.Take(n + (last ? wire::kTagLen : 0));
+      if (!data) return fail(Status::IOError(who + ": connection lost mid-transfer"));
+      s->rx.Update(data, n);
+      if (last) {
+        std::memcpy(tag.data(), data + n, tag.size());
+        if (!s->rx.Verify(tag))
+          return fail(Status::Corruption(who + ": a reply failed its authentication tag"));
+      }
+      if (!fn(rp.b, off, std::string_view(data, n)))
+        return Status::Aborted("shard transfer stopped");  // connection dropped
+      off += n;
+    } while (off < rp.len);
+  }
+}
+
+}  // namespace fanstore::agent
