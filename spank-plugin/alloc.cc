@@ -11,7 +11,7 @@ int AllocInit(spank_t sp, int ac, char** av) {
   return RegisterOptions(sp, "submit");
 }
 
-int AllocPostOpt(spank_t sp, int ac, char** av) {
+int AllocPostOpt(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   s.enabled = !s.options.dataset.empty();
   if (!s.enabled) return 0;

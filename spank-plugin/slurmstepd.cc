@@ -141,14 +141,14 @@ int StepdInit(spank_t sp, int ac, char** av) {
   return RegisterOptions(sp, "init");
 }
 
-int StepdPostOpt(spank_t sp, int ac, char** av) {
+int StepdPostOpt(spank_t sp, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   s.agent_step = JobGetenv(sp, kEnvAgentStep).value_or("") == "1";
   s.enabled = s.agent_step || !s.options.dataset.empty();
   return 0;
 }
 
-int StepdUserInit(spank_t sp, int ac, char** av) {
+int StepdUserInit(spank_t sp, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   if (!s.enabled) return 0;
   uint32_t stepid = 0;
@@ -168,7 +168,7 @@ int StepdUserInit(spank_t sp, int ac, char** av) {
   return 0;
 }
 
-int StepdTaskInitPrivileged(spank_t sp, int ac, char** av) {
+int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   if (!s.enabled) return 0;
   if (s.deferred_error.empty()) return 0;

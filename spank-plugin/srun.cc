@@ -36,7 +36,7 @@ int SrunInit(spank_t sp, int ac, char** av) {
   return RegisterOptions(sp, kPhase);
 }
 
-int SrunPostOpt(spank_t sp, int ac, char** av) {
+int SrunPostOpt(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   // The agent step's own srun must not start agents again.
   s.enabled = !s.options.dataset.empty() && ProcessGetenv(kEnvAgentStep).value_or("") != "1";
@@ -51,7 +51,7 @@ int SrunPostOpt(spank_t sp, int ac, char** av) {
   return 0;
 }
 
-int SrunLocalUserInit(spank_t sp, int ac, char** av) {
+int SrunLocalUserInit(spank_t sp, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   if (!s.enabled) return 0;
   if (AgentsRunByBatchStep()) return 0;
