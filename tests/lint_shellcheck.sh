@@ -14,15 +14,8 @@ if ! command -v shellcheck >/dev/null; then
   exit 1
 fi
 
-# Every file of the tree, NUL-separated: from git when it is a checkout, else (a source tarball)
-# everything outside .git and build directories.
-list_files() {
-  if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-    git -C "$root" ls-files -z --cached --others --exclude-standard
-  else
-    (cd "$root" && find . \( -name .git -o -name 'build*' \) -prune -o -type f -printf '%P\0')
-  fi
-}
+# shellcheck source=tests/lint_lib.sh
+source "$root/tests/lint_lib.sh"
 
 scripts=()
 while IFS= read -r -d '' f; do
@@ -32,7 +25,7 @@ while IFS= read -r -d '' f; do
     *) head -n1 "$root/$f" 2>/dev/null | grep -qE '^#! *(/usr)?/bin/(env +)?(ba|da|k)?sh|^#!.*\bbats\b' &&
       scripts+=("$f") ;;
   esac
-done < <(list_files)
+done < <(list_files "$root")
 
 if ((${#scripts[@]} == 0)); then
   echo "lint_shellcheck: FAIL: found no shell script under $root" >&2
