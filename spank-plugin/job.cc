@@ -1,8 +1,6 @@
 // Pure functions of the job lifecycle (see job.h).
 #include "spank-plugin/job.h"
 
-#include <nlohmann/json.hpp>
-
 #include "common/env.h"
 
 namespace fanstore::spank {
@@ -238,29 +236,6 @@ std::string RemovePreload(const std::string& current, const std::string& preload
   for (auto& p : SplitPreload(current))
     if (p != preload) parts.push_back(p);
   return JoinPreload(parts);
-}
-
-Result<AgentStatus> ParseAgentStatus(const std::string& text) {
-  using nlohmann::json;
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::Corruption("status.json is not a JSON object");
-  const auto state = j.find("state");
-  if (state == j.end() || !state->is_string()) return Status::Corruption("status.json has no \"state\" string");
-  AgentStatus st;
-  const auto error = j.find("error");
-  if (error != j.end() && error->is_string()) st.error = error->get<std::string>();
-  const std::string s = state->get<std::string>();
-  if (s == "staging") {
-    st.state = AgentState::kStaging;
-  } else if (s == "ready") {
-    st.state = AgentState::kReady;
-  } else if (s == "failed") {
-    st.state = AgentState::kFailed;
-    if (st.error.empty()) st.error = "the agent failed without a message";
-  } else {
-    return Status::Corruption("status.json has an unknown state \"" + s.substr(0, 40) + "\"");
-  }
-  return st;
 }
 
 }  // namespace fanstore::spank

@@ -246,23 +246,5 @@ TEST(JobTest, PreloadEditing) {
   EXPECT_EQ(RemovePreload("/a.so::/l.so /b.so", "/l.so"), "/a.so:/b.so");
 }
 
-TEST(JobTest, AgentStatus) {
-  auto s = ParseAgentStatus(R"({"state":"staging"})");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->state, AgentState::kStaging);
-  s = ParseAgentStatus(R"({"state":"ready","error":""})");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->state, AgentState::kReady);
-  s = ParseAgentStatus(R"({"state":"failed","error":"shard-00003.fsd: hash mismatch"})");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->state, AgentState::kFailed);
-  EXPECT_EQ(s->error, "shard-00003.fsd: hash mismatch");
-  s = ParseAgentStatus(R"({"state":"failed"})");
-  ASSERT_TRUE(s.ok());
-  EXPECT_FALSE(s->error.empty());
-  for (const char* bad : {"", "{", "[]", R"({"state":1})", R"({"error":"x"})", R"({"state":"dancing"})"})
-    EXPECT_FALSE(ParseAgentStatus(bad).ok()) << bad;
-}
-
 }  // namespace
 }  // namespace fanstore::spank
