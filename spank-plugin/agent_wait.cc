@@ -16,8 +16,7 @@ namespace {
 constexpr int kPollMs = 50;
 // squeue: often at first (a cancellation should end the wait quickly), rarely on a long stage-in.
 constexpr double kSqueueFastSeconds = 2, kSqueueSlowSeconds = 10, kSqueueFastPhaseSeconds = 60;
-constexpr double kAgentStepGraceSeconds =
-    30;  // the agent step may not exist yet right after launch
+constexpr double kAgentStepGraceSeconds = 30;  // the agent step may not exist yet right after launch
 
 double Now() {
   struct timespec ts;
@@ -45,9 +44,8 @@ Observation Observe(const WaitRequest& req) {
   if (::lstat(req.run_dir.c_str(), &st) != 0) return o;
   o.present = true;
   if (!S_ISDIR(st.st_mode) || st.st_uid != req.uid || (st.st_mode & 077) != 0) {
-    o.problem =
-        Status::Permission("the agent's run directory " + req.run_dir +
-                           " is not a private directory of the job user; refusing to use it");
+    o.problem = Status::Permission("the agent's run directory " + req.run_dir +
+                                   " is not a private directory of the job user; refusing to use it");
     return o;
   }
   auto status = run_dir::ReadStatus(req.run_dir);
@@ -63,8 +61,8 @@ Status FromObservation(const WaitRequest& req, const Observation& o, bool* done)
   if (o.have_status && o.status.state == run_dir::AgentState::kReady) return Status::OK();
   if (o.have_status && o.status.state == run_dir::AgentState::kFailed)
     return Status::Aborted("the FanStore agent on " + req.node + " failed: " + o.status.error);
-  if (o.have_status &&
-      o.status.Dead())  // status.json cannot change when its writer dies: the lock can
+  // status.json cannot change when its writer dies: the lock can.
+  if (o.have_status && o.status.Dead())
     return Status::Aborted("the FanStore agent on " + req.node + " died during stage-in");
   *done = false;
   return Status::OK();
@@ -79,14 +77,12 @@ std::string LaunchLogExcerpt(const std::string& path) {
     size_t end = tail.find('\n', pos);
     if (end == std::string::npos) end = tail.size();
     const std::string line = tail.substr(pos, end - pos);
-    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos)
-      errors.push_back(line);
+    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos) errors.push_back(line);
     pos = end + 1;
   }
   if (errors.empty()) return TailOfFile(path, 6);
   std::string out;
-  for (size_t i = errors.size() > 4 ? errors.size() - 4 : 0; i < errors.size(); i++)
-    out += (out.empty() ? "" : "\n") + errors[i];
+  for (size_t i = errors.size() > 4 ? errors.size() - 4 : 0; i < errors.size(); i++) out += (out.empty() ? "" : "\n") + errors[i];
   return out;
 }
 
@@ -94,12 +90,11 @@ std::string LaunchLogExcerpt(const std::string& path) {
 bool HelperEnded(pid_t helper) {
   if (helper <= 0) return false;
   siginfo_t info{};
-  return ::waitid(P_PID, static_cast<id_t>(helper), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
-         info.si_pid == helper;
+  return ::waitid(P_PID, static_cast<id_t>(helper), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == helper;
 }
 
-// When this process started the agent step: waits up to grace_s for its srun to end, and returns "
-// (how it ended); the agents said:\n<excerpt>" for the error message.
+// When this process started the agent step: waits up to grace_s for its srun to end, and returns " (how it
+// ended); the agents said:\n<excerpt>" for the error message.
 std::string HelperReport(const WaitRequest& req, double grace_s) {
   if (req.helper <= 0) return "";
   int status = 0;
@@ -113,10 +108,8 @@ std::string HelperReport(const WaitRequest& req, double grace_s) {
   }
   std::string out;
   if (ended)
-    out = WIFEXITED(status)
-              ? "; the agents' srun exited with status " + std::to_string(WEXITSTATUS(status))
-              : "; the agents' srun was killed by signal " +
-                    std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    out = WIFEXITED(status) ? "; the agents' srun exited with status " + std::to_string(WEXITSTATUS(status))
+                            : "; the agents' srun was killed by signal " + std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   const std::string excerpt = LaunchLogExcerpt(req.launch_log);
   if (!excerpt.empty()) out += "; the agents said:\n" + excerpt;
   return out;
@@ -148,30 +141,27 @@ Status WaitForAgent(const WaitRequest& req, double* waited_s) {
     if (o.present) {
       seen_dir = true;
     } else if (seen_dir) {
-      // Typically another node's agent failed and the step was ended (--kill-on-bad-exit), or the
-      // job was cancelled. The batch step can quote the agents' output.
-      return Status::Aborted("the FanStore agent on " + req.node +
-                             " exited before it was ready (its run directory " + req.run_dir +
-                             " is gone)" + HelperReport(req, 5));
+      // Typically another node's agent failed and the step was ended (--kill-on-bad-exit), or the job was
+      // cancelled. The batch step can quote the agents' output.
+      return Status::Aborted("the FanStore agent on " + req.node + " exited before it was ready (its run directory " +
+                             req.run_dir + " is gone)" + HelperReport(req, 5));
     }
 
     if (HelperEnded(req.helper)) {
       s = FromObservation(req, Observe(req), &done);  // it may have failed with a message
       if (done) return s;
-      return Status::Aborted("the agent step ended before the FanStore agent on " + req.node +
-                             " was ready" + HelperReport(req, 0));
+      return Status::Aborted("the agent step ended before the FanStore agent on " + req.node + " was ready" +
+                             HelperReport(req, 0));
     }
 
     if (!req.squeue.empty() && now >= next_squeue) {
-      next_squeue =
-          now + (*waited_s < kSqueueFastPhaseSeconds ? kSqueueFastSeconds : kSqueueSlowSeconds);
+      next_squeue = now + (*waited_s < kSqueueFastPhaseSeconds ? kSqueueFastSeconds : kSqueueSlowSeconds);
       std::string out;
       int rc = 0;
       if (Squeue(req, {"-h", "-j", job, "-o", "%T"}, &out, &rc)) {
         while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
         if (rc != 0 || (out != "RUNNING" && out != "CONFIGURING"))
-          return Status::Aborted("job " + job + " is no longer running (" +
-                                 (out.empty() ? "gone" : out) +
+          return Status::Aborted("job " + job + " is no longer running (" + (out.empty() ? "gone" : out) +
                                  ") while waiting for the FanStore agent on " + req.node);
       }
       if (Squeue(req, {"-h", "-s", "-j", job, "-o", "%j"}, &out, &rc) && rc == 0) {
@@ -180,18 +170,16 @@ Status WaitForAgent(const WaitRequest& req, double* waited_s) {
         } else if (seen_step || *waited_s > kAgentStepGraceSeconds) {
           s = FromObservation(req, Observe(req), &done);
           if (done) return s;
-          return Status::Aborted("the FanStore agent step of job " + job +
-                                 " is not running (it ended or never " +
+          return Status::Aborted("the FanStore agent step of job " + job + " is not running (it ended or never " +
                                  "started) while the agent on " + req.node + " was not ready");
         }
       }
     }
 
     if (*waited_s >= req.timeout_s) {
-      return Status::Timeout(
-          "the FanStore agent on " + req.node + " was not ready after " + Seconds(*waited_s) +
-          " s (" + (o.have_status ? "still staging" : "no status in " + req.run_dir) +
-          "); the admin's stagein_timeout is " + std::to_string(req.timeout_s) + " s");
+      return Status::Timeout("the FanStore agent on " + req.node + " was not ready after " + Seconds(*waited_s) +
+                             " s (" + (o.have_status ? "still staging" : "no status in " + req.run_dir) +
+                             "); the admin's stagein_timeout is " + std::to_string(req.timeout_s) + " s");
     }
     struct timespec ts = {0, kPollMs * 1000000L};
     ::nanosleep(&ts, nullptr);
