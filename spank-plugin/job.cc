@@ -36,19 +36,22 @@ std::string JoinPreload(const std::vector<std::string>& parts) {
   return out;
 }
 
-// The agent step's task: the agent, run with this node's directories appended. An agent that dies after
-// it was ready (killed, crashed) must not take the other nodes' agents with it, which
+// The agent step's task: the agent, run with this node's directories appended. An agent that dies
+// after it was ready (killed, crashed) must not take the other nodes' agents with it, which
 // --kill-on-bad-exit would do: their tasks go on, fetching what the dead node held from the
 // dataset directory. So the wrapper reports such a death as a success; its status.json, which a
-// killed agent leaves behind, says whether it had been ready. A failure before that still ends the
-// step. The TERM trap only defers the shell's exit until the agent has shut down cleanly.
+// killed agent leaves behind, says whether it had been ready, and the agent binary itself reads
+// it (--read-state, common/run_dir's ReadStatus): no JSON is parsed in shell. A failure before
+// that still ends the step. The TERM trap only defers the shell's exit until the agent has shut
+// down cleanly.
 std::string AgentWrapper() {
   const std::string run = std::string("\"$") + kEnvAgentRunDir + "\"";
-  // Shell built-ins only after the agent: the user's PATH is not trusted to hold anything.
-  return std::string("trap : HUP INT TERM; \"$0\" \"$@\" --local-dir \"$") + kEnvAgentLocalDir + "\" --run-dir " + run +
-         "; rc=$?; st=; [ $rc -ne 0 ] && read -r st 2>/dev/null < " + run + "/status.json; case $st in "
-         "*'\"state\":\"ready\"'*) echo \"fanstore: this agent ended (status $rc) after it was ready; the other "
-         "agents go on\" >&2; exit 0;; esac; exit $rc";
+  // Shell built-ins and the agent only: the user's PATH is not trusted to hold anything.
+  return std::string("trap : HUP INT TERM; \"$0\" \"$@\" --local-dir \"$") + kEnvAgentLocalDir +
+         "\" --run-dir " + run + "; rc=$?; [ $rc -ne 0 ] && [ \"$(\"$0\" --read-state " + run +
+         " 2>/dev/null)\" = ready ] && { echo \"fanstore: this agent ended (status $rc) after it "
+         "was ready; "
+         "the other agents go on\" >&2; exit 0; }; exit $rc";
 }
 
 }  // namespace
