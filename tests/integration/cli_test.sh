@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The `fanstore` command line against real trees: round trips, exit codes, --help, and every
 # kind of damaged dataset. Usage: cli_test.sh BUILD_DIR
+# shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 F="$1/bin/fanstore"
 T=$(mktmp)
 trap 'rm -rf "$T"' EXIT
-cd "$T"
+cd "$T" || exit 1
 
 echo "== round trip"
 make_tree src 5
@@ -97,6 +98,7 @@ echo "== damaged datasets"
 fresh() { rm -rf bad.fs; cp -a ds.fs bad.fs; }
 fresh
 # The biggest shard holds big.bin (5 MiB > shard size): flip a byte in its middle.
+# shellcheck disable=SC2012  # shard names are plain
 big=$(ls -S bad.fs/shard-*.fsd | head -1)
 printf '\x5a' | dd of="$big" bs=1 seek=1048576 conv=notrunc status=none
 expect_fail "flipped byte: names shard, file and offset" 1 "$(basename "$big").*file 'big.bin' \(frame at offset [0-9]+\)" "$F" verify bad.fs
@@ -130,7 +132,7 @@ else
 fi
 
 echo "== interrupted pack"
-mkdir big; for i in $(seq 1 40); do seq $((i * 100000)) > big/t$i.txt; done
+mkdir big; for i in $(seq 1 40); do seq $((i * 100000)) > "big/t$i.txt"; done
 "$F" pack big int.fs --level 19 --threads 1 -q & pid=$!
 sleep 0.5; kill -INT $pid; wait $pid; rc=$?
 check "SIGINT stops the pack with an error" test $rc -ne 0
