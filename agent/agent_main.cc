@@ -70,6 +70,63 @@ void TuneAllocator(char** argv) {
   ::execv(self, argv);  // on failure the agent runs with the defaults
 }
 
+// How this node stages in.
+void AddStagingOptions(CLI::App& app, Config* cfg) {
+  app.add_option("--bootstrap", cfg->bootstrap,
+                 "auto (PMIx when started by srun --mpi=pmix), single or pmix")
+      ->type_name("KIND")
+      ->check(args::OneOf({"auto", "single", "pmix"}));
+  app.add_option("--replicas", cfg->replicas,
+                 "nodes holding each shard, 1 to 100000 or all (default all)")
+      ->type_name("N|all")
+      ->transform(CLI::Validator(
+          [](std::string& s) {
+            if (s != "all") return args::IntRange(1, 100000)(s);
+            s = "0";  // Config's "every node"
+            return std::string();
+          },
+          ""));
+  app.add_option("--threads", cfg->threads, "stage-in threads (default: all cores)")
+      ->type_name("N")
+      ->check(args::IntRange(1, args::kMaxThreads));
+  app.add_option("--unpack", cfg->unpack,
+                 "eager: unpack every file before reporting ready; lazy: copy the\n"
+                 "shards as they are, report ready, then unpack in the background\n"
+                 "(a file not yet unpacked is unpacked when first opened); auto\n"
+                 "(default): lazy when the dataset's files average under 64 KiB,\n"
+                 "where creating files, not reading the source, bounds stage-in,\n"
+                 "and there is room for this node's shard copies beside its\n"
+                 "files")
+      ->type_name("MODE")
+      ->check(args::OneOf({"auto", "eager", "lazy"}));
+}
+
+// What this agent does for, and asks of, the other nodes' agents.
+void AddPeerOptions(CLI::App& app, Config* cfg) {
+  app.add_option("--cache-size", cfg->cache_size,
+                 "room for files fetched from other agents, e.g. 4G (default, and at\n"
+                 "most: half the free space left after stage-in); least recently\n"
+                 "used go first")
+      ->type_name("SIZE")
+      ->transform(args::Size());
+  app.add_flag_callback(
+      "--no-peers", [cfg] { cfg->peers = false; },
+      "read files held elsewhere straight from the dataset directory");
+  app.add_flag_callback(
+      "--no-prefetch", [cfg] { cfg->prefetch = false; },
+      "fetch remote files one by one only; by default the first use of a\n"
+      "remote shard streams the whole shard into the cache when it fits");
+  app.add_option("--job-id", cfg->job_id,
+                 "the Slurm job id; with the PMIx namespace it binds the peers'\n"
+                 "credentials to this job (default: SLURM_JOB_ID)")
+      ->type_name("ID")
+      ->check(args::IntRange(1, UINT32_MAX));
+  app.add_option("--peer-addr", cfg->peer_addr,
+                 "the IPv4 address, or the interface, the peer service listens on\n"
+                 "(default: the interface routing to the job's launch node)")
+      ->type_name("ADDR|IFACE");
+}
+
 // The options; returns -1 to go on, else the exit status.
 int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
   CLI::App app(
@@ -103,58 +160,11 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
   app.add_option("--mount", cfg->mount, "the virtual path clients use")
       ->type_name("PATH")
       ->required();
-  app.add_option("--bootstrap", cfg->bootstrap,
-                 "auto (PMIx when started by srun --mpi=pmix), single or pmix")
-      ->type_name("KIND")
-      ->check(args::OneOf({"auto", "single", "pmix"}));
-  app.add_option("--replicas", cfg->replicas,
-                 "nodes holding each shard, 1 to 100000 or all (default all)")
-      ->type_name("N|all")
-      ->transform(CLI::Validator(
-          [](std::string& s) {
-            if (s != "all") return args::IntRange(1, 100000)(s);
-            s = "0";  // Config's "every node"
-            return std::string();
-          },
-          ""));
-  app.add_option("--threads", cfg->threads, "stage-in threads (default: all cores)")
-      ->type_name("N")
-      ->check(args::IntRange(1, args::kMaxThreads));
-  app.add_option("--cache-size", cfg->cache_size,
-                 "room for files fetched from other agents, e.g. 4G (default, and at\n"
-                 "most: half the free space left after stage-in); least recently\n"
-                 "used go first")
-      ->type_name("SIZE")
-      ->transform(args::Size());
-  app.add_flag_callback(
-      "--no-peers", [cfg] { cfg->peers = false; },
-      "read files held elsewhere straight from the dataset directory");
-  app.add_flag_callback(
-      "--no-prefetch", [cfg] { cfg->prefetch = false; },
-      "fetch remote files one by one only; by default the first use of a\n"
-      "remote shard streams the whole shard into the cache when it fits");
-  app.add_option("--unpack", cfg->unpack,
-                 "eager: unpack every file before reporting ready; lazy: copy the\n"
-                 "shards as they are, report ready, then unpack in the background\n"
-                 "(a file not yet unpacked is unpacked when first opened); auto\n"
-                 "(default): lazy when the dataset's files average under 64 KiB,\n"
-                 "where creating files, not reading the source, bounds stage-in,\n"
-                 "and there is room for this node's shard copies beside its\n"
-                 "files")
-      ->type_name("MODE")
-      ->check(args::OneOf({"auto", "eager", "lazy"}));
+  AddStagingOptions(app, cfg);
+  AddPeerOptions(app, cfg);
   app.add_option("--node-name", cfg->node_name,
                  "this node's name in messages (default: SLURMD_NODENAME, else the host name)")
       ->type_name("NAME");
-  app.add_option("--job-id", cfg->job_id,
-                 "the Slurm job id; with the PMIx namespace it binds the peers'\n"
-                 "credentials to this job (default: SLURM_JOB_ID)")
-      ->type_name("ID")
-      ->check(args::IntRange(1, UINT32_MAX));
-  app.add_option("--peer-addr", cfg->peer_addr,
-                 "the IPv4 address, or the interface, the peer service listens on\n"
-                 "(default: the interface routing to the job's launch node)")
-      ->type_name("ADDR|IFACE");
   app.add_option("--stats-out", *stats_out,
                  "at shutdown, append this agent's final counters to FILE as one line\n"
                  "of JSON (`fanstore stats FILE` summarises the lines of all nodes)")

@@ -109,8 +109,10 @@ class HelpFormatter : public CLI::Formatter {
   std::string usage_tail_;
 };
 
-// Gives `app` the FanStore help layout.
+// Gives `app` the FanStore help layout, and getopt's rule for an option given twice: the last
+// one counts (launchers may append to a command line).
 inline void Configure(CLI::App& app, std::string usage_tail = "") {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.formatter(std::make_shared<HelpFormatter>(std::move(usage_tail)));
   app.get_formatter()->label("Positionals", "Arguments");
 }
