@@ -249,6 +249,7 @@ int ReadStateMain(int argc, char** argv) {
   CLI::App app("Prints the state in DIR/status.json: starting, staging, ready or failed.",
                "fanstore-agent --read-state");
   args::Configure(app);
+  app.footer("Exit status: 0 printed, 1 no status.json or not the agent's, 2 usage error.");
   std::string dir;
   app.add_option("DIR", dir, "the agent's run directory")->required();
   if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;

@@ -29,7 +29,7 @@ constexpr Command kCommands[] = {
     {"extract", "DS.fs DEST", "restore the tree under DEST", CmdExtract},
     {"info", "DS.fs", "print the manifest summary", CmdInfo},
     {"run", "DS.fs -- CMD...", "serve a dataset on this machine and run CMD against it", CmdRun},
-    {"stats", "", "this node's agent counters (inside a FanStore job or run)", CmdStats},
+    {"stats", "[FILE]", "the agents' counters (inside a FanStore job or run, or saved)", CmdStats},
 };
 
 void PrintHelp(FILE* out) {
