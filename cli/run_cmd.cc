@@ -1,10 +1,9 @@
-// `fanstore run DS.fs [--mount M] [--local-dir DIR] -- COMMAND...`: serve a dataset on this
+// `fanstore run DS.fs [OPTIONS] -- COMMAND...`: serve a dataset on this
 // machine without Slurm: start an agent, wait until it is ready, run COMMAND with the
 // interception library, return COMMAND's exit status, and tear everything down whatever
 // happens to COMMAND.
 #include <dirent.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/file.h>
@@ -21,43 +20,18 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "cli/cli.h"
 #include "common/env.h"
+#include "common/io.h"
+#include "common/remove_tree.h"
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
-#include "cli/cli.h"
-#include "common/io.h"
 #include "format/manifest.h"
 
 extern char** environ;
 
 namespace fanstore::cli {
 namespace {
-
-const char kRunHelp[] =
-    "Usage: fanstore run DS.fs [--mount PATH] [--local-dir DIR] [--timeout SEC] [--unpack MODE]\n"
-    "                    -- COMMAND [ARGS...]\n"
-    "\n"
-    "Serves the dataset DS.fs on this machine without Slurm: starts an agent that stages the\n"
-    "dataset into a private directory under DIR, waits until it is ready, runs COMMAND with the\n"
-    "interception library so that the dataset appears read-only at PATH, and removes\n"
-    "everything when COMMAND ends, also when it fails or is killed.\n"
-    "Exits with COMMAND's exit status (128+N when it died of signal N), or 1 when the dataset\n"
-    "cannot be served (COMMAND is then not started).\n"
-    "\n"
-    "Options:\n"
-    "  --mount PATH      virtual path of the dataset (default /fanstore/NAME, NAME being the\n"
-    "                    dataset directory's name without .fs)\n"
-    "  --local-dir DIR   where the staged copy goes (default $TMPDIR, else /tmp)\n"
-    "  --timeout SEC     give up when stage-in takes longer (default: no limit)\n"
-    "  --unpack MODE     auto (default), eager or lazy: when the files are unpacked, see\n"
-    "                    fanstore-agent --help\n"
-    "  -v, --verbose     show the agent's progress and statistics (default: only errors)\n"
-    "\n"
-    "Environment: FANSTORE_AGENT and FANSTORE_PRELOAD override where the agent binary and the\n"
-    "interception library are looked up (default: next to this program, then the install\n"
-    "directories).\n";
 
 std::string SelfDir() {
   char buf[4096];
@@ -89,17 +63,9 @@ std::string Absolute(const std::string& p) {
   return std::string(cwd) + "/" + p;
 }
 
-// Reads status.json; "" while it is absent or being replaced.
-std::string ReadState(const std::string& run_dir, std::string* error) {
-  auto text = ReadSmallFile(run_dir + "/" + run_dir::kStatusName, 1 << 20);
-  if (!text.ok()) return "";
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("state") || !j["state"].is_string()) return "";
-  if (j.contains("error") && j["error"].is_string()) *error = j["error"].get<std::string>();
-  return j["state"].get<std::string>();
-}
-
 bool Exited(pid_t pid, int* wstatus) { return ::waitpid(pid, wstatus, WNOHANG) == pid; }
+
+constexpr double kMaxTimeoutSeconds = 365 * 86400;
 
 volatile sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
@@ -139,8 +105,8 @@ void RemoveLeftovers(const std::string& parent, const std::string& prefix) {
     const std::string local_dir = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
     // Only a local directory of ours, named as runs name them.
     struct stat ls;
-    if (local_dir.find("/fanstore-local.") != std::string::npos && ::lstat(local_dir.c_str(), &ls) == 0 &&
-        S_ISDIR(ls.st_mode) && ls.st_uid == ::getuid())
+    if (local_dir.find("/fanstore-local.") != std::string::npos &&
+        ::lstat(local_dir.c_str(), &ls) == 0 && S_ISDIR(ls.st_mode) && ls.st_uid == ::getuid())
       (void)RemoveTree(local_dir);
     (void)RemoveTree(run_dir);
     std::fprintf(stderr, "fanstore: run: removed what a killed run left: %s%s%s\n", run_dir.c_str(),
@@ -148,180 +114,211 @@ void RemoveLeftovers(const std::string& parent, const std::string& prefix) {
   }
 }
 
-}  // namespace
-
-int CmdRun(int argc, char** argv) {
-  // Options end at "--"; COMMAND follows.
-  int dashdash = -1;
-  for (int i = 1; i < argc; i++)
-    if (!std::strcmp(argv[i], "--")) {
-      dashdash = i;
-      break;
-    }
-  int opt_argc = dashdash < 0 ? argc : dashdash;
-  for (int i = 1; i < opt_argc; i++)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::fputs(kRunHelp, stdout);
-      return kExitOk;
-    }
-  std::string mount, local_parent, timeout_s, unpack = "auto";
+struct RunOptions {
+  std::string ds;  // absolute
+  std::string mount, local_parent, unpack = "auto";
+  double timeout = 0;  // seconds; 0: no limit
   bool verbose = false;
-  static const option kOpts[] = {{"mount", required_argument, nullptr, 'm'},
-                                 {"local-dir", required_argument, nullptr, 'l'},
-                                 {"timeout", required_argument, nullptr, 't'},
-                                 {"unpack", required_argument, nullptr, 'u'},
-                                 {"verbose", no_argument, nullptr, 'v'},
-                                 {nullptr, 0, nullptr, 0}};
-  int c;
-  while ((c = getopt_long(opt_argc, argv, "v", kOpts, nullptr)) != -1) {
-    switch (c) {
-      case 'm': mount = optarg; break;
-      case 'l': local_parent = optarg; break;
-      case 't': timeout_s = optarg; break;
-      case 'u': unpack = optarg; break;
-      case 'v': verbose = true; break;
-      default: std::fputs(kRunHelp, stderr); return kExitUsage;
-    }
-  }
-  auto usage = [](const std::string& e) {
-    std::fprintf(stderr, "fanstore: %s\n\n%s", e.c_str(), kRunHelp);
-    return kExitUsage;
-  };
-  if (optind != opt_argc - 1) return usage("run needs exactly one DS.fs before --");
-  if (dashdash < 0 || dashdash + 1 >= argc) return usage("run needs -- COMMAND");
-  if (unpack != "auto" && unpack != "eager" && unpack != "lazy") return usage("bad --unpack '" + unpack + "' (auto, eager or lazy)");
-  double timeout = 0;
-  if (!timeout_s.empty()) {
-    char* end;
-    timeout = std::strtod(timeout_s.c_str(), &end);
-    if (*end || timeout <= 0) return usage("bad --timeout '" + timeout_s + "'");
-  }
-  const std::string ds = Absolute(argv[optind]);
-  if (mount.empty()) mount = DefaultMount(ds);
-  if (mount[0] != '/' || mount == "/") return usage("--mount must be an absolute path other than /");
-  while (mount.size() > 1 && mount.back() == '/') mount.pop_back();
-  // Check the dataset before starting anything, for a clear message.
-  auto m = format::LoadManifest(ds);
-  if (!m.ok()) {
-    std::fprintf(stderr, "fanstore: run: %s\n", m.status().ToString().c_str());
-    return kExitBad;
-  }
+  char** command = nullptr;  // COMMAND [ARGS...], null-terminated
+};
 
-  const std::string self = SelfDir();
-  const std::string agent = Locate("FANSTORE_AGENT", {self + "/fanstore-agent", FANSTORE_INSTALL_BINDIR "/fanstore-agent"});
-  const std::string preload = Locate("FANSTORE_PRELOAD", {self + "/../lib/libfanstore_preload.so",
-                                                          FANSTORE_INSTALL_LIBDIR "/libfanstore_preload.so"});
-  if (::access(agent.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "fanstore: run: agent %s not found (set FANSTORE_AGENT)\n", agent.c_str());
-    return kExitBad;
-  }
-  if (::access(preload.c_str(), R_OK) != 0) {
-    std::fprintf(stderr, "fanstore: run: interception library %s not found (set FANSTORE_PRELOAD)\n", preload.c_str());
-    return kExitBad;
-  }
-  if (local_parent.empty()) {
+// Options end at "--"; COMMAND follows. Returns -1 to go on, else the exit status.
+int ParseRunOptions(int argc, char** argv, RunOptions* o) {
+  CLI::App app(
+      "Serves the dataset DS.fs on this machine without Slurm: starts an agent that stages the\n"
+      "dataset into a private directory under DIR, waits until it is ready, runs COMMAND with the\n"
+      "interception library so that the dataset appears read-only at PATH, and removes\n"
+      "everything when COMMAND ends, also when it fails or is killed.",
+      "fanstore run");
+  Configure(app, " -- COMMAND [ARGS...]");
+  app.footer(
+      "Environment: FANSTORE_AGENT and FANSTORE_PRELOAD override where the agent binary and the\n"
+      "interception library are looked up (default: next to this program, then the install\n"
+      "directories).\n"
+      "\n"
+      "Exit status: COMMAND's (128+N when it died of signal N), or 1 when the dataset cannot be\n"
+      "served (COMMAND is then not started), 2 usage error.");
+  app.add_option("DS.fs", o->ds, "the dataset to serve")->required();
+  app.add_option("--mount", o->mount,
+                 "virtual path of the dataset (default /fanstore/NAME, NAME being the\n"
+                 "dataset directory's name without .fs)")
+      ->type_name("PATH")
+      ->transform(CLI::Validator(
+          [](std::string& m) -> std::string {
+            while (m.size() > 1 && m.back() == '/') m.pop_back();
+            return !m.empty() && m[0] == '/' && m != "/" ? ""
+                                                         : "must be an absolute path other than /";
+          },
+          ""));
+  app.add_option("--local-dir", o->local_parent,
+                 "where the staged copy goes (default $TMPDIR, else /tmp)")
+      ->type_name("DIR");
+  app.add_option("--timeout", o->timeout, "give up when stage-in takes longer (default: no limit)")
+      ->type_name("SEC")
+      ->check(args::Seconds(kMaxTimeoutSeconds));
+  app.add_option("--unpack", o->unpack,
+                 "auto (default), eager or lazy: when the files are unpacked, see\n"
+                 "fanstore-agent --help")
+      ->type_name("MODE")
+      ->check(args::OneOf({"auto", "eager", "lazy"}));
+  app.add_flag("-v,--verbose", o->verbose,
+               "show the agent's progress and statistics (default: only errors)");
+  int dashdash = 1;
+  while (dashdash < argc && std::strcmp(argv[dashdash], "--") != 0) dashdash++;
+  if (int rc = args::Parse(app, dashdash, argv); rc >= 0) return rc;
+  if (dashdash + 1 >= argc)
+    return args::UsageError(app, "-- COMMAND is missing: run needs a command to run");
+  o->command = argv + dashdash + 1;
+  o->ds = Absolute(o->ds);
+  if (o->mount.empty()) o->mount = DefaultMount(o->ds);
+  if (o->local_parent.empty()) {
     const char* t = std::getenv("TMPDIR");
-    local_parent = t && *t ? t : "/tmp";
+    o->local_parent = t && *t ? t : "/tmp";
   }
+  return -1;
+}
+
+// The agent binary and the interception library; false (after a message) when one is missing.
+bool FindTools(std::string* agent, std::string* preload) {
+  const std::string self = SelfDir();
+  *agent = Locate("FANSTORE_AGENT",
+                  {self + "/fanstore-agent", FANSTORE_INSTALL_BINDIR "/fanstore-agent"});
+  *preload = Locate("FANSTORE_PRELOAD", {self + "/../lib/libfanstore_preload.so",
+                                         FANSTORE_INSTALL_LIBDIR "/libfanstore_preload.so"});
+  if (::access(agent->c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "fanstore: run: agent %s not found (set FANSTORE_AGENT)\n",
+                 agent->c_str());
+    return false;
+  }
+  if (::access(preload->c_str(), R_OK) != 0) {
+    std::fprintf(stderr,
+                 "fanstore: run: interception library %s not found (set FANSTORE_PRELOAD)\n",
+                 preload->c_str());
+    return false;
+  }
+  return true;
+}
+
+// One run: its private directories, its agent and its command.
+class Run {
+ public:
+  explicit Run(const RunOptions& o) : o_(o) {}
+  ~Run() { Teardown(); }
+
   // Private directories: the run directory in shared memory, the data on local storage.
+  bool MakeDirs();
+  // Starts the agent and waits until it is ready. Returns -1 then, else the exit status.
+  int StartAgent(const std::string& agent);
+  // Runs COMMAND against the dataset and returns its exit status.
+  int RunCommand(const std::string& preload);
+
+ private:
+  int WaitReady();
+  std::string AgentDeath(int ws) const;
+  void Teardown();
+
+  const RunOptions& o_;
+  std::string run_dir_, local_dir_;
+  UniqueFD launcher_;
+  pid_t agent_pid_ = -1;
+};
+
+bool Run::MakeDirs() {
   const std::string run_prefix = "fanstore." + std::to_string(::getuid()) + ".run.";
   std::string run_tmpl = "/dev/shm/" + run_prefix + "XXXXXX";
-  if (::access("/dev/shm", W_OK) != 0) run_tmpl = local_parent + "/" + run_prefix + "XXXXXX";
+  if (::access("/dev/shm", W_OK) != 0) run_tmpl = o_.local_parent + "/" + run_prefix + "XXXXXX";
   RemoveLeftovers(run_tmpl.substr(0, run_tmpl.rfind('/')), run_prefix);
-  std::string local_tmpl = Absolute(local_parent) + "/fanstore-local.XXXXXX";
+  std::string local_tmpl = Absolute(o_.local_parent) + "/fanstore-local.XXXXXX";
   if (!::mkdtemp(run_tmpl.data())) {
-    std::fprintf(stderr, "fanstore: run: cannot create a run directory: %s\n", std::strerror(errno));
-    return kExitBad;
+    std::fprintf(stderr, "fanstore: run: cannot create a run directory: %s\n",
+                 std::strerror(errno));
+    return false;
   }
+  run_dir_ = run_tmpl;
   if (!::mkdtemp(local_tmpl.data())) {
-    std::fprintf(stderr, "fanstore: run: cannot create a directory in %s: %s\n", local_parent.c_str(), std::strerror(errno));
-    (void)RemoveTree(run_tmpl);
-    return kExitBad;
+    std::fprintf(stderr, "fanstore: run: cannot create a directory in %s: %s\n",
+                 o_.local_parent.c_str(), std::strerror(errno));
+    return false;
   }
-  const std::string run_dir = run_tmpl, local_dir = local_tmpl;
-  auto launcher = HoldLauncher(run_dir, local_dir);
+  local_dir_ = local_tmpl;
+  auto launcher = HoldLauncher(run_dir_, local_dir_);
   if (!launcher.ok()) {
     std::fprintf(stderr, "fanstore: run: %s\n", launcher.status().ToString().c_str());
-    (void)RemoveTree(local_dir);
-    (void)RemoveTree(run_dir);
-    return kExitBad;
+    return false;
   }
+  launcher_ = std::move(*launcher);
+  return true;
+}
 
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = OnSignal;
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
-
-  pid_t agent_pid = ::fork();
-  if (agent_pid == 0) {
+int Run::StartAgent(const std::string& agent) {
+  agent_pid_ = ::fork();
+  if (agent_pid_ == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive `fanstore run`
     ::unsetenv("LD_PRELOAD");
     ::setenv(env::kDisable, "1", 1);
-    std::vector<const char*> av = {agent.c_str(), "--dataset", ds.c_str(), "--local-dir", local_dir.c_str(),
-                                   "--run-dir", run_dir.c_str(), "--mount", mount.c_str(), "--bootstrap", "single",
-                                   "--unpack", unpack.c_str()};
-    av.push_back(verbose ? "--verbose" : "--quiet");
+    std::vector<const char*> av = {
+        agent.c_str(), "--dataset",      o_.ds.c_str(),    "--local-dir",    local_dir_.c_str(),
+        "--run-dir",   run_dir_.c_str(), "--mount",        o_.mount.c_str(), "--bootstrap",
+        "single",      "--unpack",       o_.unpack.c_str()};
+    av.push_back(o_.verbose ? "--verbose" : "--quiet");
     av.push_back(nullptr);
     ::execv(agent.c_str(), const_cast<char* const*>(av.data()));
-    std::fprintf(stderr, "fanstore: run: cannot start %s: %s\n", agent.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "fanstore: run: cannot start %s: %s\n", agent.c_str(),
+                 std::strerror(errno));
     ::_exit(127);
   }
-  if (agent_pid < 0) {
+  if (agent_pid_ < 0) {
     std::fprintf(stderr, "fanstore: run: cannot start the agent: fork: %s\n", std::strerror(errno));
-    (void)RemoveTree(local_dir);
-    (void)RemoveTree(run_dir);
     return kExitBad;
   }
-  auto teardown = [&] {
-    int ws;
-    if (agent_pid > 0 && !Exited(agent_pid, &ws)) {
-      ::kill(agent_pid, SIGTERM);
-      for (int i = 0; i < 200 && !Exited(agent_pid, &ws); i++) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-      if (::kill(agent_pid, 0) == 0) {
-        ::kill(agent_pid, SIGKILL);
-        ::waitpid(agent_pid, &ws, 0);
-      }
-    }
-    // Safety net: whatever the agent could not remove.
-    (void)RemoveTree(local_dir);
-    (void)RemoveTree(run_dir);
-  };
+  return WaitReady();
+}
 
-  // Wait for readiness (or failure, or the agent's death).
-  auto start = std::chrono::steady_clock::now();
-  std::string error;
+// Died without a word (SIGKILL, the OOM killer, a crash): says how.
+std::string Run::AgentDeath(int ws) const {
+  if (WIFSIGNALED(ws))
+    return "the agent was killed by signal " + std::to_string(WTERMSIG(ws)) + " (" +
+           strsignal(WTERMSIG(ws)) + ") during stage-in";
+  if (WIFEXITED(ws))
+    return "the agent exited with status " + std::to_string(WEXITSTATUS(ws)) + " during stage-in";
+  return "";
+}
+
+// Waits for readiness, or failure, or the agent's death, or a signal, or the timeout.
+int Run::WaitReady() {
+  const auto start = std::chrono::steady_clock::now();
   while (true) {
-    std::string state = ReadState(run_dir, &error);
-    if (state == "ready") break;
+    auto st = run_dir::ReadStatus(run_dir_);  // an error: not written yet
+    if (st.ok() && st->state == run_dir::AgentState::kReady) return -1;
     int ws;
-    if (state == "failed" || Exited(agent_pid, &ws)) {
-      if (state != "failed") {
-        agent_pid = -1;
-        // Died without a word (SIGKILL, the OOM killer, a crash): say how.
-        if (error.empty() && WIFSIGNALED(ws))
-          error = std::string("the agent was killed by signal ") + std::to_string(WTERMSIG(ws)) + " (" +
-                  strsignal(WTERMSIG(ws)) + ") during stage-in";
-        else if (error.empty() && WIFEXITED(ws))
-          error = "the agent exited with status " + std::to_string(WEXITSTATUS(ws)) + " during stage-in";
+    const bool failed = st.ok() && st->state == run_dir::AgentState::kFailed;
+    if (failed || Exited(agent_pid_, &ws)) {
+      std::string error = failed ? st->error : "";
+      if (!failed) {
+        agent_pid_ = -1;
+        // Its last word, written before it died, else how it died.
+        if (st.ok() && !st->error.empty()) error = st->error;
+        if (error.empty()) error = AgentDeath(ws);
       }
-      std::fprintf(stderr, "fanstore: run: the agent could not serve %s%s%s\n", ds.c_str(), error.empty() ? "" : ": ",
-                   error.c_str());
-      teardown();
+      std::fprintf(stderr, "fanstore: run: the agent could not serve %s%s%s\n", o_.ds.c_str(),
+                   error.empty() ? "" : ": ", error.c_str());
       return kExitBad;
     }
     if (g_signal) {
       std::fprintf(stderr, "fanstore: run: interrupted during stage-in\n");
-      teardown();
       return 128 + g_signal;
     }
-    if (timeout > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout) {
-      std::fprintf(stderr, "fanstore: run: stage-in did not finish within %s s\n", timeout_s.c_str());
-      teardown();
+    if (o_.timeout > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+            o_.timeout) {
+      std::fprintf(stderr, "fanstore: run: stage-in did not finish within %g s\n", o_.timeout);
       return kExitBad;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
 
+int Run::RunCommand(const std::string& preload) {
   pid_t child = ::fork();
   if (child == 0) {
     ::setpgid(0, 0);
@@ -330,17 +327,17 @@ int CmdRun(int argc, char** argv) {
     const char* old = std::getenv("LD_PRELOAD");
     std::string lp = old && *old ? std::string(old) + ":" + preload : preload;
     ::setenv("LD_PRELOAD", lp.c_str(), 1);
-    ::setenv(env::kMount, mount.c_str(), 1);
-    ::setenv(env::kTable, (run_dir + "/" + run_dir::kTableName).c_str(), 1);
-    ::setenv(env::kSocket, (run_dir + "/" + run_dir::kSocketName).c_str(), 1);
+    ::setenv(env::kMount, o_.mount.c_str(), 1);
+    ::setenv(env::kTable, (run_dir_ + "/" + run_dir::kTableName).c_str(), 1);
+    ::setenv(env::kSocket, (run_dir_ + "/" + run_dir::kSocketName).c_str(), 1);
     ::unsetenv(env::kDisable);
-    ::execvp(argv[dashdash + 1], argv + dashdash + 1);
-    std::fprintf(stderr, "fanstore: run: cannot run %s: %s\n", argv[dashdash + 1], std::strerror(errno));
+    ::execvp(o_.command[0], o_.command);
+    std::fprintf(stderr, "fanstore: run: cannot run %s: %s\n", o_.command[0], std::strerror(errno));
     ::_exit(127);
   }
   if (child < 0) {  // never signal -(-1): that would reach every process of the user
-    std::fprintf(stderr, "fanstore: run: cannot start %s: fork: %s\n", argv[dashdash + 1], std::strerror(errno));
-    teardown();
+    std::fprintf(stderr, "fanstore: run: cannot start %s: fork: %s\n", o_.command[0],
+                 std::strerror(errno));
     return kExitBad;
   }
   // Keep the terminal's job control simple: the command runs in its own process group and
@@ -357,10 +354,49 @@ int CmdRun(int argc, char** argv) {
       ::kill(-child, g_signal);
     }
   }
-  teardown();
   if (WIFEXITED(ws)) return WEXITSTATUS(ws);
   if (WIFSIGNALED(ws)) return 128 + WTERMSIG(ws);
   return kExitBad;
+}
+
+// Stops the agent (it removes what it made), then removes whatever it could not.
+void Run::Teardown() {
+  int ws;
+  if (agent_pid_ > 0 && !Exited(agent_pid_, &ws)) {
+    ::kill(agent_pid_, SIGTERM);
+    for (int i = 0; i < 200 && !Exited(agent_pid_, &ws); i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (::kill(agent_pid_, 0) == 0) {
+      ::kill(agent_pid_, SIGKILL);
+      ::waitpid(agent_pid_, &ws, 0);
+    }
+  }
+  agent_pid_ = -1;
+  if (!local_dir_.empty()) (void)RemoveTree(local_dir_);
+  if (!run_dir_.empty()) (void)RemoveTree(run_dir_);
+}
+
+}  // namespace
+
+int CmdRun(int argc, char** argv) {
+  RunOptions o;
+  if (int rc = ParseRunOptions(argc, argv, &o); rc >= 0) return rc;
+  // Check the dataset before starting anything, for a clear message.
+  auto m = format::LoadManifest(o.ds);
+  if (!m.ok()) {
+    std::fprintf(stderr, "fanstore: run: %s\n", m.status().ToString().c_str());
+    return kExitBad;
+  }
+  std::string agent, preload;
+  if (!FindTools(&agent, &preload)) return kExitBad;
+  Run run(o);
+  if (!run.MakeDirs()) return kExitBad;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = OnSignal;
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
+  if (int rc = run.StartAgent(agent); rc >= 0) return rc;
+  return run.RunCommand(preload);
 }
 
 }  // namespace fanstore::cli

@@ -5,10 +5,15 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "common/io.h"
 
 namespace fanstore::run_dir {
 namespace {
+
+constexpr size_t kMaxStatusBytes = 1 << 20;  // the list of thousands of shards still fits
 
 UniqueFD OpenDir(const std::string& dir) {
   return UniqueFD(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -31,21 +36,38 @@ bool AgentAlive(const std::string& dir) {
   return ::flock(fd.get(), LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
 }
 
-std::string State(const std::string& dir) {
-  UniqueFD fd(::open((dir + "/" + kStatusName).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) return "";
-  std::string text(256 << 10, '\0');  // the status of thousands of shards still fits
-  size_t len = 0;
-  for (ssize_t n; len < text.size() && (n = ::read(fd.get(), text.data() + len, text.size() - len)) > 0;)
-    len += static_cast<size_t>(n);
-  text.resize(len);
-  // The state is a plain word written without spaces: no JSON parser needed here.
-  const size_t p = text.find("\"state\":\"");
-  if (p == std::string::npos) return "";
-  const size_t end = text.find('"', p + 9);
-  std::string state = end == std::string::npos ? "" : text.substr(p + 9, end - p - 9);
-  if ((state == "starting" || state == "staging" || state == "ready") && !AgentAlive(dir)) return "dead";
-  return state;
+Result<RunStatus> ParseStatus(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return Status::Corruption("status.json is not a JSON object");
+  const auto state = j.find("state");
+  if (state == j.end() || !state->is_string())
+    return Status::Corruption("status.json has no \"state\" string");
+  RunStatus st;
+  const auto error = j.find("error");
+  if (error != j.end() && error->is_string()) st.error = error->get<std::string>();
+  const std::string& s = state->get_ref<const std::string&>();
+  if (s == "starting") {
+    st.state = AgentState::kStarting;
+  } else if (s == "staging") {
+    st.state = AgentState::kStaging;
+  } else if (s == "ready") {
+    st.state = AgentState::kReady;
+  } else if (s == "failed") {
+    st.state = AgentState::kFailed;
+    if (st.error.empty()) st.error = "the agent failed without a message";
+  } else {
+    return Status::Corruption("status.json has an unknown state \"" + s.substr(0, 40) + "\"");
+  }
+  return st;
+}
+
+Result<RunStatus> ReadStatus(const std::string& dir) {
+  auto text = ReadSmallFile(dir + "/" + kStatusName, kMaxStatusBytes);
+  if (!text.ok()) return text.status();
+  auto st = ParseStatus(*text);
+  if (st.ok()) st->alive = AgentAlive(dir);
+  return st;
 }
 
 }  // namespace fanstore::run_dir

@@ -30,8 +30,20 @@ Result<UniqueFD> HoldAlive(const std::string& dir);
 // True while an agent holds `dir`'s lock.
 bool AgentAlive(const std::string& dir);
 
-// status.json's state, with "dead" in place of a live state ("starting", "staging",
-// "ready") when no agent holds the directory. Empty when there is no status file.
-std::string State(const std::string& dir);
+// status.json, as the agent writes it: {"state":"starting|staging|ready|failed","error":...}.
+enum class AgentState { kStarting, kStaging, kReady, kFailed };
+struct RunStatus {
+  AgentState state = AgentState::kStarting;
+  std::string error;   // why it failed; never empty when state is kFailed
+  bool alive = false;  // an agent held the directory's lock when the file was read
+  // A live state with no agent behind it: the agent died (killed, crashed) without a word.
+  bool Dead() const { return !alive && state != AgentState::kFailed; }
+};
+
+// Reads and checks status.json. NotFound while there is none; Corruption when it is not the
+// agent's (garbage, not an object, no or an unknown state): callers wait on both.
+Result<RunStatus> ReadStatus(const std::string& dir);
+// Parses status.json's text (alive is left false).
+Result<RunStatus> ParseStatus(const std::string& text);
 
 }  // namespace fanstore::run_dir

@@ -30,17 +30,28 @@ class RunDirTest : public ::testing::Test {
 TEST_F(RunDirTest, ADeadAgentIsNeverReady) {
   WriteStatus(R"({"mount":"/fanstore/x","pid":1,"state":"ready"})");
   EXPECT_FALSE(AgentAlive(dir_));
-  EXPECT_EQ(State(dir_), "dead");  // nobody holds the directory: the file lies
+  auto st = ReadStatus(dir_);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->state, AgentState::kReady);  // what the file says...
+  EXPECT_TRUE(st->Dead());                   // ...but nobody holds the directory: the file lies
   {
     auto held = HoldAlive(dir_);
     ASSERT_TRUE(held.ok());
     EXPECT_TRUE(AgentAlive(dir_));
-    EXPECT_EQ(State(dir_), "ready");
+    st = ReadStatus(dir_);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->state, AgentState::kReady);
+    EXPECT_TRUE(st->alive);
+    EXPECT_FALSE(st->Dead());
     EXPECT_FALSE(HoldAlive(dir_).ok());  // one agent per directory
   }
-  EXPECT_EQ(State(dir_), "dead");
+  EXPECT_TRUE(ReadStatus(dir_)->Dead());
   WriteStatus(R"({"error":"no space","state":"failed"})");
-  EXPECT_EQ(State(dir_), "failed");  // a final state needs no agent
+  st = ReadStatus(dir_);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, AgentState::kFailed);
+  EXPECT_EQ(st->error, "no space");
+  EXPECT_FALSE(st->Dead());  // a final state needs no agent
 }
 
 TEST_F(RunDirTest, AKilledHolderReleasesTheDirectory) {
@@ -58,15 +69,54 @@ TEST_F(RunDirTest, AKilledHolderReleasesTheDirectory) {
   char c = 0;
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
   ASSERT_EQ(c, 'y');
-  EXPECT_EQ(State(dir_), "staging");
+  auto st = ReadStatus(dir_);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, AgentState::kStaging);
+  EXPECT_FALSE(st->Dead());
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
-  EXPECT_EQ(State(dir_), "dead");
+  st = ReadStatus(dir_);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state, AgentState::kStaging);
+  EXPECT_TRUE(st->Dead());
   ::close(ready[0]);
   ::close(ready[1]);
 }
 
-TEST_F(RunDirTest, NoStatusFileNoState) { EXPECT_EQ(State(dir_), ""); }
+TEST_F(RunDirTest, NoStatusFileIsNotFound) {
+  auto st = ReadStatus(dir_);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), Status::Code::kNotFound);
+}
+
+TEST_F(RunDirTest, EveryStateTheAgentWrites) {
+  const std::pair<const char*, AgentState> states[] = {{"starting", AgentState::kStarting},
+                                                       {"staging", AgentState::kStaging},
+                                                       {"ready", AgentState::kReady},
+                                                       {"failed", AgentState::kFailed}};
+  for (const auto& [word, state] : states) {
+    // The agent's own layout: keys sorted, no spaces, other fields around the state.
+    WriteStatus(std::string(R"({"mount":"/m","node":"n1","pid":7,"shards":[0,3],"state":")") +
+                word + R"(","unpacked":false})" + "\n");
+    auto st = ReadStatus(dir_);
+    ASSERT_TRUE(st.ok()) << word << ": " << st.status().ToString();
+    EXPECT_EQ(st->state, state) << word;
+  }
+  EXPECT_EQ(ReadStatus(dir_)->error, "the agent failed without a message");  // never empty
+}
+
+TEST_F(RunDirTest, TornOrForeignFilesAreCorrupt) {
+  for (const char* bad : {"", "{", R"({"state":"rea)", "[]", "null", R"({"state":1})",
+                          R"({"error":"x"})", "\x01\xff\xfe garbage", R"({"state":"dancing"})"}) {
+    WriteStatus(bad);
+    auto st = ReadStatus(dir_);
+    ASSERT_FALSE(st.ok()) << bad;
+    EXPECT_EQ(st.status().code(), Status::Code::kCorruption) << bad;
+  }
+  WriteStatus(R"({"state":"dancing"})");
+  EXPECT_NE(ReadStatus(dir_).status().ToString().find("unknown state \"dancing\""),
+            std::string::npos);
+}
 
 }  // namespace
 }  // namespace fanstore::run_dir

@@ -36,9 +36,8 @@ std::string Seconds(double s) {
 struct Observation {
   bool present = false;
   bool have_status = false;
-  AgentStatus status;
-  Status problem;     // a run directory we must not trust
-  bool alive = true;  // an agent holds the run directory's lock (common/run_dir.h)
+  run_dir::RunStatus status;
+  Status problem;  // a run directory we must not trust
 };
 
 Observation Observe(const WaitRequest& req) {
@@ -52,23 +51,21 @@ Observation Observe(const WaitRequest& req) {
                            " is not a private directory of the job user; refusing to use it");
     return o;
   }
-  auto text = ReadSmallFile(req.run_dir + "/" + run_dir::kStatusName, 1 << 16);
-  if (!text.ok()) return o;
-  auto status = ParseAgentStatus(text.value());
-  if (!status.ok()) return o;
+  auto status = run_dir::ReadStatus(req.run_dir);
+  if (!status.ok()) return o;  // not written yet
   o.have_status = true;
   o.status = status.value();
-  o.alive = run_dir::AgentAlive(req.run_dir);
   return o;
 }
 
 Status FromObservation(const WaitRequest& req, const Observation& o, bool* done) {
   *done = true;
   if (!o.problem.ok()) return o.problem;
-  if (o.have_status && o.status.state == AgentState::kReady) return Status::OK();
-  if (o.have_status && o.status.state == AgentState::kFailed)
+  if (o.have_status && o.status.state == run_dir::AgentState::kReady) return Status::OK();
+  if (o.have_status && o.status.state == run_dir::AgentState::kFailed)
     return Status::Aborted("the FanStore agent on " + req.node + " failed: " + o.status.error);
-  if (o.have_status && !o.alive)  // status.json cannot change when its writer dies: the lock can
+  // status.json cannot change when its writer dies: the lock can.
+  if (o.have_status && o.status.Dead())
     return Status::Aborted("the FanStore agent on " + req.node + " died during stage-in");
   *done = false;
   return Status::OK();

@@ -1,8 +1,6 @@
 // Pure functions of the job lifecycle (see job.h).
 #include "spank-plugin/job.h"
 
-#include <nlohmann/json.hpp>
-
 #include "common/env.h"
 #include "common/text.h"
 
@@ -31,19 +29,22 @@ std::string JoinPreload(const std::vector<std::string>& parts) {
   return out;
 }
 
-// The agent step's task: the agent, run with this node's directories appended. An agent that dies after
-// it was ready (killed, crashed) must not take the other nodes' agents with it, which
+// The agent step's task: the agent, run with this node's directories appended. An agent that dies
+// after it was ready (killed, crashed) must not take the other nodes' agents with it, which
 // --kill-on-bad-exit would do: their tasks go on, fetching what the dead node held from the
 // dataset directory. So the wrapper reports such a death as a success; its status.json, which a
-// killed agent leaves behind, says whether it had been ready. A failure before that still ends the
-// step. The TERM trap only defers the shell's exit until the agent has shut down cleanly.
+// killed agent leaves behind, says whether it had been ready, and the agent binary itself reads
+// it (--read-state, common/run_dir's ReadStatus): no JSON is parsed in shell. A failure before
+// that still ends the step. The TERM trap only defers the shell's exit until the agent has shut
+// down cleanly.
 std::string AgentWrapper() {
   const std::string run = std::string("\"$") + kEnvAgentRunDir + "\"";
-  // Shell built-ins only after the agent: the user's PATH is not trusted to hold anything.
-  return std::string("trap : HUP INT TERM; \"$0\" \"$@\" --local-dir \"$") + kEnvAgentLocalDir + "\" --run-dir " + run +
-         "; rc=$?; st=; [ $rc -ne 0 ] && read -r st 2>/dev/null < " + run + "/status.json; case $st in "
-         "*'\"state\":\"ready\"'*) echo \"fanstore: this agent ended (status $rc) after it was ready; the other "
-         "agents go on\" >&2; exit 0;; esac; exit $rc";
+  // Shell built-ins and the agent only: the user's PATH is not trusted to hold anything.
+  return std::string("trap : HUP INT TERM; \"$0\" \"$@\" --local-dir \"$") + kEnvAgentLocalDir +
+         "\" --run-dir " + run + "; rc=$?; [ $rc -ne 0 ] && [ \"$(\"$0\" --read-state " + run +
+         " 2>/dev/null)\" = ready ] && { echo \"fanstore: this agent ended (status $rc) after it "
+         "was ready; "
+         "the other agents go on\" >&2; exit 0; }; exit $rc";
 }
 
 }  // namespace
@@ -231,29 +232,6 @@ std::string RemovePreload(const std::string& current, const std::string& preload
   for (auto& p : SplitPreload(current))
     if (p != preload) parts.push_back(p);
   return JoinPreload(parts);
-}
-
-Result<AgentStatus> ParseAgentStatus(const std::string& text) {
-  using nlohmann::json;
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::Corruption("status.json is not a JSON object");
-  const auto state = j.find("state");
-  if (state == j.end() || !state->is_string()) return Status::Corruption("status.json has no \"state\" string");
-  AgentStatus st;
-  const auto error = j.find("error");
-  if (error != j.end() && error->is_string()) st.error = error->get<std::string>();
-  const std::string s = state->get<std::string>();
-  if (s == "staging") {
-    st.state = AgentState::kStaging;
-  } else if (s == "ready") {
-    st.state = AgentState::kReady;
-  } else if (s == "failed") {
-    st.state = AgentState::kFailed;
-    if (st.error.empty()) st.error = "the agent failed without a message";
-  } else {
-    return Status::Corruption("status.json has an unknown state \"" + s.substr(0, 40) + "\"");
-  }
-  return st;
 }
 
 }  // namespace fanstore::spank

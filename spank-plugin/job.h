@@ -109,12 +109,4 @@ std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env, const
 std::string PrependPreload(const std::string& current, const std::string& preload);
 std::string RemovePreload(const std::string& current, const std::string& preload);
 
-// status.json, written atomically by the agent: {"state":"staging"|"ready"|"failed","error":"..."}.
-enum class AgentState { kStaging, kReady, kFailed };
-struct AgentStatus {
-  AgentState state = AgentState::kStaging;
-  std::string error;
-};
-[[nodiscard]] Result<AgentStatus> ParseAgentStatus(const std::string& text);
-
 }  // namespace fanstore::spank

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The `fanstore` command line against real trees: round trips, exit codes, --help, and every
 # kind of damaged dataset. Usage: cli_test.sh BUILD_DIR
+# shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
 F="$1/bin/fanstore"
 T=$(mktmp)
@@ -36,15 +37,55 @@ check "extract: content hash of every file matches" diff <(hashes ref) <(hashes 
 expect_fail "extract into a non-empty directory" 2 "not empty" "$F" extract ds.fs restored
 
 echo "== --help and usage"
+# Every option of every subcommand, as --help must list it.
+declare -A OPTIONS=(
+  [pack]="--shard-size --level --threads --dict --no-sync --quiet --help"
+  [verify]="--threads --quiet --help"
+  [ls]="--long --where --help"
+  [cat]="--help"
+  [extract]="--threads --quiet --help"
+  [info]="--json --help"
+  [run]="--mount --local-dir --timeout --unpack --verbose --help"
+  [stats]="--json --help"
+)
 for sub in pack verify ls cat extract info run stats; do
   check "$sub --help exits 0 with usage" bash -c "'$F' $sub --help | grep -q '^Usage: fanstore $sub'"
+  help=$("$F" "$sub" --help)
+  for opt in ${OPTIONS[$sub]}; do
+    check "$sub --help lists $opt" grep -qE -- "(^|[ ,])$opt( |$)" <<<"$help"
+  done
+  expect_fail "$sub rejects an unknown option" 2 "not expected:.*--frobnicate" "$F" "$sub" ds.fs x --frobnicate
 done
 check "fanstore --help" bash -c "'$F' --help | grep -q Commands"
+check "fanstore --help lists every command" bash -c \
+  "for c in pack verify ls cat extract info run stats version; do '$F' --help | grep -q \"^  \$c\" || exit 1; done"
 expect_fail "no command" 2 "no command" "$F"
 expect_fail "unknown command" 2 "unknown command" "$F" frobnicate
-expect_fail "pack without arguments" 2 "needs SRC" "$F" pack
-expect_fail "bad --level" 2 "bad --level" "$F" pack src x.fs --level 99
-expect_fail "bad --shard-size" 2 "bad --shard-size" "$F" pack src x.fs --shard-size 12Q
+expect_fail "pack without arguments" 2 "SRC is required" "$F" pack
+expect_fail "pack with one argument" 2 "DST.fs is required" "$F" pack src
+expect_fail "pack with three arguments" 2 "not expected: extra" "$F" pack src x.fs extra
+expect_fail "bad --level" 2 "^fanstore pack: --level: '99' is not a whole number from 0 to 19" "$F" pack src x.fs --level 99
+expect_fail "bad --level (not a number)" 2 "--level: 'high' is not a whole number" "$F" pack src x.fs --level high
+expect_fail "bad --shard-size" 2 "--shard-size: '12Q' is not a size" "$F" pack src x.fs --shard-size 12Q
+expect_fail "zero --shard-size" 2 "--shard-size: '0' is not a size" "$F" pack src x.fs --shard-size 0
+expect_fail "out-of-range --shard-size" 2 "--shard-size: '99999999999T' is not a size" "$F" pack src x.fs --shard-size 99999999999T
+expect_fail "--level without a value" 2 "--level" "$F" pack src x.fs --level
+for sub in pack extract; do
+  for bad in abc 0 -3 1025 1.5; do
+    expect_fail "$sub --threads $bad" 2 "^fanstore $sub: --threads: '$bad' is not a whole number from 1 to 1024" \
+      "$F" "$sub" ds.fs x.fs --threads "$bad"
+  done
+done
+expect_fail "verify --threads abc" 2 "--threads: 'abc' is not a whole number" "$F" verify ds.fs --threads abc
+expect_fail "run --timeout 0" 2 "--timeout: '0' is not a number of seconds above 0" "$F" run ds.fs --timeout 0 -- true
+expect_fail "run --timeout abc" 2 "--timeout: 'abc' is not a number of seconds" "$F" run ds.fs --timeout abc -- true
+expect_fail "run --unpack bogus" 2 "--unpack: 'bogus' is not one of auto, eager, lazy" "$F" run ds.fs --unpack bogus -- true
+expect_fail "run --mount relative" 2 "--mount: must be an absolute path" "$F" run ds.fs --mount rel -- true
+expect_fail "run without -- COMMAND" 2 "-- COMMAND is missing" "$F" run ds.fs
+expect_fail "run without DS.fs" 2 "DS.fs is required" "$F" run -- true
+expect_fail "run with two datasets" 2 "not expected: ds2.fs" "$F" run ds.fs ds2.fs -- true
+check "run: options after -- belong to COMMAND" bash -c "'$F' run ds.fs --timeout x -- --help 2>&1 | grep -q -- '--timeout'"
+expect_fail "stats with two files" 2 "not expected: b" "$F" stats a b
 expect_fail "pack onto an existing destination" 2 "already exists" "$F" pack src ds.fs
 expect_fail "pack of a missing source" 1 "src-missing.*No such file" "$F" pack src-missing y.fs
 check "failed packs leave nothing" bash -c '! ls -d x.fs y.fs y.fs.tmp-* x.fs.tmp-* 2>/dev/null'
@@ -59,7 +100,10 @@ fresh
 # The biggest shard holds big.bin (5 MiB > shard size): flip a byte in its middle.
 # shellcheck disable=SC2012  # ls -S: the largest shard; shard names are plain (shard-NNNNN.fsd).
 big=$(ls -S bad.fs/shard-*.fsd | head -1)
-printf '\x5a' | dd of="$big" bs=1 seek=1048576 conv=notrunc status=none
+# Inverted, so that it changes whatever it was (a fixed byte left it unchanged 1 time in 256).
+byte=$(od -An -tu1 -j 1048576 -N1 "$big" | tr -d ' ')
+# shellcheck disable=SC2059  # the format is the escaped byte
+printf "\\x$(printf %02x $((byte ^ 255)))" | dd of="$big" bs=1 seek=1048576 conv=notrunc status=none
 expect_fail "flipped byte: names shard, file and offset" 1 "$(basename "$big").*file 'big.bin' \(frame at offset [0-9]+\)" "$F" verify bad.fs
 expect_fail "flipped byte: cat refuses bad bytes" 1 "checksum mismatch" "$F" cat bad.fs big.bin
 fresh; truncate -s 1000 bad.fs/shard-00003.fsd
@@ -101,12 +145,29 @@ sleep 0.5; kill -KILL $pid; wait $pid 2>/dev/null
 check "SIGKILL leaves no valid-looking dataset" bash -c '! test -e kill.fs'
 for t in kill.fs.tmp-*; do expect_fail "the leftover temporary is not a dataset" 1 "not a FanStore dataset" "$F" verify "$t"; done
 
-echo "== the agent's numbers are checked"
+echo "== the agent's options are checked"
 A="$(dirname "$F")/fanstore-agent"
-for bad in "--threads 0" "--threads x" "--threads 99999999999999999999" "--replicas 0" "--replicas 2x"; do
+for bad in "--threads 0" "--threads x" "--threads 99999999999999999999" "--replicas 0" "--replicas 2x" \
+  "--replicas 100001" "--cache-size 0" "--cache-size 4Q" "--job-id x" "--job-id 0" "--job-id 4294967296" \
+  "--bootstrap mpi" "--unpack sometimes"; do
   # shellcheck disable=SC2086
-  expect_fail "fanstore-agent $bad" 2 "bad ${bad%% *}" "$A" --dataset ds.fs --local-dir l --run-dir r --mount /m $bad
+  expect_fail "fanstore-agent $bad" 2 "^fanstore-agent: ${bad%% *}: '${bad#* }' is not" \
+    "$A" --dataset ds.fs --local-dir l --run-dir r --mount /m $bad
 done
-expect_fail "fanstore-agent --read-entry with a bad index" 2 "usage" "$A" --read-entry ds.fs 0 x
+expect_fail "fanstore-agent with an unknown option" 2 "not expected: --frobnicate" \
+  "$A" --dataset ds.fs --local-dir l --run-dir r --mount /m --frobnicate
+expect_fail "fanstore-agent without --run-dir" 2 "--run-dir is required" "$A" --dataset ds.fs --local-dir l --mount /m
+agent_help=$("$A" --help)
+for opt in --dataset --local-dir --run-dir --mount --bootstrap --replicas --threads --cache-size --no-peers \
+  --no-prefetch --unpack --node-name --job-id --peer-addr --stats-out --verbose --quiet --help; do
+  check "fanstore-agent --help lists $opt" grep -qE -- "(^|[ ,])$opt( |$)" <<<"$agent_help"
+done
+expect_fail "fanstore-agent --read-entry with a bad index" 2 "INDEX: 'x' is not a whole number" "$A" --read-entry ds.fs 0 x
+expect_fail "fanstore-agent --read-entry with a missing index" 2 "INDEX is required" "$A" --read-entry ds.fs 0
+expect_fail "fanstore-agent --read-entry of a missing shard" 3 "no shard 999" "$A" --read-entry ds.fs 999 0
+mkdir -m 0700 rd && echo '{"error":"","pid":1,"state":"ready","unpacked":true}' > rd/status.json
+check "fanstore-agent --read-state prints the state" test "$("$A" --read-state rd)" = ready
+echo '{"state":"rea' > rd/status.json
+expect_fail "fanstore-agent --read-state of a torn file" 1 "not a JSON object" "$A" --read-state rd
 
 finish
