@@ -21,7 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // The directory holds nothing: the agent owns what is in it and removes it at the end.
 Status CheckEmpty(const std::string& dir) {
@@ -35,7 +37,8 @@ Status CheckEmpty(const std::string& dir) {
   return Status::OK();
 }
 
-std::vector<const format::ShardFile*> Pointers(const std::vector<std::unique_ptr<format::ShardFile>>& shards) {
+std::vector<const format::ShardFile*> Pointers(
+    const std::vector<std::unique_ptr<format::ShardFile>>& shards) {
   std::vector<const format::ShardFile*> out;
   for (const auto& sh : shards) out.push_back(sh.get());
   return out;
@@ -71,7 +74,8 @@ Status Agent::Prepare() {
     return Status::FromErrno("local directory " + cfg_.local_dir + " is not writable", errno);
   data_root_ = cfg_.local_dir + "/data";
   for (const std::string& d : {data_root_, cfg_.local_dir + "/cache"})
-    if (::mkdir(d.c_str(), 0700) != 0) return Status::FromErrno("local directory: create " + d, errno);
+    if (::mkdir(d.c_str(), 0700) != 0)
+      return Status::FromErrno("local directory: create " + d, errno);
   data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
   auto m = format::LoadManifest(cfg_.dataset);
@@ -89,7 +93,8 @@ void Agent::TestPause(const std::string& phase) {
   const char* v = std::getenv("FANSTORE_TEST_PAUSE");
   if (!v || std::strncmp(v, phase.c_str(), phase.size()) != 0 || v[phase.size()] != ':') return;
   LOG_WARN("test pause: %s", phase.c_str());
-  for (long ms = std::strtol(v + phase.size() + 1, nullptr, 10); ms > 0 && !stop_requested_; ms -= 10)
+  for (long ms = std::strtol(v + phase.size() + 1, nullptr, 10); ms > 0 && !stop_requested_;
+       ms -= 10)
     ::usleep(10000);
 }
 
@@ -106,7 +111,8 @@ Status Agent::StartPeerService() {
   auto addr = PeerListenAddress(cfg_.peer_addr);
   if (!addr.ok()) return addr.status();
   return peer_server_.Start(
-      *addr, me, [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
+      *addr, me,
+      [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
       [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get());
 }
 
@@ -142,7 +148,8 @@ Status Agent::AgreeAllStaged(const Status& st) {
   auto verdicts = boot_->Exchange(exchange::EncodeHead(st), nullptr);
   if (!st.ok()) return st;
   if (!verdicts.ok()) return verdicts.status().Prefixed("metadata exchange");
-  for (uint32_t r = 0; r < verdicts->size(); r++) FS_RETURN_IF_ERROR(exchange::CheckHead((*verdicts)[r], r));
+  for (uint32_t r = 0; r < verdicts->size(); r++)
+    FS_RETURN_IF_ERROR(exchange::CheckHead((*verdicts)[r], r));
   return Status::OK();
 }
 
@@ -157,7 +164,8 @@ void Agent::InitRoles() {
   rc.replicas = replicas_;
   rc.peers = cfg_.peers;
   rc.prefetch = cfg_.prefetch;
-  remote_.Init(std::move(rc), cfg_.local_dir + "/cache", mine_.size() == index_.size() ? 0 : cache_capacity_);
+  remote_.Init(std::move(rc), cfg_.local_dir + "/cache",
+               mine_.size() == index_.size() ? 0 : cache_capacity_);
   if (!lazy_) return;
   Unpacker::Context uc;
   uc.index = &index_;
@@ -199,8 +207,10 @@ Status Agent::StageAndPublish(Status st) {
   std::string message;
   if (st.ok()) {
     auto m = ExchangeMessage(*shards);
-    if (m.ok()) message = std::move(m).value();
-    else st = m.status();
+    if (m.ok())
+      message = std::move(m).value();
+    else
+      st = m.status();
   }
   if (st.ok() && !lazy_) st = StageAsync(&*shards);
 
@@ -210,7 +220,8 @@ Status Agent::StageAndPublish(Status st) {
   st = ExchangeIndexes(st, message, shards, &fenced);
   if (st.ok()) InitRoles();
   if (st.ok() && !stop_requested_) st = BuildTable();
-  if (st.ok() && !stop_requested_) st = PublishTable();  // clients use it once the status says ready
+  if (st.ok() && !stop_requested_)
+    st = PublishTable();  // clients use it once the status says ready
   if (!st.ok()) stage_abort_ = true;
   Status stage_st = StageWait();
   if (st.ok()) st = stop_requested_ ? Status::Aborted("stage-in cancelled") : stage_st;
@@ -242,7 +253,8 @@ Status Agent::Start() {
   boot_ = std::move(b).value();
   // "%r" in the directories becomes the rank: several agents on one machine (tests, benchmarks).
   for (std::string* dir : {&cfg_.local_dir, &cfg_.run_dir})
-    for (size_t p; (p = dir->find("%r")) != std::string::npos;) dir->replace(p, 2, std::to_string(boot_->rank()));
+    for (size_t p; (p = dir->find("%r")) != std::string::npos;)
+      dir->replace(p, 2, std::to_string(boot_->rank()));
   // Every agent takes part in both rounds of the exchange, even after a failure, so that no
   // peer waits forever and every node learns which node failed and why.
   Status st = StageAndPublish(Prepare());
@@ -262,14 +274,17 @@ Status Agent::Start() {
     uint32_t s = static_cast<uint32_t>((k + boot_->rank() * nshards / boot_->size()) % nshards);
     if (!local_shard_[s]) remote_.MaybePrefetch(s);
   }
-  const std::string staged =
-      lazy_ ? HumanBytes(static_cast<double>(read_bytes_)) + " of shards copied, files unpacked in the background"
-            : HumanBytes(staged_bytes_) + " staged (" + std::to_string(staged_files_.load()) + " files)";
-  LOG_INFO("ready: %s, in %.2f s, metadata exchange %.3f s (%s from %u agents), mount %s", staged.c_str(),
-           stage_seconds_.load(), exchange_seconds_, HumanBytes(exchange_bytes_).c_str(), boot_->size(),
-           cfg_.mount.c_str());
-  if (lazy_) unpacker_.Start();
-  else unpacker_.SetDone();
+  const std::string staged = lazy_ ? HumanBytes(static_cast<double>(read_bytes_)) +
+                                         " of shards copied, files unpacked in the background"
+                                   : HumanBytes(staged_bytes_) + " staged (" +
+                                         std::to_string(staged_files_.load()) + " files)";
+  LOG_INFO("ready: %s, in %.2f s, metadata exchange %.3f s (%s from %u agents), mount %s",
+           staged.c_str(), stage_seconds_.load(), exchange_seconds_,
+           HumanBytes(exchange_bytes_).c_str(), boot_->size(), cfg_.mount.c_str());
+  if (lazy_)
+    unpacker_.Start();
+  else
+    unpacker_.SetDone();
   WriteStatus("ready", "");
   return Status::OK();
 }

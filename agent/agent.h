@@ -33,20 +33,20 @@
 namespace fanstore::agent {
 
 struct Config {
-  std::string dataset;      // DS.fs directory
-  std::string local_dir;    // node-local directory for the staged copy (created, private)
-  std::string run_dir;      // private directory for agent.sock, table, status.json
-  std::string mount;        // virtual path clients use
+  std::string dataset;    // DS.fs directory
+  std::string local_dir;  // node-local directory for the staged copy (created, private)
+  std::string run_dir;    // private directory for agent.sock, table, status.json
+  std::string mount;      // virtual path clients use
   std::string bootstrap = "auto";
-  uint32_t replicas = 0;    // 0: every node holds every shard
-  std::string node_name;    // for messages; default: SLURMD_NODENAME or the hostname
+  uint32_t replicas = 0;  // 0: every node holds every shard
+  std::string node_name;  // for messages; default: SLURMD_NODENAME or the hostname
   size_t threads = 0;
-  uint64_t cache_size = 0;  // bytes for files fetched from peers; 0: half the free space left
-  bool peers = true;        // fetch from other agents (else straight from the dataset)
-  bool prefetch = true;     // on first use of a remote shard, stream all of it into the cache
+  uint64_t cache_size = 0;      // bytes for files fetched from peers; 0: half the free space left
+  bool peers = true;            // fetch from other agents (else straight from the dataset)
+  bool prefetch = true;         // on first use of a remote shard, stream all of it into the cache
   std::string unpack = "auto";  // auto|eager|lazy, see --unpack
-  std::string job_id;       // the Slurm job id, with the PMIx namespace the job's identity
-  std::string peer_addr;    // address or interface for the peer service; "" picks one
+  std::string job_id;           // the Slurm job id, with the PMIx namespace the job's identity
+  std::string peer_addr;        // address or interface for the peer service; "" picks one
 };
 
 using run_dir::kSocketName;
@@ -91,7 +91,8 @@ class Agent {
   // for, and its peer endpoint.
   Result<std::string> ExchangeMessage(const Shards& shards);
   // Sends `message` (or the failure `st`) and decodes every agent's.
-  Status ExchangeIndexes(Status st, const std::string& message, const Result<Shards>& shards, bool* fenced);
+  Status ExchangeIndexes(Status st, const std::string& message, const Result<Shards>& shards,
+                         bool* fenced);
   // The second round: did every agent stage its share?
   Status AgreeAllStaged(const Status& st);
   // The remote files and, in lazy mode, the unpacker, once the indexes are known.
@@ -135,17 +136,17 @@ class Agent {
   format::Manifest manifest_;
   format::Dictionary dict_;
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<uint32_t> mine_;         // shards staged here
-  std::vector<bool> local_shard_;      // by shard
-  uint32_t replicas_ = 1;              // copies of each shard among the agents
-  uint64_t free_bytes_ = 0;            // in the local directory, before stage-in
+  std::vector<uint32_t> mine_;     // shards staged here
+  std::vector<bool> local_shard_;  // by shard
+  uint32_t replicas_ = 1;          // copies of each shard among the agents
+  uint64_t free_bytes_ = 0;        // in the local directory, before stage-in
   uint64_t free_inodes_ = UINT64_MAX;
   uint64_t cache_capacity_ = 0;
-  bool lazy_ = false;                  // unpack the shard copies in the background once ready
-  std::string data_root_;              // <local_dir>/data: staged files
+  bool lazy_ = false;      // unpack the shard copies in the background once ready
+  std::string data_root_;  // <local_dir>/data: staged files
   UniqueFD data_root_fd_;
-  std::string copy_dir_;               // <local_dir>/shards: lazy mode's shard copies
-  UniqueFD alive_lock_;                // the run directory's lock (run_dir::HoldAlive)
+  std::string copy_dir_;  // <local_dir>/shards: lazy mode's shard copies
+  UniqueFD alive_lock_;   // the run directory's lock (run_dir::HoldAlive)
   std::atomic<bool> stage_abort_{false}, stop_requested_{false};
   std::future<Status> staging_;
 
@@ -154,7 +155,7 @@ class Agent {
   std::unordered_map<std::string, std::string> links_;  // symlink targets by path
   std::string table_image_;                             // the published table, and the
   table::TableView view_;                               // agent's own view of it
-  std::vector<FileRef> file_refs_;  // by table entry; shard UINT32_MAX: no file
+  std::vector<FileRef> file_refs_;                      // by table entry; shard UINT32_MAX: no file
   table::AgentLock alive_;  // held while serving; clients see its release or our death
   table::ClientCounters* client_counters_ = nullptr;  // shared with clients, see table.h
 

@@ -77,8 +77,10 @@ class Pmix : public Bootstrap {
       PMIX_PROC_LOAD(&p, me_.nspace, r);
       pmix_value_t* got = nullptr;
       rc = PMIx_Get(&p, key.c_str(), nullptr, 0, &got);
-      if (rc != PMIX_SUCCESS || !got) return Status::IOError(PmixError("PMIx_Get", rc) + " for rank " + std::to_string(r));
-      if (got->type == PMIX_BYTE_OBJECT && got->data.bo.bytes) all[r].assign(got->data.bo.bytes, got->data.bo.size);
+      if (rc != PMIX_SUCCESS || !got)
+        return Status::IOError(PmixError("PMIx_Get", rc) + " for rank " + std::to_string(r));
+      if (got->type == PMIX_BYTE_OBJECT && got->data.bo.bytes)
+        all[r].assign(got->data.bo.bytes, got->data.bo.size);
       PMIX_VALUE_RELEASE(got);
     }
     return all;
@@ -99,7 +101,8 @@ class Pmix : public Bootstrap {
 }  // namespace
 
 Result<std::unique_ptr<Bootstrap>> MakeBootstrap(const std::string& kind) {
-  bool pmix = kind == "pmix" || (kind == "auto" && (std::getenv("PMIX_RANK") || std::getenv("PMIX_NAMESPACE")));
+  bool pmix = kind == "pmix" ||
+              (kind == "auto" && (std::getenv("PMIX_RANK") || std::getenv("PMIX_NAMESPACE")));
   if (kind != "pmix" && kind != "auto" && kind != "single")
     return Status::InvalidArgument("unknown bootstrap '" + kind + "' (auto, single or pmix)");
   if (!pmix) return std::unique_ptr<Bootstrap>(new Single);

@@ -6,9 +6,9 @@
 
 #include <cstdio>
 
+#include "common/io.h"
 #include "common/table.h"
 #include "common/unique_fd.h"
-#include "common/io.h"
 
 namespace fanstore::agent {
 

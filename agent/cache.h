@@ -1,7 +1,7 @@
 // A bounded, least-recently-used cache of files fetched from peers, kept as plain files in a
 // private directory so that clients get real descriptors. Keys are path hashes and files are
-// named table::CacheName(key), so clients open cached files directly, without the agent. Eviction unlinks the file; a client
-// that has it open keeps reading it. Thread-safe.
+// named table::CacheName(key), so clients open cached files directly, without the agent. Eviction
+// unlinks the file; a client that has it open keeps reading it. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -29,9 +29,9 @@ class FileCache {
   // A file being written into the cache, as its content arrives in pieces (a large file is
   // never held in memory whole).
   struct Pending {
-    UniqueFD fd;       // write the content here (read-write, so it can be rewound)
+    UniqueFD fd;  // write the content here (read-write, so it can be rewound)
     uint64_t key = 0, size = 0;
-    std::string tmp;   // the named temporary where the file system has no O_TMPFILE
+    std::string tmp;  // the named temporary where the file system has no O_TMPFILE
     bool active = false;
   };
   // Reserves room for `size` bytes under `key`, evicting the least recently used files (with

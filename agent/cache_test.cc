@@ -18,7 +18,8 @@ namespace fanstore::agent {
 namespace {
 
 // Stores `data` under `key` the way the agent does: Begin, write, Commit.
-Result<int> Put(FileCache& c, uint64_t key, std::string_view data, bool evict = true, bool want_fd = true) {
+Result<int> Put(FileCache& c, uint64_t key, std::string_view data, bool evict = true,
+                bool want_fd = true) {
   FileCache::Pending p;
   FS_RETURN_IF_ERROR(c.Begin(key, data.size(), evict, &p));
   Status s = WriteFull(p.fd.get(), data.data(), data.size(), "cache test");

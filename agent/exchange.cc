@@ -50,16 +50,19 @@ class Reader {
 Status ReadHead(Reader& rd, uint32_t rank) {
   uint32_t magic, version, ok;
   std::string_view err;
-  if (!rd.U32(&magic) || magic != kMagic || !rd.U32(&version) || version != kVersion || !rd.U32(&ok) ||
-      !rd.Str(&err))
+  if (!rd.U32(&magic) || magic != kMagic || !rd.U32(&version) || version != kVersion ||
+      !rd.U32(&ok) || !rd.Str(&err))
     return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(rank));
-  if (!ok) return Status::Aborted("agent of rank " + std::to_string(rank) + " failed: " + std::string(err));
+  if (!ok)
+    return Status::Aborted("agent of rank " + std::to_string(rank) +
+                           " failed: " + std::string(err));
   return Status::OK();
 }
 
 // One shard record of rank `r`'s message into `out`.
-Status ReadRecord(Reader& rd, uint32_t r, uint32_t self, const std::vector<const format::ShardFile*>& own,
-                  std::vector<bool>& seen, Decoded* out) {
+Status ReadRecord(Reader& rd, uint32_t r, uint32_t self,
+                  const std::vector<const format::ShardFile*>& own, std::vector<bool>& seen,
+                  Decoded* out) {
   const uint32_t nshards = static_cast<uint32_t>(out->index.size());
   uint32_t shard, nlinks;
   uint64_t file_size;
@@ -76,7 +79,8 @@ Status ReadRecord(Reader& rd, uint32_t r, uint32_t self, const std::vector<const
     Status fs = format::DecodeFooter(footer_bytes, file_size, &f);
     if (!fs.ok()) return fs.Prefixed("metadata exchange: shard " + std::to_string(shard));
     auto entries = format::DecodeIndex(stored, f);
-    if (!entries.ok()) return entries.status().Prefixed("metadata exchange: shard " + std::to_string(shard));
+    if (!entries.ok())
+      return entries.status().Prefixed("metadata exchange: shard " + std::to_string(shard));
     out->index[shard] = std::move(entries).value();
   }
   if (!rd.U32(&nlinks)) return Status::Corruption("metadata exchange: bad link list");
@@ -105,7 +109,8 @@ Status CheckLinks(const Decoded& d) {
   };
   for (const auto& [path, target] : d.links)
     if (!format::LinkStaysInside(path, target, lookup))
-      return Status::Corruption("metadata exchange: symlink '" + path + "' leads out of the dataset");
+      return Status::Corruption("metadata exchange: symlink '" + path +
+                                "' leads out of the dataset");
   return Status::OK();
 }
 
@@ -125,7 +130,8 @@ Status CheckHead(std::string_view message, uint32_t rank) {
   return ReadHead(rd, rank);
 }
 
-Result<std::string> Encode(const std::string& endpoint, const std::vector<const format::ShardFile*>& primary,
+Result<std::string> Encode(const std::string& endpoint,
+                           const std::vector<const format::ShardFile*>& primary,
                            const format::Dictionary& dict) {
   std::string blob = EncodeHead(Status::OK());
   PutStr(blob, endpoint);
@@ -167,10 +173,12 @@ Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, ui
     if (!rd.Str(&endpoint) || !rd.U32(&records))
       return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(r));
     d.endpoints[r] = std::string(endpoint);
-    for (uint32_t i = 0; i < records; i++) FS_RETURN_IF_ERROR(ReadRecord(rd, r, self, own, seen, &d));
+    for (uint32_t i = 0; i < records; i++)
+      FS_RETURN_IF_ERROR(ReadRecord(rd, r, self, own, seen, &d));
   }
   for (uint32_t s = 0; s < nshards; s++)
-    if (!seen[s]) return Status::Corruption("metadata exchange: no agent published shard " + std::to_string(s));
+    if (!seen[s])
+      return Status::Corruption("metadata exchange: no agent published shard " + std::to_string(s));
   FS_RETURN_IF_ERROR(CheckLinks(d));
   return d;
 }

@@ -30,15 +30,16 @@ Status CheckHead(std::string_view message, uint32_t rank);
 
 // This agent's message: `primary` are the shards it publishes (their indexes were read and
 // checked at open); their symlink targets are read from the shards with `dict`.
-Result<std::string> Encode(const std::string& endpoint, const std::vector<const format::ShardFile*>& primary,
+Result<std::string> Encode(const std::string& endpoint,
+                           const std::vector<const format::ShardFile*>& primary,
                            const format::Dictionary& dict);
 
 // What every agent's message says, put together.
 struct Decoded {
-  std::vector<std::vector<format::IndexEntry>> index;     // by shard
-  std::unordered_map<std::string, std::string> links;     // symlink targets by path
-  std::vector<std::string> endpoints;                     // by rank ("" without a peer service)
-  uint64_t bytes = 0;                                     // received, for the stats
+  std::vector<std::vector<format::IndexEntry>> index;  // by shard
+  std::unordered_map<std::string, std::string> links;  // symlink targets by path
+  std::vector<std::string> endpoints;                  // by rank ("" without a peer service)
+  uint64_t bytes = 0;                                  // received, for the stats
 };
 // Decodes `all` (one message per rank) for a dataset of `nshards` shards. Our own records
 // (rank `self`) take their indexes from `own`, read at open, instead of decoding them again.

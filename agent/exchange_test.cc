@@ -29,7 +29,8 @@ class ExchangeTest : public ::testing::Test {
     for (int d = 0; d < 4; d++) {
       const std::string sub = src + "/d" + std::to_string(d);
       ASSERT_EQ(::mkdir(sub.c_str(), 0700), 0);
-      for (int f = 0; f < 20; f++) std::ofstream(sub + "/f" + std::to_string(f)) << std::string(300 + f * 50, 'a' + d);
+      for (int f = 0; f < 20; f++)
+        std::ofstream(sub + "/f" + std::to_string(f)) << std::string(300 + f * 50, 'a' + d);
     }
     ASSERT_EQ(::symlink("d0/f1", (src + "/link").c_str()), 0);
     pack::Options po;
@@ -98,7 +99,8 @@ TEST_F(ExchangeTest, FailedAgentIsNamedWithItsReason) {
   all[1] = EncodeHead(Status::NoSpace("disk full on node b"));
   auto d = Decode(all, nshards(), 0, Range(0, 1));
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().ToString().find("rank 1 failed"), std::string::npos) << d.status().ToString();
+  EXPECT_NE(d.status().ToString().find("rank 1 failed"), std::string::npos)
+      << d.status().ToString();
   EXPECT_NE(d.status().ToString().find("disk full on node b"), std::string::npos);
   EXPECT_TRUE(CheckHead(EncodeHead(Status::OK()), 3).ok());
   EXPECT_FALSE(CheckHead(all[1], 1).ok());
@@ -126,7 +128,8 @@ TEST_F(ExchangeTest, CorruptRecordsAreRefusedNamingTheShard) {
     bad[at] ^= 0x5a;
     auto d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
     ASSERT_FALSE(d.ok()) << "flipped byte " << at;
-    EXPECT_NE(d.status().ToString().find("metadata exchange: shard 1"), std::string::npos) << d.status().ToString();
+    EXPECT_NE(d.status().ToString().find("metadata exchange: shard 1"), std::string::npos)
+        << d.status().ToString();
   }
   std::string bad = all[1];
   bad[0] ^= 1;  // the magic

@@ -18,10 +18,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "agent/peer_io.h"
 #include "agent/peer_wire.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
-#include "agent/peer_io.h"
 
 namespace fanstore::agent {
 namespace peer_io {

@@ -15,24 +15,24 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "agent/peer_io.h"
 #include "agent/peer_wire.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
-#include "agent/peer_io.h"
 
 namespace fanstore::agent {
 
 using peer_io::Clock;
+using peer_io::kConnectTimeoutMs;
+using peer_io::kDownFor;
+using peer_io::kFilePiece;
+using peer_io::kShardPiece;
 using peer_io::Rank;
 using peer_io::RecvAll;
 using peer_io::RecvBuffer;
 using peer_io::SendIov;
 using peer_io::SetBlockingWithTimeouts;
 using peer_io::SocketEndpoint;
-using peer_io::kConnectTimeoutMs;
-using peer_io::kDownFor;
-using peer_io::kFilePiece;
-using peer_io::kShardPiece;
 using wire::Header;
 
 struct PeerClient::Session {

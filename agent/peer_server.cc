@@ -17,20 +17,20 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "agent/peer_io.h"
 #include "agent/peer_wire.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
-#include "agent/peer_io.h"
 
 namespace fanstore::agent {
 
 using peer_io::Clock;
+using peer_io::kFilePiece;
 using peer_io::MsLeft;
 using peer_io::SendAll;
 using peer_io::SendIov;
 using peer_io::SetNoDelay;
 using peer_io::SocketEndpoint;
-using peer_io::kFilePiece;
 using wire::Header;
 
 struct PeerServer::Conn {

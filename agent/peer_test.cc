@@ -32,7 +32,8 @@ bool MungeWorks() { return std::system("munge -n 2>/dev/null | unmunge >/dev/nul
 // The file served for (shard, entry): its content is a pattern of its own, `entry * 1000` bytes.
 std::string Content(uint32_t shard, uint32_t entry) {
   std::string s(entry * 1000, '\0');
-  for (size_t i = 0; i < s.size(); i++) s[i] = static_cast<char>('a' + (i * 7 + shard + entry) % 26);
+  for (size_t i = 0; i < s.size(); i++)
+    s[i] = static_cast<char>('a' + (i * 7 + shard + entry) % 26);
   return s;
 }
 
@@ -42,9 +43,11 @@ class PeerTest : public ::testing::Test {
     // Root (CI) starts the node's munged the way tests/lib.sh does; others need it running.
     if (!MungeWorks() && ::getuid() == 0)
       (void)std::system(
-          "mkdir -p /run/munge /var/log/munge /var/lib/munge && chown munge:munge /run/munge /var/log/munge "
+          "mkdir -p /run/munge /var/log/munge /var/lib/munge && chown munge:munge /run/munge "
+          "/var/log/munge "
           "/var/lib/munge && runuser -u munge -- /usr/sbin/munged --force >/dev/null 2>&1; "
-          "for i in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep 0.1; done");
+          "for i in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep "
+          "0.1; done");
   }
   void SetUp() override {
     if (!MungeWorks()) GTEST_SKIP() << "munged is not running";
@@ -64,18 +67,21 @@ class PeerTest : public ::testing::Test {
   // A server of rank `rank` of job `job` on loopback.
   void StartServer(const std::string& job = "job-a", uint32_t rank = 1) {
     server_ = std::make_unique<PeerServer>();
-    ASSERT_TRUE(server_
-                    ->Start(
-                        "127.0.0.1", PeerIdentity{job, rank},
-                        [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) {
-                          if (s != 0 || e >= 8) return ENOENT;
-                          *fd = ::open((dir_ + "/" + std::to_string(e)).c_str(), O_RDONLY | O_CLOEXEC);
-                          *n = Content(s, e).size();
-                          return 0;
-                        },
-                        [](uint32_t s) { return s == 0 ? std::vector<uint32_t>{1, 2, 3, 0, 7} : std::vector<uint32_t>{}; },
-                        &pool_)
-                    .ok());
+    ASSERT_TRUE(
+        server_
+            ->Start(
+                "127.0.0.1", PeerIdentity{job, rank},
+                [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) {
+                  if (s != 0 || e >= 8) return ENOENT;
+                  *fd = ::open((dir_ + "/" + std::to_string(e)).c_str(), O_RDONLY | O_CLOEXEC);
+                  *n = Content(s, e).size();
+                  return 0;
+                },
+                [](uint32_t s) {
+                  return s == 0 ? std::vector<uint32_t>{1, 2, 3, 0, 7} : std::vector<uint32_t>{};
+                },
+                &pool_)
+            .ok());
   }
   // A client of rank 0 that knows rank 1 at `endpoint`.
   std::unique_ptr<PeerClient> Client(const std::string& job = "job-a", std::string endpoint = "") {
@@ -131,11 +137,15 @@ TEST_F(PeerTest, FetchesFilesAndShardsOverAnAuthenticatedSession) {
     ASSERT_TRUE(FetchInto(*c, e, &got).ok());
     EXPECT_EQ(got, Content(0, e));
   }
-  EXPECT_EQ(FetchInto(*c, 9, &got).code(), Status::Code::kNotFound);  // ENOENT, and the session goes on
+  EXPECT_EQ(FetchInto(*c, 9, &got).code(),
+            Status::Code::kNotFound);  // ENOENT, and the session goes on
   ASSERT_TRUE(FetchInto(*c, 2, &got).ok());
   std::map<uint32_t, std::string> files;
   Status st = c->FetchShard(
-      1, 0, [](uint32_t e) -> std::optional<uint64_t> { return e < 8 ? std::optional<uint64_t>(Content(0, e).size()) : std::nullopt; },
+      1, 0,
+      [](uint32_t e) -> std::optional<uint64_t> {
+        return e < 8 ? std::optional<uint64_t>(Content(0, e).size()) : std::nullopt;
+      },
       [&](uint32_t e, uint64_t off, std::string_view piece) {
         EXPECT_EQ(off, files[e].size());
         files[e].append(piece);
@@ -152,7 +162,10 @@ TEST_F(PeerTest, AnEntryOutsideTheShardIsRefusedNotIndexed) {
   auto c = Client();
   // F9: the stream names entries the client does not know; the client must not look them up.
   Status st = c->FetchShard(
-      1, 0, [](uint32_t e) -> std::optional<uint64_t> { return e == 1 ? std::optional<uint64_t>(1000) : std::nullopt; },
+      1, 0,
+      [](uint32_t e) -> std::optional<uint64_t> {
+        return e == 1 ? std::optional<uint64_t>(1000) : std::nullopt;
+      },
       [&](uint32_t, uint64_t, std::string_view) { return true; });
   EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
 }
@@ -186,7 +199,7 @@ TEST_F(PeerTest, HostileLengthsAndEarlyRequestsAreDroppedWithoutAllocating) {
   for (auto h : {wire::Header{wire::kMagic, wire::kHello, 0, 1, 0xffffffffull},
                  wire::Header{wire::kMagic, wire::kAuth, 0, 1, 0x100000000ull},
                  wire::Header{wire::kMagic, wire::kGet, 0, 1, 0},  // a request before the handshake
-                 wire::Header{0x31505346, 1, 0, 0, 200}}) {          // the old protocol's kAuth
+                 wire::Header{0x31505346, 1, 0, 0, 200}}) {        // the old protocol's kAuth
     UniqueFD fd = Raw(server_->Endpoint());
     ASSERT_TRUE(fd.valid());
     ASSERT_EQ(::send(fd.get(), &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
@@ -208,7 +221,8 @@ TEST_F(PeerTest, AForeignCredentialIsRefused) {
   wire::Header rp;
   ASSERT_EQ(::recv(fd.get(), &rp, sizeof rp, MSG_WAITALL), static_cast<ssize_t>(sizeof rp));
   std::string cred(rp.len, '\0');
-  ASSERT_EQ(::recv(fd.get(), cred.data(), cred.size(), MSG_WAITALL), static_cast<ssize_t>(cred.size()));
+  ASSERT_EQ(::recv(fd.get(), cred.data(), cred.size(), MSG_WAITALL),
+            static_cast<ssize_t>(cred.size()));
   // A credential of the right uid but without our binding (as `munge -n` makes).
   auto own = MungeCredential("not a binding");
   ASSERT_TRUE(own.ok());
@@ -299,7 +313,8 @@ TEST_F(PeerTest, ARelayedHandshakeFailsOnTheEndpoints) {
 
 TEST_F(PeerTest, OutOfDescriptorsTheServiceWaitsInsteadOfSpinning) {
 #if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "starts a server in a child forked from a threaded process, which TSan cannot follow";
+  GTEST_SKIP()
+      << "starts a server in a child forked from a threaded process, which TSan cannot follow";
 #endif
   // F3: a server whose process has run out of descriptors. A listening socket with pending
   // connections stays readable; accept fails with EMFILE; the old loop spun on it.
@@ -310,13 +325,14 @@ TEST_F(PeerTest, OutOfDescriptorsTheServiceWaitsInsteadOfSpinning) {
   if (pid == 0) {
     ThreadPool pool(2);
     PeerServer s;
-    bool ok = s.Start("127.0.0.1", PeerIdentity{"job-a", 1},
-                      [this](uint32_t, uint32_t e, int* fd, uint64_t* n) {
-                        *fd = ::open((dir_ + "/" + std::to_string(e)).c_str(), O_RDONLY | O_CLOEXEC);
-                        *n = Content(0, e).size();
-                        return *fd >= 0 ? 0 : ENOENT;
-                      },
-                      [](uint32_t) { return std::vector<uint32_t>{}; }, &pool)
+    bool ok = s.Start(
+                   "127.0.0.1", PeerIdentity{"job-a", 1},
+                   [this](uint32_t, uint32_t e, int* fd, uint64_t* n) {
+                     *fd = ::open((dir_ + "/" + std::to_string(e)).c_str(), O_RDONLY | O_CLOEXEC);
+                     *n = Content(0, e).size();
+                     return *fd >= 0 ? 0 : ENOENT;
+                   },
+                   [](uint32_t) { return std::vector<uint32_t>{}; }, &pool)
                   .ok();
     struct rlimit rl;
     ::getrlimit(RLIMIT_NOFILE, &rl);
@@ -328,8 +344,8 @@ TEST_F(PeerTest, OutOfDescriptorsTheServiceWaitsInsteadOfSpinning) {
     (void)!::read(to_child[0], &c, 1);  // until the parent has flooded and let go
     struct rusage ru;
     ::getrusage(RUSAGE_SELF, &ru);
-    const long cpu_ms = ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000 + ru.ru_stime.tv_sec * 1000 +
-                        ru.ru_stime.tv_usec / 1000;
+    const long cpu_ms = ru.ru_utime.tv_sec * 1000 + ru.ru_utime.tv_usec / 1000 +
+                        ru.ru_stime.tv_sec * 1000 + ru.ru_stime.tv_usec / 1000;
     (void)!::write(to_parent[1], &cpu_ms, sizeof cpu_ms);
     (void)!::read(to_child[0], &c, 1);  // until the parent's client is done
     ::_exit(0);

@@ -45,9 +45,12 @@ class Cursor {
 
 int64_t MaxRequestPayload(Phase phase, uint32_t op) {
   switch (phase) {
-    case Phase::kHello: return op == kHello ? static_cast<int64_t>(kNonceLen) : -1;
-    case Phase::kAuth: return op == kAuth ? static_cast<int64_t>(kMaxCred) : -1;
-    case Phase::kReady: return op == kGet || op == kGetShard ? 0 : -1;
+    case Phase::kHello:
+      return op == kHello ? static_cast<int64_t>(kNonceLen) : -1;
+    case Phase::kAuth:
+      return op == kAuth ? static_cast<int64_t>(kMaxCred) : -1;
+    case Phase::kReady:
+      return op == kGet || op == kGetShard ? 0 : -1;
   }
   return -1;
 }
@@ -59,9 +62,12 @@ Result<size_t> RequestSize(Phase phase, std::string_view have) {
   if (h.magic != kMagic) return Status::Corruption("not a FanStore peer request (bad magic)");
   const int64_t max = MaxRequestPayload(phase, h.op);
   if (max < 0) return Status::Permission("request " + std::to_string(h.op) + " not allowed here");
-  if (h.len > static_cast<uint64_t>(max)) return Status::InvalidArgument("request of " + std::to_string(h.len) + " bytes");
-  if (phase == Phase::kHello && h.len != kNonceLen) return Status::InvalidArgument("hello without a nonce");
-  const size_t need = sizeof(Header) + static_cast<size_t>(h.len) + (phase == Phase::kReady ? kTagLen : 0);
+  if (h.len > static_cast<uint64_t>(max))
+    return Status::InvalidArgument("request of " + std::to_string(h.len) + " bytes");
+  if (phase == Phase::kHello && h.len != kNonceLen)
+    return Status::InvalidArgument("hello without a nonce");
+  const size_t need =
+      sizeof(Header) + static_cast<size_t>(h.len) + (phase == Phase::kReady ? kTagLen : 0);
   return have.size() >= need ? 0 : need;
 }
 
@@ -84,23 +90,24 @@ Result<Binding> DecodeBinding(std::string_view s) {
   char magic[4];
   Cursor c(s);
   if (!c.Take(magic, 4) || std::memcmp(magic, kBindingMagic, 4) != 0 || !c.Take(&b.role, 1) ||
-      !c.Take(&b.server_rank, 4) || !c.Take(&b.client_rank, 4) || !c.Take(b.nonce_c.data(), kNonceLen) ||
-      !c.Take(b.nonce_s.data(), kNonceLen) || !c.Take(b.key_share.data(), kKeyLen) || !c.Field(&b.job) ||
-      !c.Field(&b.server_ep) || !c.Field(&b.client_ep) || !c.empty())
+      !c.Take(&b.server_rank, 4) || !c.Take(&b.client_rank, 4) ||
+      !c.Take(b.nonce_c.data(), kNonceLen) || !c.Take(b.nonce_s.data(), kNonceLen) ||
+      !c.Take(b.key_share.data(), kKeyLen) || !c.Field(&b.job) || !c.Field(&b.server_ep) ||
+      !c.Field(&b.client_ep) || !c.empty())
     return Status::Corruption("credential without a FanStore binding");
   return b;
 }
 
 Status CheckBinding(const Binding& want, const Binding& got) {
-  const char* what = got.role != want.role              ? "role"
-                     : got.job != want.job              ? "job"
+  const char* what = got.role != want.role                 ? "role"
+                     : got.job != want.job                 ? "job"
                      : got.server_rank != want.server_rank ? "server rank"
                      : got.client_rank != want.client_rank ? "client rank"
-                     : got.nonce_c != want.nonce_c      ? "client nonce (a replay)"
-                     : got.nonce_s != want.nonce_s      ? "server nonce (a replay)"
-                     : got.server_ep != want.server_ep  ? "server endpoint"
-                     : got.client_ep != want.client_ep  ? "client endpoint"
-                                                        : nullptr;
+                     : got.nonce_c != want.nonce_c         ? "client nonce (a replay)"
+                     : got.nonce_s != want.nonce_s         ? "server nonce (a replay)"
+                     : got.server_ep != want.server_ep     ? "server endpoint"
+                     : got.client_ep != want.client_ep     ? "client endpoint"
+                                                           : nullptr;
   if (!what) return Status::OK();
   return Status::Permission(std::string("credential bound to another ") + what);
 }
@@ -108,7 +115,8 @@ Status CheckBinding(const Binding& want, const Binding& got) {
 std::string JobKey(std::string_view nspace, std::string_view job_id) {
   std::string in = "fanstore-job\n" + std::string(nspace) + "\n" + std::string(job_id);
   unsigned char h[16];
-  crypto_generichash(h, sizeof h, reinterpret_cast<const unsigned char*>(in.data()), in.size(), nullptr, 0);
+  crypto_generichash(h, sizeof h, reinterpret_cast<const unsigned char*>(in.data()), in.size(),
+                     nullptr, 0);
   char hex[2 * sizeof h + 1];
   sodium_bin2hex(hex, sizeof hex, h, sizeof h);
   return hex;
@@ -118,7 +126,8 @@ void Mac::Begin(const Header& h) {
   // One-time Poly1305 key per message: never reused, whatever the message count.
   unsigned char sub[crypto_onetimeauth_KEYBYTES];
   static_assert(crypto_onetimeauth_KEYBYTES == crypto_kdf_KEYBYTES, "one-time key from the KDF");
-  crypto_kdf_derive_from_key(sub, sizeof sub, counter_, dir_ ? "FSP2s2c_" : "FSP2c2s_", key_.data());
+  crypto_kdf_derive_from_key(sub, sizeof sub, counter_, dir_ ? "FSP2s2c_" : "FSP2c2s_",
+                             key_.data());
   crypto_onetimeauth_init(&state_, sub);
   sodium_memzero(sub, sizeof sub);
   Update(&h, sizeof h);
@@ -143,8 +152,10 @@ Key SessionKey(const Key& share_s, const Key& share_c, const Nonce& nonce_c, con
   crypto_generichash_init(&st, nullptr, 0, k.size());
   static const char kLabel[] = "fanstore peer session v2";
   crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(kLabel), sizeof kLabel);
-  for (const auto* part : {&share_s, &share_c}) crypto_generichash_update(&st, part->data(), part->size());
-  for (const auto* part : {&nonce_c, &nonce_s}) crypto_generichash_update(&st, part->data(), part->size());
+  for (const auto* part : {&share_s, &share_c})
+    crypto_generichash_update(&st, part->data(), part->size());
+  for (const auto* part : {&nonce_c, &nonce_s})
+    crypto_generichash_update(&st, part->data(), part->size());
   crypto_generichash_final(&st, k.data(), k.size());
   return k;
 }

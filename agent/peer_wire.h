@@ -67,7 +67,7 @@ Result<size_t> RequestSize(Phase phase, std::string_view have);
 
 // What a credential certifies beyond the uid.
 struct Binding {
-  char role = 0;  // 'S' server, 'C' client
+  char role = 0;    // 'S' server, 'C' client
   std::string job;  // the job's key (Job below)
   uint32_t server_rank = 0, client_rank = 0;
   Nonce nonce_c{}, nonce_s{};

@@ -15,21 +15,26 @@ std::string Bytes(const Header& h, size_t extra = 0) {
 TEST(RequestSize, ChecksTheHeaderBeforeAnyPayload) {
   EXPECT_EQ(RequestSize(Phase::kHello, "").value(), sizeof(Header));
   // A hello is exactly a nonce; anything else is refused on the header alone.
-  EXPECT_EQ(RequestSize(Phase::kHello, Bytes({kMagic, kHello, 0, 0, kNonceLen})).value(), sizeof(Header) + kNonceLen);
-  EXPECT_EQ(RequestSize(Phase::kHello, Bytes({kMagic, kHello, 0, 0, kNonceLen}, kNonceLen)).value(), 0u);
+  EXPECT_EQ(RequestSize(Phase::kHello, Bytes({kMagic, kHello, 0, 0, kNonceLen})).value(),
+            sizeof(Header) + kNonceLen);
+  EXPECT_EQ(RequestSize(Phase::kHello, Bytes({kMagic, kHello, 0, 0, kNonceLen}, kNonceLen)).value(),
+            0u);
   EXPECT_FALSE(RequestSize(Phase::kHello, Bytes({kMagic, kHello, 0, 0, 1})).ok());
   // F2: a 4 GiB length is refused before anything is allocated.
   EXPECT_FALSE(RequestSize(Phase::kAuth, Bytes({kMagic, kAuth, 0, 0, 0xffffffffull})).ok());
   EXPECT_FALSE(RequestSize(Phase::kAuth, Bytes({kMagic, kAuth, 0, 0, kMaxCred + 1})).ok());
-  EXPECT_EQ(RequestSize(Phase::kAuth, Bytes({kMagic, kAuth, 0, 0, kMaxCred})).value(), sizeof(Header) + kMaxCred);
+  EXPECT_EQ(RequestSize(Phase::kAuth, Bytes({kMagic, kAuth, 0, 0, kMaxCred})).value(),
+            sizeof(Header) + kMaxCred);
   // Nothing but the handshake before it is done.
   EXPECT_FALSE(RequestSize(Phase::kHello, Bytes({kMagic, kGet, 0, 0, 0})).ok());
   EXPECT_FALSE(RequestSize(Phase::kAuth, Bytes({kMagic, kGetShard, 0, 0, 0})).ok());
   EXPECT_FALSE(RequestSize(Phase::kReady, Bytes({kMagic, kAuth, 0, 0, 10})).ok());
   // Requests carry no payload, and their tag.
-  EXPECT_EQ(RequestSize(Phase::kReady, Bytes({kMagic, kGet, 1, 2, 0})).value(), sizeof(Header) + kTagLen);
+  EXPECT_EQ(RequestSize(Phase::kReady, Bytes({kMagic, kGet, 1, 2, 0})).value(),
+            sizeof(Header) + kTagLen);
   EXPECT_FALSE(RequestSize(Phase::kReady, Bytes({kMagic, kGet, 1, 2, 1})).ok());
-  EXPECT_FALSE(RequestSize(Phase::kReady, Bytes({0x31505346, kGet, 1, 2, 0})).ok());  // the old protocol
+  EXPECT_FALSE(
+      RequestSize(Phase::kReady, Bytes({0x31505346, kGet, 1, 2, 0})).ok());  // the old protocol
 }
 
 Binding Sample() {

@@ -9,7 +9,8 @@ std::vector<uint32_t> Holders(uint32_t shard, uint32_t size, uint32_t replicas) 
   if (size == 0) return {};
   replicas = std::clamp<uint32_t>(replicas, 1, size);
   std::vector<uint32_t> ranks(replicas);
-  for (uint32_t k = 0; k < replicas; k++) ranks[k] = static_cast<uint32_t>((uint64_t{shard} + k) % size);
+  for (uint32_t k = 0; k < replicas; k++)
+    ranks[k] = static_cast<uint32_t>((uint64_t{shard} + k) % size);
   return ranks;
 }
 

@@ -32,8 +32,8 @@ void RemoteFiles::Init(Context ctx, const std::string& cache_dir, uint64_t cache
 }
 
 RemoteFiles::Counters RemoteFiles::counters() const {
-  return Counters{opens_remote_.load(),     opens_cached_.load(),   opens_fallback_.load(),
-                  bytes_remote_.load(),     bytes_cached_.load(),   bytes_fallback_.load(),
+  return Counters{opens_remote_.load(),     opens_cached_.load(),      opens_fallback_.load(),
+                  bytes_remote_.load(),     bytes_cached_.load(),      bytes_fallback_.load(),
                   peer_errors_.load(),      prefetched_shards_.load(), prefetched_files_.load(),
                   prefetched_bytes_.load(), source_peak_.load()};
 }
@@ -64,8 +64,10 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
     {
       std::lock_guard<std::mutex> l(inflight_mu_);
       auto [it, fresh] = inflight_.emplace(key, nullptr);
-      if (fresh) it->second = mine = std::make_shared<Inflight>();
-      else wait = it->second;
+      if (fresh)
+        it->second = mine = std::make_shared<Inflight>();
+      else
+        wait = it->second;
     }
     if (wait) {
       std::unique_lock<std::mutex> l(wait->mu);
@@ -161,7 +163,8 @@ Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, bool* loc
         return write_status;
       }
       if (st.ok() && hash.Digest() != e.xxh3)
-        st = Status::Corruption("peer " + std::to_string(h) + " sent bad bytes for '" + e.path + "'");
+        st = Status::Corruption("peer " + std::to_string(h) + " sent bad bytes for '" + e.path +
+                                "'");
       if (st.ok()) {
         opens_remote_++;
         bytes_remote_ += e.size;
@@ -206,7 +209,8 @@ Status RemoteFiles::ReadFromDataset(uint32_t shard, uint32_t entry,
   }
   source_slots_.acquire();
   const int now = ++source_in_flight_;
-  for (int peak = source_peak_.load(); now > peak && !source_peak_.compare_exchange_weak(peak, now);) {
+  for (int peak = source_peak_.load();
+       now > peak && !source_peak_.compare_exchange_weak(peak, now);) {
   }
   ScopeExit release([this] {
     source_in_flight_--;
@@ -270,7 +274,8 @@ void RemoteFiles::PrefetchShard(uint32_t shard) {
           }
           if (skip) return true;
           hash.Update(piece.data(), piece.size());
-          if (!WriteFull(pending.fd.get(), piece.data(), piece.size(), "cache").ok()) return !(full = true);
+          if (!WriteFull(pending.fd.get(), piece.data(), piece.size(), "cache").ok())
+            return !(full = true);
           if (off + piece.size() < e.size) return true;
           if (hash.Digest() != e.xxh3) return false;
           if (!cache_.Commit(&pending, /*want_fd=*/false).ok()) return !(full = true);

@@ -69,8 +69,10 @@ class RemoteFiles {
   // failure to write `out` ends the attempts and sets *local_error.
   Status FetchInto(uint32_t shard, uint32_t entry, int out, bool* local_error);
   // Fetches into the cache, else into a memfd; `finish` wakes the openers waiting for us.
-  Result<int> FetchNew(uint32_t shard, uint32_t entry, uint64_t key, const std::function<void()>& finish);
-  Status ReadFromDataset(uint32_t shard, uint32_t entry, const std::function<Status(std::string_view)>& sink);
+  Result<int> FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
+                       const std::function<void()>& finish);
+  Status ReadFromDataset(uint32_t shard, uint32_t entry,
+                         const std::function<Status(std::string_view)>& sink);
   void PrefetchLoop();
   void PrefetchShard(uint32_t shard);
 

@@ -11,9 +11,12 @@ using format::IndexEntry;
 
 Reply Agent::Handle(proto::Op op, const std::string& payload) {
   switch (op) {
-    case proto::kStatus: return Reply{0, StatusJson(), -1};
-    case proto::kStats: return Reply{0, StatsJson(), -1};
-    case proto::kOpen: return Open(payload);
+    case proto::kStatus:
+      return Reply{0, StatusJson(), -1};
+    case proto::kStats:
+      return Reply{0, StatsJson(), -1};
+    case proto::kOpen:
+      return Open(payload);
   }
   return Reply{EINVAL, "", -1};
 }
@@ -49,8 +52,10 @@ Reply Agent::Open(const std::string& path) {
 }
 
 int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
-  if (!serving_.load(std::memory_order_acquire)) return EAGAIN;  // only a confused peer asks this early
-  if (shard >= index_.size() || !local_shard_[shard] || entry >= index_[shard].size()) return ENOENT;
+  if (!serving_.load(std::memory_order_acquire))
+    return EAGAIN;  // only a confused peer asks this early
+  if (shard >= index_.size() || !local_shard_[shard] || entry >= index_[shard].size())
+    return ENOENT;
   const IndexEntry& e = index_[shard][entry];
   if (e.type != EntryType::kFile) return EINVAL;
   if (lazy_ && !unpacker_.done()) {
@@ -68,7 +73,8 @@ int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
 
 std::vector<uint32_t> Agent::ShardFiles(uint32_t shard) {
   std::vector<uint32_t> out;
-  if (!serving_.load(std::memory_order_acquire) || shard >= index_.size() || !local_shard_[shard]) return out;
+  if (!serving_.load(std::memory_order_acquire) || shard >= index_.size() || !local_shard_[shard])
+    return out;
   for (uint32_t i = 0; i < index_[shard].size(); i++)
     if (index_[shard][i].type == EntryType::kFile) out.push_back(i);
   return out;

@@ -36,13 +36,15 @@ Status Agent::ChooseUnpack() {
   uint64_t stored = 0;
   for (uint32_t s : mine_) stored += m.shards[s].bytes;
   const uint64_t files_estimate =
-      m.stored_bytes ? static_cast<uint64_t>(static_cast<long double>(m.raw_bytes) * stored / m.stored_bytes)
-                     : m.raw_bytes;
+      m.stored_bytes
+          ? static_cast<uint64_t>(static_cast<long double>(m.raw_bytes) * stored / m.stored_bytes)
+          : m.raw_bytes;
   if (files_estimate + stored > free_bytes_) {
     lazy_ = false;
     if (cfg_.unpack == "lazy")
-      LOG_WARN("--unpack lazy needs about %s for this node's shard copies and files; unpacking eagerly",
-               HumanBytes(files_estimate + stored).c_str());
+      LOG_WARN(
+          "--unpack lazy needs about %s for this node's shard copies and files; unpacking eagerly",
+          HumanBytes(files_estimate + stored).c_str());
     return Status::OK();
   }
   copy_dir_ = cfg_.local_dir + "/shards";
@@ -85,30 +87,35 @@ Status Agent::PlanStage(const Shards& shards, bool* lazy_fits) {
     for (const auto& e : sh->entries)
       if (e.type == EntryType::kFile) files++, need += e.size;
   }
-  const std::string share = "this node's share of the dataset (" + std::to_string(mine_.size()) + " of " +
-                            std::to_string(manifest_.shards.size()) + " shards) needs ";
+  const std::string share = "this node's share of the dataset (" + std::to_string(mine_.size()) +
+                            " of " + std::to_string(manifest_.shards.size()) + " shards) needs ";
   // Every file is created before the job reads it (eager) or while it does (lazy): short of
   // inodes, reads would fail with ENOSPC after "ready".
   inodes += (lazy_ ? mine_.size() : 0) + kSpareInodes;
   if (inodes > free_inodes_)
-    return Status::NoSpace("local directory " + cfg_.local_dir + " has " + std::to_string(free_inodes_) +
-                           " free inodes; " + share + std::to_string(inodes));
+    return Status::NoSpace("local directory " + cfg_.local_dir + " has " +
+                           std::to_string(free_inodes_) + " free inodes; " + share +
+                           std::to_string(inodes));
   if (need > free_bytes_)
-    return Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes_) + " free; " +
-                           share + HumanBytes(need));
+    return Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes_) +
+                           " free; " + share + HumanBytes(need));
   *lazy_fits = !lazy_ || need + stored <= free_bytes_;
   const bool lazy = lazy_ && *lazy_fits;
   // The cache takes what is left after the staged share (and the copies, while they last):
   // half of it, or --cache-size when that is less (a site-wide cache_size= must not fill a
   // node whose disk is smaller).
   const uint64_t taken = need + (lazy ? stored : 0);
-  const uint64_t half_left = free_bytes_ == UINT64_MAX || taken > free_bytes_ ? 0 : (free_bytes_ - taken) / 2;
+  const uint64_t half_left =
+      free_bytes_ == UINT64_MAX || taken > free_bytes_ ? 0 : (free_bytes_ - taken) / 2;
   cache_capacity_ = cfg_.cache_size == 0 ? half_left : std::min(cfg_.cache_size, half_left);
   if (cfg_.cache_size > half_left)
-    LOG_WARN("cache limited to %s, half the free space of %s left by the staged share (--cache-size %s)",
-             HumanBytes(cache_capacity_).c_str(), cfg_.local_dir.c_str(), HumanBytes(cfg_.cache_size).c_str());
-  LOG_INFO("staging %zu of %zu shards (%s in %llu files) into %s%s", mine_.size(), manifest_.shards.size(),
-           HumanBytes(need).c_str(), static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
+    LOG_WARN(
+        "cache limited to %s, half the free space of %s left by the staged share (--cache-size %s)",
+        HumanBytes(cache_capacity_).c_str(), cfg_.local_dir.c_str(),
+        HumanBytes(cfg_.cache_size).c_str());
+  LOG_INFO("staging %zu of %zu shards (%s in %llu files) into %s%s", mine_.size(),
+           manifest_.shards.size(), HumanBytes(need).c_str(),
+           static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
            lazy ? ": copying the shards, unpacking in the background once ready" : "");
   return lazy ? stage::MakeParentDirs(data_root_fd_.get(), data_root_, shards) : Status::OK();
 }

@@ -22,7 +22,8 @@ std::string Agent::StatusJson() const {
   j["pid"] = ::getpid();
   j["shards"] = mine_;
   if (boot_ && boot_->size() > 1 && cfg_.peers) j["endpoint"] = peer_server_.Endpoint();
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
+  return j.dump(-1, ' ', false,
+                nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
 }
 
 std::string Agent::StatsJson() const {
@@ -47,18 +48,29 @@ std::string Agent::StatsJson() const {
     c.cached_bytes = __atomic_load_n(&client_counters_->cached_bytes, __ATOMIC_RELAXED);
   }
   const RemoteFiles::Counters r = remote_.counters();
-  j["opens"] = {{"local", opens_local_.load() + c.local_opens}, {"remote", r.opens_remote},
-                {"cached", r.opens_cached + c.cached_opens}, {"fallback", r.opens_fallback},
+  j["opens"] = {{"local", opens_local_.load() + c.local_opens},
+                {"remote", r.opens_remote},
+                {"cached", r.opens_cached + c.cached_opens},
+                {"fallback", r.opens_fallback},
                 {"errors", open_errors_.load()}};
-  j["bytes"] = {{"local", c.local_bytes}, {"remote", r.bytes_remote}, {"cached", r.bytes_cached + c.cached_bytes},
+  j["bytes"] = {{"local", c.local_bytes},
+                {"remote", r.bytes_remote},
+                {"cached", r.bytes_cached + c.cached_bytes},
                 {"fallback", r.bytes_fallback}};
   j["peers"] = {{"fetch_errors", r.peer_errors}, {"refused_connections", peer_server_.refused()}};
   j["source_reads"] = {{"in_flight_peak", r.source_peak}, {"limit", RemoteFiles::kMaxSourceReads}};
-  j["cache"] = {{"used", remote_.cache().used()}, {"capacity", remote_.cache().capacity()}, {"evictions", remote_.cache().evictions()}};
-  j["unpack"] = {{"mode", lazy_ ? "lazy" : "eager"}, {"done", unpacker_.done()}, {"on_demand", unpacker_.on_demand()},
+  j["cache"] = {{"used", remote_.cache().used()},
+                {"capacity", remote_.cache().capacity()},
+                {"evictions", remote_.cache().evictions()}};
+  j["unpack"] = {{"mode", lazy_ ? "lazy" : "eager"},
+                 {"done", unpacker_.done()},
+                 {"on_demand", unpacker_.on_demand()},
                  {"seconds", unpacker_.seconds()}};
-  j["prefetch"] = {{"shards", r.prefetched_shards}, {"files", r.prefetched_files}, {"bytes", r.prefetched_bytes}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
+  j["prefetch"] = {{"shards", r.prefetched_shards},
+                   {"files", r.prefetched_files},
+                   {"bytes", r.prefetched_bytes}};
+  return j.dump(-1, ' ', false,
+                nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
 }
 
 }  // namespace fanstore::agent

@@ -29,11 +29,14 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
           n.source_index = static_cast<uint32_t>(&e - index_[s].data());
           n.flags = local_shard_[s] && !lazy_ ? uint32_t{table::kLocal} : 0u;
           break;
-        case EntryType::kDir: n.mode = S_IFDIR | e.mode; break;
+        case EntryType::kDir:
+          n.mode = S_IFDIR | e.mode;
+          break;
         case EntryType::kSymlink: {
           n.mode = S_IFLNK | 0777;
           auto it = links_.find(e.path);
-          if (it == links_.end()) return Status::Corruption("symlink '" + e.path + "' has no target");
+          if (it == links_.end())
+            return Status::Corruption("symlink '" + e.path + "' has no target");
           n.link_target = it->second;
           break;
         }
@@ -41,7 +44,8 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
       nodes->push_back(std::move(n));
     }
   }
-  nodes->push_back(table::Node{"", S_IFDIR | manifest_.root_mode, 0, manifest_.root_mtime_ns, 0, {}});
+  nodes->push_back(
+      table::Node{"", S_IFDIR | manifest_.root_mode, 0, manifest_.root_mtime_ns, 0, {}});
   return Status::OK();
 }
 
@@ -82,7 +86,8 @@ Status Agent::BuildTable() {
   // descriptors and working directories inside the mount have a real directory behind them.
   for (const auto& shard : index_)
     for (const auto& e : shard)
-      if (e.type == EntryType::kDir) FS_RETURN_IF_ERROR(MakeDirs(data_root_fd_.get(), e.path, 0700));
+      if (e.type == EntryType::kDir)
+        FS_RETURN_IF_ERROR(MakeDirs(data_root_fd_.get(), e.path, 0700));
   return Status::OK();
 }
 

@@ -41,7 +41,9 @@ void Unpacker::Adopt(std::unique_ptr<format::ShardFile> copy) {
   copies_[id] = std::move(copy);
 }
 
-void Unpacker::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Unpacker::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Unpacker::Stop() {
   stop_ = true;
@@ -59,8 +61,10 @@ bool Unpacker::Claim(uint32_t shard, uint32_t entry, bool wait) {
 
 void Unpacker::Finish(uint32_t shard, uint32_t entry, bool ok) {
   const IndexEntry& e = (*ctx_.index)[shard][entry];
-  if (ok) ctx_.on_file(table_index_[shard][entry], e.size);  // from now on clients open it themselves
-  else (void)::unlinkat(ctx_.data_root_fd, e.path.c_str(), 0);
+  if (ok)
+    ctx_.on_file(table_index_[shard][entry], e.size);  // from now on clients open it themselves
+  else
+    (void)::unlinkat(ctx_.data_root_fd, e.path.c_str(), 0);
   {
     std::lock_guard<std::mutex> l(mu_);
     state_[shard][entry] = ok ? kDone : kPacked;
@@ -136,7 +140,8 @@ void Unpacker::Loop() {
       if (!copies_[s]) continue;
       Status st = UnpackShard(s, &workers, &decoders);
       if (!st.ok() && !stop_)
-        LOG_ERROR("background unpack of shard %u: %s; its files are unpacked when opened", s, st.ToString().c_str());
+        LOG_ERROR("background unpack of shard %u: %s; its files are unpacked when opened", s,
+                  st.ToString().c_str());
       ok = ok && st.ok();
     }
   }

@@ -27,8 +27,8 @@ class Unpacker {
     const format::Dictionary* dict = nullptr;
     const format::Manifest* manifest = nullptr;
     int data_root_fd = -1;
-    std::string data_root;   // where the files go
-    std::string copy_dir;    // the shard copies, removed once every file is out
+    std::string data_root;  // where the files go
+    std::string copy_dir;   // the shard copies, removed once every file is out
     size_t threads = 1;
     // A file is complete: `table_entry` may be marked local; `bytes` counts as staged.
     std::function<void(uint32_t table_entry, uint64_t bytes)> on_file;
@@ -77,8 +77,8 @@ class Unpacker {
   std::vector<std::unique_ptr<format::ShardFile>> copies_;  // by shard id
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::vector<uint8_t>> state_;                 // by shard, entry
-  std::vector<std::vector<uint32_t>> table_index_;          // the table entry of each file
+  std::vector<std::vector<uint8_t>> state_;         // by shard, entry
+  std::vector<std::vector<uint32_t>> table_index_;  // the table entry of each file
   std::atomic<bool> done_{false}, stop_{false};
   std::atomic<uint64_t> on_demand_{0};
   std::atomic<double> seconds_{0};

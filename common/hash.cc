@@ -32,7 +32,9 @@ void Xxh3Update(XXH3_state_t* state, const void* data, size_t len) {
 }
 #else
 uint64_t Xxh3Long(const void* data, size_t len) { return XXH3_64bits(data, len); }
-void Xxh3Update(XXH3_state_t* state, const void* data, size_t len) { XXH3_64bits_update(state, data, len); }
+void Xxh3Update(XXH3_state_t* state, const void* data, size_t len) {
+  XXH3_64bits_update(state, data, len);
+}
 #endif
 
 }  // namespace fanstore::detail

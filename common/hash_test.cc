@@ -13,8 +13,8 @@ TEST(Hash, LongInputsMatchTheReference) {
   std::vector<unsigned char> buf(3 << 20);
   std::mt19937_64 rng(7);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
-  for (size_t len : {size_t{0}, size_t{1}, size_t{240}, size_t{1023}, size_t{1024}, size_t{1025}, size_t{4096},
-                     size_t{65537}, buf.size()}) {
+  for (size_t len : {size_t{0}, size_t{1}, size_t{240}, size_t{1023}, size_t{1024}, size_t{1025},
+                     size_t{4096}, size_t{65537}, buf.size()}) {
     uint64_t ref = XXH3_64bits(buf.data(), len);
     EXPECT_EQ(Xxh3(buf.data(), len), ref) << len;
     // Streaming in uneven pieces gives the one-shot value.

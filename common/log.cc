@@ -34,7 +34,8 @@ void Write(Level level, const char* file, int line, const char* fmt, ...) {
   va_start(ap, fmt);
   int m = std::vsnprintf(buf + n, sizeof buf - n - 1, fmt, ap);
   va_end(ap);
-  size_t len = n + (m < 0 ? 0 : (m >= static_cast<int>(sizeof buf) - n - 1 ? sizeof buf - n - 2 : m));
+  size_t len =
+      n + (m < 0 ? 0 : (m >= static_cast<int>(sizeof buf) - n - 1 ? sizeof buf - n - 2 : m));
   buf[len++] = '\n';
   ssize_t ignored = ::write(STDERR_FILENO, buf, len);
   (void)ignored;

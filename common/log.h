@@ -17,9 +17,9 @@ void Write(Level level, const char* file, int line, const char* fmt, ...)
 
 }  // namespace fanstore::log
 
-#define FS_LOG(level, ...)                                                        \
-  do {                                                                            \
-    if (::fanstore::log::level <= ::fanstore::log::GetLevel())                    \
+#define FS_LOG(level, ...)                                                             \
+  do {                                                                                 \
+    if (::fanstore::log::level <= ::fanstore::log::GetLevel())                         \
       ::fanstore::log::Write(::fanstore::log::level, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define LOG_ERROR(...) FS_LOG(kError, __VA_ARGS__)

@@ -17,10 +17,13 @@ Status EnsureOwnDir(const std::string& path, bool* created) {
   UniqueFD fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
   if (!fd.valid() || ::fstat(fd.get(), &st) != 0)
-    return Status::Permission(path + " exists and is not a directory (a symlink or a file planted there?)");
+    return Status::Permission(
+        path + " exists and is not a directory (a symlink or a file planted there?)");
   if (st.st_uid != ::geteuid())
-    return Status::Permission(path + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user");
-  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0700) != 0) return Status::FromErrno("chmod 0700 " + path, errno);
+    return Status::Permission(path + " belongs to uid " + std::to_string(st.st_uid) +
+                              ", not to this user");
+  if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0700) != 0)
+    return Status::FromErrno("chmod 0700 " + path, errno);
   return Status::OK();
 }
 

@@ -24,7 +24,9 @@ struct Walk {
   Status first;
 
   void Fail(const char* what, const char* name, int err) {
-    if (first.ok()) first = Status::FromErrno(std::string(what) + " " + path + ": '" + std::string(name).substr(0, 255) + "'", err);
+    if (first.ok())
+      first = Status::FromErrno(
+          std::string(what) + " " + path + ": '" + std::string(name).substr(0, 255) + "'", err);
   }
 
   // Empties the directory open as `fd`, `depth` levels below the top.
@@ -37,13 +39,15 @@ struct Walk {
     ::rewinddir(d);  // the duplicate shares the offset an earlier pass left at the end
     std::vector<std::string> names;
     while (struct dirent* e = ::readdir(d))
-      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+        names.emplace_back(e->d_name);
     ::closedir(d);
     for (const std::string& name : names) {
       struct stat st;
       if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       if (!S_ISDIR(st.st_mode)) {
-        if (::unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT) Fail("unlink in", name.c_str(), errno);
+        if (::unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT)
+          Fail("unlink in", name.c_str(), errno);
         continue;
       }
       if (st.st_dev != dev) {  // a mount point: not ours to descend into
@@ -90,9 +94,11 @@ bool IsEmpty(int fd) {
 
 Status RemoveTree(const std::string& path) {
   struct stat st;
-  if (::lstat(path.c_str(), &st) != 0) return errno == ENOENT ? Status::OK() : Status::FromErrno("stat " + path, errno);
+  if (::lstat(path.c_str(), &st) != 0)
+    return errno == ENOENT ? Status::OK() : Status::FromErrno("stat " + path, errno);
   if (!S_ISDIR(st.st_mode)) {
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("unlink " + path, errno);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      return Status::FromErrno("unlink " + path, errno);
     return Status::OK();
   }
   UniqueFD top(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -105,7 +111,8 @@ Status RemoveTree(const std::string& path) {
     if (IsEmpty(top.get())) break;
   }
   if (!w.first.ok()) return w.first;
-  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return Status::FromErrno("rmdir " + path, errno);
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT)
+    return Status::FromErrno("rmdir " + path, errno);
   return Status::OK();
 }
 

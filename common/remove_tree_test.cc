@@ -21,15 +21,20 @@ class RemoveTreeTest : public ::testing::Test {
     char tmpl[] = "/tmp/fanstore-rmtree-test-XXXXXX";
     base_ = ::mkdtemp(tmpl);
   }
-  void TearDown() override { (void)std::system(("chmod -R u+rwx " + base_ + " 2>/dev/null; rm -rf " + base_).c_str()); }
-  void Touch(const std::string& p, mode_t mode = 0600) { UniqueFD fd(::open(p.c_str(), O_WRONLY | O_CREAT, mode)); }
+  void TearDown() override {
+    (void)std::system(("chmod -R u+rwx " + base_ + " 2>/dev/null; rm -rf " + base_).c_str());
+  }
+  void Touch(const std::string& p, mode_t mode = 0600) {
+    UniqueFD fd(::open(p.c_str(), O_WRONLY | O_CREAT, mode));
+  }
   std::string base_;
 };
 
 TEST_F(RemoveTreeTest, RemovesReadOnlyTreesAndLinksButNotTheirTargets) {
   const std::string t = base_ + "/t", victim = base_ + "/victim";
   ASSERT_EQ(::mkdir(victim.c_str(), 0700), 0);
-  ASSERT_EQ(::chmod(victim.c_str(), 0555), 0);  // read-only: a chmod that follows links would change it
+  ASSERT_EQ(::chmod(victim.c_str(), 0555),
+            0);  // read-only: a chmod that follows links would change it
   ASSERT_EQ(::chmod(victim.c_str(), 0755), 0);
   Touch(victim + "/keep");
   ASSERT_EQ(::chmod(victim.c_str(), 0555), 0);
@@ -43,10 +48,10 @@ TEST_F(RemoveTreeTest, RemovesReadOnlyTreesAndLinksButNotTheirTargets) {
   struct stat st;
   EXPECT_NE(::lstat(t.c_str(), &st), 0);
   EXPECT_EQ(::stat((victim + "/keep").c_str(), &st), 0);  // the symlinks' targets stay
-  EXPECT_EQ(st.st_mode & 0777, 0600u);                      // and keep their modes (F13)
+  EXPECT_EQ(st.st_mode & 0777, 0600u);                    // and keep their modes (F13)
   EXPECT_EQ(::stat(victim.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0555u);
-  EXPECT_TRUE(RemoveTree(t).ok());                          // missing is fine
+  EXPECT_TRUE(RemoveTree(t).ok());  // missing is fine
 }
 
 TEST_F(RemoveTreeTest, ASymlinkAtTheTopIsRemovedNotFollowed) {

@@ -10,13 +10,18 @@ Status Status::FromErrno(std::string_view context, int err) {
   msg += ": ";
   msg += std::strerror(err);
   switch (err) {
-    case ENOENT: return Status(Code::kNotFound, msg);
+    case ENOENT:
+      return Status(Code::kNotFound, msg);
     case EACCES:
-    case EPERM: return Status(Code::kPermission, msg);
+    case EPERM:
+      return Status(Code::kPermission, msg);
     case ENOSPC:
-    case EDQUOT: return Status(Code::kNoSpace, msg);
-    case EINVAL: return Status(Code::kInvalidArgument, msg);
-    default: return Status(Code::kIOError, msg);
+    case EDQUOT:
+      return Status(Code::kNoSpace, msg);
+    case EINVAL:
+      return Status(Code::kInvalidArgument, msg);
+    default:
+      return Status(Code::kIOError, msg);
   }
 }
 
@@ -27,14 +32,22 @@ std::string Status::ToString() const {
 
 int Status::ToErrno() const {
   switch (code_) {
-    case Code::kOk: return 0;
-    case Code::kNotFound: return ENOENT;
-    case Code::kPermission: return EACCES;
-    case Code::kNoSpace: return ENOSPC;
-    case Code::kInvalidArgument: return EINVAL;
-    case Code::kUnsupported: return ENOTSUP;
-    case Code::kTimeout: return ETIMEDOUT;
-    default: return EIO;
+    case Code::kOk:
+      return 0;
+    case Code::kNotFound:
+      return ENOENT;
+    case Code::kPermission:
+      return EACCES;
+    case Code::kNoSpace:
+      return ENOSPC;
+    case Code::kInvalidArgument:
+      return EINVAL;
+    case Code::kUnsupported:
+      return ENOTSUP;
+    case Code::kTimeout:
+      return ETIMEDOUT;
+    default:
+      return EIO;
   }
 }
 

@@ -13,15 +13,27 @@ namespace fanstore {
 
 class [[nodiscard]] Status {
  public:
-  enum class Code { kOk = 0, kNotFound, kCorruption, kIOError, kInvalidArgument, kUnsupported,
-                    kNoSpace, kPermission, kTimeout, kAborted };
+  enum class Code {
+    kOk = 0,
+    kNotFound,
+    kCorruption,
+    kIOError,
+    kInvalidArgument,
+    kUnsupported,
+    kNoSpace,
+    kPermission,
+    kTimeout,
+    kAborted
+  };
 
   Status() = default;
   static Status OK() { return Status(); }
   static Status NotFound(std::string_view msg) { return Status(Code::kNotFound, msg); }
   static Status Corruption(std::string_view msg) { return Status(Code::kCorruption, msg); }
   static Status IOError(std::string_view msg) { return Status(Code::kIOError, msg); }
-  static Status InvalidArgument(std::string_view msg) { return Status(Code::kInvalidArgument, msg); }
+  static Status InvalidArgument(std::string_view msg) {
+    return Status(Code::kInvalidArgument, msg);
+  }
   static Status Unsupported(std::string_view msg) { return Status(Code::kUnsupported, msg); }
   static Status NoSpace(std::string_view msg) { return Status(Code::kNoSpace, msg); }
   static Status Permission(std::string_view msg) { return Status(Code::kPermission, msg); }
@@ -50,8 +62,8 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}             // NOLINT: implicit by design
-  Result(Status status) : v_(std::move(status)) {}      // NOLINT: must not be OK
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT: must not be OK
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {
     static const Status kOk;
@@ -73,8 +85,8 @@ class [[nodiscard]] Result {
 
 // Propagates a non-OK Status from the current function. The only macro hiding a return;
 // it names itself accordingly.
-#define FS_RETURN_IF_ERROR(expr)                   \
-  do {                                             \
-    ::fanstore::Status fs_status_ = (expr);        \
-    if (!fs_status_.ok()) return fs_status_;       \
+#define FS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::fanstore::Status fs_status_ = (expr);  \
+    if (!fs_status_.ok()) return fs_status_; \
   } while (0)

@@ -35,8 +35,10 @@ ClientCounters* MapCounters(const std::string& dir, bool create) {
   if (!fd.valid()) return nullptr;
   if (create && ::ftruncate(fd.get(), sizeof(ClientCounters)) != 0) return nullptr;
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || st.st_size < static_cast<off_t>(sizeof(ClientCounters))) return nullptr;
-  void* p = ::mmap(nullptr, sizeof(ClientCounters), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (::fstat(fd.get(), &st) != 0 || st.st_size < static_cast<off_t>(sizeof(ClientCounters)))
+    return nullptr;
+  void* p =
+      ::mmap(nullptr, sizeof(ClientCounters), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   return p == MAP_FAILED ? nullptr : static_cast<ClientCounters*>(p);
 }
 
@@ -80,8 +82,8 @@ void AddMissingParents(std::vector<Node>* nodes) {
   }
   for (const Node& nd : *nodes) {
     if (nd.path.empty()) continue;
-    for (std::string_view parent = ParentOf(nd.path); !dirs.count(parent) && extra_seen.emplace(parent).second;
-         parent = ParentOf(parent)) {
+    for (std::string_view parent = ParentOf(nd.path);
+         !dirs.count(parent) && extra_seen.emplace(parent).second; parent = ParentOf(parent)) {
       extra.push_back(Node{parent, S_IFDIR | 0555, 0, nd.mtime_ns, 0, {}});
       if (parent.empty()) break;
     }
@@ -91,16 +93,19 @@ void AddMissingParents(std::vector<Node>* nodes) {
 
 // Order: by path, the root ("") first. Siblings share their parent's prefix, so in this order
 // each directory's children come by name. `pos` is each node's place in the order.
-Status SortByPath(const std::vector<Node>& nodes, std::vector<uint32_t>* order, std::vector<uint32_t>* pos) {
+Status SortByPath(const std::vector<Node>& nodes, std::vector<uint32_t>* order,
+                  std::vector<uint32_t>* pos) {
   const uint32_t n = static_cast<uint32_t>(nodes.size());
   order->resize(n);
   pos->resize(n);
   for (uint32_t i = 0; i < n; i++) (*order)[i] = i;
-  std::sort(order->begin(), order->end(), [&](uint32_t a, uint32_t b) { return nodes[a].path < nodes[b].path; });
+  std::sort(order->begin(), order->end(),
+            [&](uint32_t a, uint32_t b) { return nodes[a].path < nodes[b].path; });
   for (uint32_t i = 0; i < n; i++) (*pos)[(*order)[i]] = i;
   for (uint32_t i = 1; i < n; i++)
     if (nodes[(*order)[i]].path == nodes[(*order)[i - 1]].path)
-      return Status::InvalidArgument("table: duplicate path '" + std::string(nodes[(*order)[i]].path) + "'");
+      return Status::InvalidArgument("table: duplicate path '" +
+                                     std::string(nodes[(*order)[i]].path) + "'");
   return Status::OK();
 }
 
@@ -163,7 +168,8 @@ void LinkChildren(const Header& h, char* base) {
 
 }  // namespace
 
-Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of) {
+Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
+                          std::vector<uint32_t>* entry_of) {
   const size_t given = nodes.size();
   for (const Node& nd : nodes)
     if (!nd.path.empty() && !IsCanonicalPath(nd.path))
@@ -175,8 +181,10 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
   const uint32_t n = static_cast<uint32_t>(nodes.size());
 
   // The layout, then the image, written in place.
-  size_t string_bytes = opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
-  for (const Node& nd : nodes) string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
+  size_t string_bytes =
+      opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
+  for (const Node& nd : nodes)
+    string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
   if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
   const Header h = Layout(n, string_bytes, opts);
   std::string image(h.total_size, '\0');
@@ -189,7 +197,8 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
     std::memcpy(strings + str_off, v.data(), v.size());
     str_off += v.size();
   };
-  for (std::string_view root : {opts.local_root, opts.cache_root, opts.dataset, opts.tool}) put_string(root);
+  for (std::string_view root : {opts.local_root, opts.cache_root, opts.dataset, opts.tool})
+    put_string(root);
   for (uint32_t i = 0; i < n; i++) {
     const Node& nd = nodes[order[i]];
     Entry& e = entries[i];  // zeroed with the image
@@ -211,7 +220,8 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std
     if (i != 0) {
       auto it = dirs.find(ParentOf(nd.path));
       if (it == dirs.end())
-        return Status::InvalidArgument("table: parent of '" + std::string(nd.path) + "' is not a directory");
+        return Status::InvalidArgument("table: parent of '" + std::string(nd.path) +
+                                       "' is not a directory");
       e.parent = pos[it->second];
       entries[e.parent].child_count++;
     }
@@ -260,7 +270,8 @@ Status AgentLock::Acquire(const std::string& table_path) {
   if (!fd.valid()) return Status::FromErrno("table: open " + table_path, errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("table: stat " + table_path, errno);
-  if (static_cast<size_t>(st.st_size) < sizeof(Header)) return Status::Corruption("table: " + table_path + " is truncated");
+  if (static_cast<size_t>(st.st_size) < sizeof(Header))
+    return Status::Corruption("table: " + table_path + " is truncated");
   len_ = static_cast<size_t>(st.st_size);
   map_ = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (map_ == MAP_FAILED) {
@@ -281,7 +292,9 @@ Status AgentLock::Acquire(const std::string& table_path) {
 
 void AgentLock::MarkLocal(uint32_t index) {
   const auto* h = static_cast<const Header*>(map_);
-  if (!map_ || index >= h->entry_count || h->entries_off + (uint64_t{index} + 1) * sizeof(Entry) > len_) return;
+  if (!map_ || index >= h->entry_count ||
+      h->entries_off + (uint64_t{index} + 1) * sizeof(Entry) > len_)
+    return;
   auto* e = reinterpret_cast<Entry*>(static_cast<char*>(map_) + h->entries_off) + index;
   __atomic_fetch_or(&e->flags, uint32_t{kLocal}, __ATOMIC_RELEASE);
 }
@@ -289,7 +302,8 @@ void AgentLock::MarkLocal(uint32_t index) {
 bool TableView::AgentAlive() const {
   // glibc keeps the owner's TID in the first word of a robust mutex (__data.__lock); the kernel
   // sets FUTEX_OWNER_DIED there when the owner exits without unlocking.
-  uint32_t word = __atomic_load_n(reinterpret_cast<const uint32_t*>(hdr_->agent_lock), __ATOMIC_ACQUIRE);
+  uint32_t word =
+      __atomic_load_n(reinterpret_cast<const uint32_t*>(hdr_->agent_lock), __ATOMIC_ACQUIRE);
   return (word & FUTEX_TID_MASK) != 0 && (word & FUTEX_OWNER_DIED) == 0;
 }
 
@@ -306,7 +320,8 @@ Status TableView::Open(const std::string& path, bool check_entries) {
   if (!fd.valid()) return Status::FromErrno("table: open " + path, errno);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("table: stat " + path, errno);
-  if (st.st_size < static_cast<off_t>(sizeof(Header))) return Status::Corruption("table: " + path + " too short");
+  if (st.st_size < static_cast<off_t>(sizeof(Header)))
+    return Status::Corruption("table: " + path + " too short");
   void* p = ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return Status::FromErrno("table: mmap " + path, errno);
   Unmap();
@@ -332,7 +347,8 @@ Status TableView::Validate(size_t len, bool check_entries) {
     return Status::Corruption("table: too short");
   hdr_ = reinterpret_cast<const Header*>(base_);
   const Header& h = *hdr_;
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return Status::Corruption("table: bad magic");
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
+    return Status::Corruption("table: bad magic");
   if (h.version != kVersion) return Status::Corruption("table: unsupported version");
   auto fits = [len](uint64_t off, uint64_t bytes) { return off <= len && bytes <= len - off; };
   if (h.total_size != len || h.entry_count == 0 || h.bucket_count == 0 ||
@@ -341,15 +357,17 @@ Status TableView::Validate(size_t len, bool check_entries) {
       !fits(h.entries_off, uint64_t{h.entry_count} * sizeof(Entry)) ||
       !fits(h.children_off, h.children_count * 4) || !fits(h.strings_off, h.strings_size) ||
       h.entries_off % 8 != 0 || h.buckets_off % 4 != 0 || h.children_off % 4 != 0 ||
-      h.local_root_off + h.local_root_len > h.strings_size || h.cache_root_off + h.cache_root_len > h.strings_size ||
-      h.dataset_off > h.strings_size || h.dataset_len > h.strings_size - h.dataset_off || h.tool_off > h.strings_size ||
+      h.local_root_off + h.local_root_len > h.strings_size ||
+      h.cache_root_off + h.cache_root_len > h.strings_size || h.dataset_off > h.strings_size ||
+      h.dataset_len > h.strings_size - h.dataset_off || h.tool_off > h.strings_size ||
       h.tool_len > h.strings_size - h.tool_off)
     return Status::Corruption("table: inconsistent header");
   buckets_ = reinterpret_cast<const uint32_t*>(base_ + h.buckets_off);
   entries_ = reinterpret_cast<const Entry*>(base_ + h.entries_off);
   children_ = reinterpret_cast<const uint32_t*>(base_ + h.children_off);
   strings_ = base_ + h.strings_off;
-  if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0) return Status::Corruption("table: bad root");
+  if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0)
+    return Status::Corruption("table: bad root");
   if (!check_entries) return Status::OK();
   for (uint32_t i = 0; i < h.entry_count; i++) {
     const Entry& e = entries_[i];
@@ -362,8 +380,10 @@ Status TableView::Validate(size_t len, bool check_entries) {
   for (uint64_t i = 0; i < h.children_count; i++)
     if (children_[i] >= h.entry_count) return Status::Corruption("table: child out of bounds");
   for (uint32_t i = 0; i < h.bucket_count; i++)
-    if (buckets_[i] != kNone && buckets_[i] >= h.entry_count) return Status::Corruption("table: bucket out of bounds");
-  if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0) return Status::Corruption("table: bad root");
+    if (buckets_[i] != kNone && buckets_[i] >= h.entry_count)
+      return Status::Corruption("table: bucket out of bounds");
+  if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0)
+    return Status::Corruption("table: bad root");
   return Status::OK();
 }
 
@@ -376,11 +396,13 @@ std::string_view TableView::Name(const Entry& e) const {
 const Entry* TableView::Lookup(std::string_view rel) const {
   const uint64_t h = Xxh3(rel);
   const uint32_t mask = hdr_->bucket_count - 1;
-  for (uint32_t b = static_cast<uint32_t>(h) & mask, probes = 0; probes <= mask; b = (b + 1) & mask, probes++) {
+  for (uint32_t b = static_cast<uint32_t>(h) & mask, probes = 0; probes <= mask;
+       b = (b + 1) & mask, probes++) {
     uint32_t i = buckets_[b];
     if (i == kNone) return nullptr;
     const Entry& e = entries_[i];
-    if (e.hash == h && e.path_len == rel.size() && std::memcmp(strings_ + e.path_off, rel.data(), rel.size()) == 0)
+    if (e.hash == h && e.path_len == rel.size() &&
+        std::memcmp(strings_ + e.path_off, rel.data(), rel.size()) == 0)
       return &e;
   }
   return nullptr;
@@ -405,7 +427,8 @@ int TableView::Resolve(std::string_view rel, bool follow_last, const Entry** out
     if (pending.empty()) break;
     size_t slash = pending.find('/');
     std::string_view comp = pending.substr(0, slash);
-    std::string_view rest = slash == std::string_view::npos ? std::string_view() : pending.substr(slash);
+    std::string_view rest =
+        slash == std::string_view::npos ? std::string_view() : pending.substr(slash);
     bool last = rest.find_first_not_of('/') == std::string_view::npos;
     if (!IsDir(*cur)) return ENOTDIR;
     if (comp == ".") {

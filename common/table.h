@@ -51,9 +51,9 @@ struct Header {
   uint64_t cache_root_off;  // into strings: where the agent caches files fetched from peers
   uint32_t cache_root_len;
   uint32_t dataset_len;
-  uint64_t dev;             // st_dev reported for every entry
+  uint64_t dev;  // st_dev reported for every entry
   uint64_t dataset_id;
-  uint32_t uid, gid;        // owner reported for every entry
+  uint32_t uid, gid;  // owner reported for every entry
   // Where a file can be read without the agent: the dataset directory, and a program that
   // prints one file of it (`TOOL --read-entry DATASET SHARD INDEX`). Both into strings.
   uint64_t dataset_off;
@@ -67,19 +67,19 @@ struct Header {
 };
 
 struct Entry {
-  uint64_t hash;      // XXH3 of the relative path
-  uint64_t ino;       // stable: derived from the path hash, never 0
-  uint64_t size;      // bytes; symlink: length of the target
+  uint64_t hash;  // XXH3 of the relative path
+  uint64_t ino;   // stable: derived from the path hash, never 0
+  uint64_t size;  // bytes; symlink: length of the target
   int64_t mtime_ns;
   uint32_t path_off;  // into strings
   uint32_t path_len;
-  uint32_t parent;    // entry index; the root is its own parent
+  uint32_t parent;  // entry index; the root is its own parent
   uint32_t first_child;
   uint32_t child_count;
-  uint32_t mode;      // full st_mode, type bits included
-  uint32_t flags;     // EntryFlags
-  uint32_t aux;       // symlink: target offset in strings; directory: number of subdirectories;
-                      // file: its shard (kNone: unknown), with its index there in first_child
+  uint32_t mode;   // full st_mode, type bits included
+  uint32_t flags;  // EntryFlags
+  uint32_t aux;    // symlink: target offset in strings; directory: number of subdirectories;
+                   // file: its shard (kNone: unknown), with its index there in first_child
 };
 static_assert(sizeof(Entry) == 64);
 
@@ -91,7 +91,7 @@ struct Node {
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   uint32_t flags = 0;
-  std::string_view link_target;  // symlinks only
+  std::string_view link_target;   // symlinks only
   uint32_t source_shard = kNone;  // files: where the dataset holds them
   uint32_t source_index = kNone;
 };
@@ -110,7 +110,8 @@ struct BuildOptions {
 
 // Serialises `nodes` into a table image. Fails on duplicate or non-canonical paths, or a
 // parent that is not a directory. With `entry_of`, (*entry_of)[k] is the table entry of nodes[k].
-Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of = nullptr);
+Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
+                          std::vector<uint32_t>* entry_of = nullptr);
 
 // Writes `image` to `path` (mode 0600) atomically: a temporary file, then rename.
 Status WriteFile(const std::string& path, std::string_view image);
@@ -187,8 +188,12 @@ class TableView {
   std::string_view Path(const Entry& e) const { return {strings_ + e.path_off, e.path_len}; }
   std::string_view Name(const Entry& e) const;
   std::string_view LinkTarget(const Entry& e) const { return {strings_ + e.aux, e.size}; }
-  std::string_view LocalRoot() const { return {strings_ + hdr_->local_root_off, hdr_->local_root_len}; }
-  std::string_view CacheRoot() const { return {strings_ + hdr_->cache_root_off, hdr_->cache_root_len}; }
+  std::string_view LocalRoot() const {
+    return {strings_ + hdr_->local_root_off, hdr_->local_root_len};
+  }
+  std::string_view CacheRoot() const {
+    return {strings_ + hdr_->cache_root_off, hdr_->cache_root_len};
+  }
   std::string_view Dataset() const { return {strings_ + hdr_->dataset_off, hdr_->dataset_len}; }
   std::string_view Tool() const { return {strings_ + hdr_->tool_off, hdr_->tool_len}; }
   // Where the dataset holds regular file e; false when the table does not say.

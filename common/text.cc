@@ -21,12 +21,18 @@ std::optional<uint64_t> ParseSize(std::string_view text) {
   if (text.empty() || ec != std::errc() || p == text.data()) return std::nullopt;
   const std::string_view suffix(p, static_cast<size_t>(end - p));
   int shift = 0;
-  if (suffix.empty() || suffix == "B") shift = 0;
-  else if (suffix == "K" || suffix == "k" || suffix == "KiB") shift = 10;
-  else if (suffix == "M" || suffix == "MiB") shift = 20;
-  else if (suffix == "G" || suffix == "GiB") shift = 30;
-  else if (suffix == "T" || suffix == "TiB") shift = 40;
-  else return std::nullopt;
+  if (suffix.empty() || suffix == "B")
+    shift = 0;
+  else if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    shift = 10;
+  else if (suffix == "M" || suffix == "MiB")
+    shift = 20;
+  else if (suffix == "G" || suffix == "GiB")
+    shift = 30;
+  else if (suffix == "T" || suffix == "TiB")
+    shift = 40;
+  else
+    return std::nullopt;
   if (v == 0 || v > (UINT64_MAX >> shift)) return std::nullopt;
   return v << shift;
 }

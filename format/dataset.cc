@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "common/hash.h"
-#include "common/unique_fd.h"
 #include "common/io.h"
 #include "common/thread_pool.h"
+#include "common/unique_fd.h"
 
 namespace fanstore::format {
 
@@ -27,7 +27,8 @@ Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir_in) {
     if (errno == ENOENT) return Status::NotFound("dataset " + dir + " does not exist");
     return Status::FromErrno("dataset " + dir, errno);
   }
-  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + " is not a FanStore dataset (not a directory)");
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument(dir + " is not a FanStore dataset (not a directory)");
   auto ds = std::make_unique<Dataset>();
   ds->dir_ = dir;
   auto m = LoadManifest(dir);
@@ -63,9 +64,11 @@ Status Dataset::OpenShards() {
     for (uint32_t j = 0; j < (*sh)->entries.size(); j++) {
       const auto& e = (*sh)->entries[j];
       if (e.codec == Codec::kZstdDict && !dict_.ddict())
-        return Status::Corruption(dir_ + "/" + ref.file + ": file '" + e.path + "' needs a dictionary the manifest does not list");
+        return Status::Corruption(dir_ + "/" + ref.file + ": file '" + e.path +
+                                  "' needs a dictionary the manifest does not list");
       if (!by_path_.emplace(e.path, Ref{static_cast<uint32_t>(i), j}).second)
-        return Status::Corruption(dir_ + "/" + ref.file + ": path '" + e.path + "' appears twice in the dataset");
+        return Status::Corruption(dir_ + "/" + ref.file + ": path '" + e.path +
+                                  "' appears twice in the dataset");
     }
     shards_.push_back(std::move(sh).value());
   }
@@ -77,7 +80,8 @@ Status Dataset::CheckParents() const {
     size_t slash = path.rfind('/');
     if (slash == std::string::npos) continue;
     auto parent = by_path_.find(std::string_view(path).substr(0, slash));
-    if (parent == by_path_.end() || shards_[parent->second.shard]->entries[parent->second.entry].type != EntryType::kDir)
+    if (parent == by_path_.end() ||
+        shards_[parent->second.shard]->entries[parent->second.entry].type != EntryType::kDir)
       return Status::Corruption(dir_ + "/" + manifest_.shards[r.shard].file + ": '" + path +
                                 "' has no parent directory entry");
   }
@@ -112,8 +116,8 @@ Status Dataset::CheckLinks() const {
   };
   for (const Link& l : links)
     if (!LinkStaysInside(l.e->path, l.target, lookup))
-      return Status::Corruption(shards_[l.shard]->path + ": symlink '" + l.e->path + "' -> '" + l.target +
-                                "' leads outside the dataset through its symlinks");
+      return Status::Corruption(shards_[l.shard]->path + ": symlink '" + l.e->path + "' -> '" +
+                                l.target + "' leads outside the dataset through its symlinks");
   return Status::OK();
 }
 
@@ -141,35 +145,43 @@ uint64_t TotalBytes(const Dataset& ds) {
   return t;
 }
 
-Status ScanAll(const Dataset& ds, size_t threads, const std::function<void(uint64_t, uint64_t)>& progress,
-               const FrameFn& fn, const StreamFn& stream) {
+Status ScanAll(const Dataset& ds, size_t threads,
+               const std::function<void(uint64_t, uint64_t)>& progress, const FrameFn& fn,
+               const StreamFn& stream) {
   ThreadPool pool(threads ? threads : ThreadPool::DefaultThreads());
   const uint64_t total = TotalBytes(ds);
   std::vector<const ShardFile*> shards;
   for (size_t i = 0; i < ds.shard_count(); i++) shards.push_back(&ds.shard(i));
   std::atomic<uint64_t> done{0};
   std::mutex progress_mu;
-  return ScanShards(ds.manifest(), shards, &pool, [&](uint64_t bytes) {
-    uint64_t now = done.fetch_add(bytes) + bytes;
-    if (!progress) return;
-    std::lock_guard<std::mutex> l(progress_mu);
-    progress(now, total);
-  }, nullptr, fn, stream, &ds.dict());
+  return ScanShards(
+      ds.manifest(), shards, &pool,
+      [&](uint64_t bytes) {
+        uint64_t now = done.fetch_add(bytes) + bytes;
+        if (!progress) return;
+        std::lock_guard<std::mutex> l(progress_mu);
+        progress(now, total);
+      },
+      nullptr, fn, stream, &ds.dict());
 }
 
 }  // namespace
 
 Status Verify(const Dataset& ds, const VerifyOptions& opts) {
   DecoderPool decoders(&ds.dict());
-  return ScanAll(ds, opts.threads, opts.progress, [&](const IndexEntry& e, std::string_view stored) {
-    std::string_view raw;
-    return decoders.Get()->Decode(e, stored, nullptr, &raw);
-  }, [](const IndexEntry&, const DecodeFn&) { return Status::OK(); });  // the scan decodes it
+  return ScanAll(
+      ds, opts.threads, opts.progress,
+      [&](const IndexEntry& e, std::string_view stored) {
+        std::string_view raw;
+        return decoders.Get()->Decode(e, stored, nullptr, &raw);
+      },
+      [](const IndexEntry&, const DecodeFn&) { return Status::OK(); });  // the scan decodes it
 }
 
 namespace {
 
-Status SetTimes(int dirfd, const std::string& leaf, int64_t mtime_ns, bool nofollow, const std::string& what) {
+Status SetTimes(int dirfd, const std::string& leaf, int64_t mtime_ns, bool nofollow,
+                const std::string& what) {
   struct timespec ts[2];
   ts[0].tv_sec = 0;
   ts[0].tv_nsec = UTIME_OMIT;
@@ -188,7 +200,8 @@ Result<UniqueFD> OpenEmptyDest(const std::string& dest) {
     if (!probe.valid()) return Status::FromErrno("open " + dest, errno);
     DIR* d = ::fdopendir(probe.Release());
     int count = 0;
-    while (struct dirent* de = ::readdir(d)) count += std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, "..");
+    while (struct dirent* de = ::readdir(d))
+      count += std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, "..");
     ::closedir(d);
     if (count) return Status::InvalidArgument(dest + " exists and is not empty");
   }
@@ -198,7 +211,8 @@ Result<UniqueFD> OpenEmptyDest(const std::string& dest) {
 }
 
 // File content, decoded and verified on all cores while the shards stream in.
-Status ExtractFiles(const Dataset& ds, int root, const std::string& dest, const ExtractOptions& opts) {
+Status ExtractFiles(const Dataset& ds, int root, const std::string& dest,
+                    const ExtractOptions& opts) {
   DecoderPool decoders(&ds.dict());
   // Extracted files are the extracting user's: never setuid or setgid (a dataset could plant
   // a setuid copy of a program in DEST), and the sticky bit means nothing on a file.
@@ -212,7 +226,8 @@ Status ExtractFiles(const Dataset& ds, int root, const std::string& dest, const 
     std::string leaf;
     auto parent = OpenParentDir(root, e.path, &leaf);
     if (!parent.ok()) return parent.status();
-    UniqueFD fd(::openat(parent->get(), leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    UniqueFD fd(::openat(parent->get(), leaf.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.valid()) return Status::FromErrno("create " + dest + "/" + e.path, errno);
     return fd;
   };
@@ -230,8 +245,9 @@ Status ExtractFiles(const Dataset& ds, int root, const std::string& dest, const 
     auto fd = create(e);
     if (!fd.ok()) return fd.status();
     const std::string what = dest + "/" + e.path;
-    FS_RETURN_IF_ERROR(
-        decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), what); }));
+    FS_RETURN_IF_ERROR(decode([&](std::string_view piece) {
+      return WriteFull(fd->get(), piece.data(), piece.size(), what);
+    }));
     return finish(fd->get(), e);
   };
   return ScanAll(ds, opts.threads, opts.progress, small, large);
@@ -259,7 +275,8 @@ Status ExtractLinks(const Dataset& ds, int root, const std::string& dest,
 
 // Directory modes and times, deepest first so that children do not disturb parents; the root's
 // last.
-Status FinishDirs(const Dataset& ds, int root, const std::string& dest, const std::vector<const IndexEntry*>& entries) {
+Status FinishDirs(const Dataset& ds, int root, const std::string& dest,
+                  const std::vector<const IndexEntry*>& entries) {
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     const IndexEntry* e = *it;
     if (e->type != EntryType::kDir) continue;
@@ -272,7 +289,8 @@ Status FinishDirs(const Dataset& ds, int root, const std::string& dest, const st
   }
   const Manifest& m = ds.manifest();
   if (::fchmod(root, m.root_mode & 01777) != 0) return Status::FromErrno("chmod " + dest, errno);
-  struct timespec ts[2] = {{0, UTIME_OMIT}, {m.root_mtime_ns / 1000000000, m.root_mtime_ns % 1000000000}};
+  struct timespec ts[2] = {{0, UTIME_OMIT},
+                           {m.root_mtime_ns / 1000000000, m.root_mtime_ns % 1000000000}};
   if (::futimens(root, ts) != 0) return Status::FromErrno("set time of " + dest, errno);
   return Status::OK();
 }

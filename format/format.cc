@@ -49,8 +49,8 @@ Status DecodeHeader(std::string_view b, Header* h) {
     return Status::Corruption("bad magic at offset 0 (not a FanStore shard)");
   h->version = Get32(b.data() + 8);
   if (h->version != kVersion)
-    return Status::Corruption("unsupported shard version " + Num(h->version) + " (this tool reads " +
-                              Num(kVersion) + ")");
+    return Status::Corruption("unsupported shard version " + Num(h->version) +
+                              " (this tool reads " + Num(kVersion) + ")");
   h->shard_id = Get32(b.data() + 12);
   h->dataset_id = Get64(b.data() + 16);
   return Status::OK();
@@ -73,11 +73,13 @@ std::string EncodeFooter(const Footer& f) {
 
 Status DecodeFooter(std::string_view b, uint64_t file_size, Footer* f) {
   if (file_size < kHeaderSize + kFooterSize || b.size() < kFooterSize)
-    return Status::Corruption("truncated shard: " + Num(file_size) + " bytes is shorter than header and footer");
+    return Status::Corruption("truncated shard: " + Num(file_size) +
+                              " bytes is shorter than header and footer");
   const char* p = b.data();
   const uint64_t footer_off = file_size - kFooterSize;
   if (std::memcmp(p + 56, kFooterMagic, sizeof kFooterMagic) != 0)
-    return Status::Corruption("bad footer magic at offset " + Num(footer_off) + " (truncated or not a shard)");
+    return Status::Corruption("bad footer magic at offset " + Num(footer_off) +
+                              " (truncated or not a shard)");
   f->index_offset = Get64(p);
   f->index_stored_len = Get64(p + 8);
   f->index_raw_len = Get64(p + 16);
@@ -91,7 +93,8 @@ Status DecodeFooter(std::string_view b, uint64_t file_size, Footer* f) {
   if (f->index_offset < kHeaderSize || f->index_offset > footer_off ||
       f->index_stored_len != footer_off - f->index_offset)
     return Status::Corruption("index at offset " + Num(f->index_offset) + " length " +
-                              Num(f->index_stored_len) + " does not fit a file of " + Num(file_size) + " bytes");
+                              Num(f->index_stored_len) + " does not fit a file of " +
+                              Num(file_size) + " bytes");
   if (f->index_raw_len > kMaxIndexRaw)
     return Status::Corruption("absurd index size " + Num(f->index_raw_len));
   if (uint64_t{f->entry_count} * kEntryFixedSize > f->index_raw_len ||
@@ -103,8 +106,9 @@ Status DecodeFooter(std::string_view b, uint64_t file_size, Footer* f) {
                               Num(kMaxEntries) + " per shard)");
   // A zstd frame is never much larger than its content: a longer index is not one.
   if (f->index_stored_len > ZSTD_COMPRESSBOUND(f->index_raw_len) + 64)
-    return Status::Corruption("index of " + Num(f->index_stored_len) + " stored bytes is too long for " +
-                              Num(f->index_raw_len) + " bytes of entries");
+    return Status::Corruption("index of " + Num(f->index_stored_len) +
+                              " stored bytes is too long for " + Num(f->index_raw_len) +
+                              " bytes of entries");
   return Status::OK();
 }
 
@@ -191,26 +195,28 @@ Status IndexParser::ParseOne(const char* p, size_t path_len) {
   // A zstd block is at least 3 bytes and decodes to at most 128 KiB: a size beyond that is a
   // claim no frame of this length can back (it would only make a reader allocate).
   if (e.codec != Codec::kRaw && e.size / (128u << 10) > e.stored_len / 3 + 1)
-    return Status::Corruption(where() + ": size " + Num(e.size) + " is more than a frame of " + Num(e.stored_len) +
-                              " bytes can hold");
+    return Status::Corruption(where() + ": size " + Num(e.size) + " is more than a frame of " +
+                              Num(e.stored_len) + " bytes can hold");
   if (e.codec == Codec::kRaw && e.stored_len != e.size)
-    return Status::Corruption(where() + ": raw frame length " + Num(e.stored_len) + " differs from size " + Num(e.size));
+    return Status::Corruption(where() + ": raw frame length " + Num(e.stored_len) +
+                              " differs from size " + Num(e.size));
   if (e.offset < kHeaderSize || e.offset > data_end_ || e.stored_len > data_end_ - e.offset)
     return Status::Corruption(where() + ": frame at offset " + Num(e.offset) + " length " +
-                              Num(e.stored_len) + " lies outside the data area [" + Num(kHeaderSize) +
-                              ", " + Num(data_end_) + ")");
+                              Num(e.stored_len) + " lies outside the data area [" +
+                              Num(kHeaderSize) + ", " + Num(data_end_) + ")");
   out_.push_back(std::move(e));
   return Status::OK();
 }
 
 Status IndexParser::Feed(std::string_view in) {
   auto path_len_of = [](const char* p) {
-    return static_cast<size_t>(static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8));
+    return static_cast<size_t>(static_cast<uint8_t>(p[2]) |
+                               (size_t{static_cast<uint8_t>(p[3])} << 8));
   };
   auto more = [&]() -> Status {
     if (out_.size() < expected_) return Status::OK();
-    return Status::Corruption("index has trailing bytes after its " + Num(expected_) + " entries (index byte " +
-                              Num(consumed_) + ")");
+    return Status::Corruption("index has trailing bytes after its " + Num(expected_) +
+                              " entries (index byte " + Num(consumed_) + ")");
   };
   // First complete an entry split across the previous piece and this one.
   while (!partial_.empty() && !in.empty()) {
@@ -245,11 +251,14 @@ Status IndexParser::Feed(std::string_view in) {
 
 Result<std::vector<IndexEntry>> IndexParser::Finish() {
   if (out_.size() < expected_) {
-    const std::string at = "index entry " + Num(out_.size()) + " (index byte " + Num(consumed_) + ")";
-    if (partial_.size() >= kEntryFixedSize) return Status::Corruption(at + ": path runs past the index");
+    const std::string at =
+        "index entry " + Num(out_.size()) + " (index byte " + Num(consumed_) + ")";
+    if (partial_.size() >= kEntryFixedSize)
+      return Status::Corruption(at + ": path runs past the index");
     return Status::Corruption(at + ": truncated");
   }
-  if (!partial_.empty()) return Status::Corruption("index has " + Num(partial_.size()) + " trailing bytes");
+  if (!partial_.empty())
+    return Status::Corruption("index has " + Num(partial_.size()) + " trailing bytes");
   return std::move(out_);
 }
 
@@ -267,9 +276,10 @@ Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Foote
   if (Xxh3(stored) != f.index_xxh3)
     return Status::Corruption("index checksum mismatch at offset " + Num(f.index_offset));
   unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
-  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content != f.index_raw_len)
-    return Status::Corruption("index at offset " + Num(f.index_offset) + " is not a zstd frame of " +
-                              Num(f.index_raw_len) + " bytes");
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN ||
+      content != f.index_raw_len)
+    return Status::Corruption("index at offset " + Num(f.index_offset) +
+                              " is not a zstd frame of " + Num(f.index_raw_len) + " bytes");
   // Decompressed in pieces straight into the parser: a footer that claims 2 GiB costs nothing
   // until the bytes are really there, and a bad entry stops the decoding at once.
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
@@ -282,7 +292,8 @@ Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Foote
   uint64_t produced = 0;
   size_t last = 1;
   auto fail = [&](const std::string& why) {
-    return Status::Corruption("index at offset " + Num(f.index_offset) + " does not decompress: " + why);
+    return Status::Corruption("index at offset " + Num(f.index_offset) +
+                              " does not decompress: " + why);
   };
   while (true) {
     ZSTD_outBuffer ob{out.get(), kPiece, 0};
@@ -354,9 +365,12 @@ bool LinkStaysInside(std::string_view link_path, std::string_view target, const 
 
 const char* TypeName(EntryType t) {
   switch (t) {
-    case EntryType::kFile: return "file";
-    case EntryType::kDir: return "dir";
-    case EntryType::kSymlink: return "symlink";
+    case EntryType::kFile:
+      return "file";
+    case EntryType::kDir:
+      return "dir";
+    case EntryType::kSymlink:
+      return "symlink";
   }
   return "?";
 }

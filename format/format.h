@@ -25,10 +25,10 @@ inline constexpr size_t kFooterSize = 64;
 inline constexpr size_t kEntryFixedSize = 48;  // index entry without its path
 inline constexpr size_t kMaxPath = 4096;
 inline constexpr size_t kMaxName = 255;
-inline constexpr uint64_t kMaxFileSize = uint64_t{1} << 40;   // 1 TiB
-inline constexpr uint64_t kMaxIndexRaw = uint64_t{1} << 31;   // 2 GiB of index per shard
+inline constexpr uint64_t kMaxFileSize = uint64_t{1} << 40;  // 1 TiB
+inline constexpr uint64_t kMaxIndexRaw = uint64_t{1} << 31;  // 2 GiB of index per shard
 // Limits on what a hostile dataset can make a reader allocate (docs/format.md, "Limits").
-inline constexpr uint32_t kMaxEntries = uint32_t{1} << 24;      // index entries per shard
+inline constexpr uint32_t kMaxEntries = uint32_t{1} << 24;  // index entries per shard
 inline constexpr uint64_t kMaxManifestBytes = uint64_t{128} << 20;
 inline constexpr uint64_t kMaxShards = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxDictBytes = uint64_t{8} << 20;
@@ -68,13 +68,13 @@ struct Footer {
 struct IndexEntry {
   EntryType type = EntryType::kFile;
   Codec codec = Codec::kRaw;
-  uint32_t mode = 0;       // permission bits (07777)
-  uint64_t size = 0;       // raw bytes (symlink: target length; directory: 0)
+  uint32_t mode = 0;  // permission bits (07777)
+  uint64_t size = 0;  // raw bytes (symlink: target length; directory: 0)
   int64_t mtime_ns = 0;
-  uint64_t offset = 0;     // of the frame within the shard
-  uint64_t stored_len = 0; // bytes of the frame
-  uint64_t xxh3 = 0;       // of the raw content (symlink: of the target)
-  std::string path;        // relative, canonical
+  uint64_t offset = 0;      // of the frame within the shard
+  uint64_t stored_len = 0;  // bytes of the frame
+  uint64_t xxh3 = 0;        // of the raw content (symlink: of the target)
+  std::string path;         // relative, canonical
 };
 
 std::string EncodeHeader(const Header& h);

@@ -49,7 +49,7 @@ TEST(Format, FooterBoundsAreChecked) {
   Footer out;
   EXPECT_TRUE(DecodeFooter(b, 100 + 50 + kFooterSize, &out).ok());
   EXPECT_FALSE(DecodeFooter(b, 100 + 49 + kFooterSize, &out).ok());  // index runs into footer
-  f.index_offset = 10;                                                // inside the header
+  f.index_offset = 10;                                               // inside the header
   EXPECT_FALSE(DecodeFooter(EncodeFooter(f), 10 + 50 + kFooterSize, &out).ok());
   f.index_offset = 100;
   f.entry_count = 1000000;  // absurd for a 96-byte index
@@ -90,8 +90,8 @@ TEST(Format, IndexRejectsHostileEntries) {
   EXPECT_FALSE(ParseOne(File("a//b", 64, 10)).ok());
   EXPECT_FALSE(ParseOne(File("./a", 64, 10)).ok());
   EXPECT_FALSE(ParseOne(File(std::string("a\0b", 3), 64, 10)).ok());
-  EXPECT_FALSE(ParseOne(File("x", 995, 10)).ok());          // past data end
-  EXPECT_FALSE(ParseOne(File("x", 10, 10)).ok());           // inside the header
+  EXPECT_FALSE(ParseOne(File("x", 995, 10)).ok());             // past data end
+  EXPECT_FALSE(ParseOne(File("x", 10, 10)).ok());              // inside the header
   EXPECT_FALSE(ParseOne(File("x", UINT64_MAX - 2, 10)).ok());  // overflow
   IndexEntry e = File("x", 64, 10);
   e.stored_len = 5;  // raw frame must match size

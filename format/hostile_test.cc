@@ -18,14 +18,14 @@
 #include <gtest/gtest.h>
 
 #include "common/hash.h"
+#include "common/io.h"
+#include "common/thread_pool.h"
 #include "format/dataset.h"
 #include "format/format.h"
-#include "common/io.h"
 #include "format/manifest.h"
-#include "pack/pack.h"
 #include "format/shard.h"
+#include "pack/pack.h"
 #include "stage/stage.h"
-#include "common/thread_pool.h"
 
 namespace fanstore {
 namespace {
@@ -144,7 +144,8 @@ class HostileTest : public ::testing::Test {
     if (lie) lie(&f, &stored);
     f.index_stored_len = stored.size();
     f.index_xxh3 = Xxh3(stored);
-    const std::string shard = format::EncodeHeader({format::kVersion, 0, kId}) + data + stored + format::EncodeFooter(f);
+    const std::string shard =
+        format::EncodeHeader({format::kVersion, 0, kId}) + data + stored + format::EncodeFooter(f);
     WriteFile(ds_ + "/shard-00000.fsd", shard);
     format::Manifest m;
     m.version = format::kVersion;
@@ -196,8 +197,10 @@ class HostileTest : public ::testing::Test {
 // F6: a file whose frame claims a terabyte made verify allocate it (bad_alloc, no message).
 TEST_F(HostileTest, FrameClaimingATerabyteFailsClearlyInBoundedMemory) {
   const std::string frame = LyingFrame(format::kMaxFileSize);
-  WriteShard({Entry(EntryType::kFile, "huge", 0, frame.size(), format::kMaxFileSize, Codec::kZstd)}, frame);
-  for (auto fn : {std::function<Status()>([&] { return ReadAll(); }), std::function<Status()>([&] { return Stage(); })}) {
+  WriteShard({Entry(EntryType::kFile, "huge", 0, frame.size(), format::kMaxFileSize, Codec::kZstd)},
+             frame);
+  for (auto fn : {std::function<Status()>([&] { return ReadAll(); }),
+                  std::function<Status()>([&] { return Stage(); })}) {
     ChildResult r = InChild(fn);
     EXPECT_FALSE(r.crashed) << r.message;
     EXPECT_NE(r.message.find("shard-00000.fsd"), std::string::npos) << r.message;
@@ -219,7 +222,9 @@ TEST_F(HostileTest, FrameWithAHugeWindowIsRefused) {
   ASSERT_EQ(ZSTD_compressStream2(c, &ob, &ib, ZSTD_e_end), 0u);
   ZSTD_freeCCtx(c);
   frame.resize(ob.pos);
-  WriteShard({Entry(EntryType::kFile, "wide", 0, frame.size(), content.size(), Codec::kZstd, Xxh3(content))}, frame);
+  WriteShard({Entry(EntryType::kFile, "wide", 0, frame.size(), content.size(), Codec::kZstd,
+                    Xxh3(content))},
+             frame);
   ChildResult r = InChild([&] { return ReadAll(); });
   EXPECT_FALSE(r.crashed) << r.message;
   EXPECT_NE(r.message.find("'wide'"), std::string::npos) << r.message;
@@ -296,7 +301,8 @@ TEST_F(HostileTest, HostileManifestsAreRefusedInBoundedMemory) {
     EXPECT_LT(r.max_rss_kb, kRssLimitKb) << c.expect << ": " << r.message;
   }
   // A dictionary larger than a reader accepts.
-  auto m = format::ManifestFromJson(R"({"format":"fanstore","version":1,"tool_version":"t","created":"c",
+  auto m =
+      format::ManifestFromJson(R"({"format":"fanstore","version":1,"tool_version":"t","created":"c",
     "dataset_id":"0000000000000001","files":0,"dirs":0,"symlinks":0,"raw_bytes":0,"stored_bytes":0,
     "codec":"zstd","level":3,"dict":{"file":"dict.zstd","bytes":999999999,"xxh3":"0000000000000000","id":1},
     "shards":[{"file":"s","bytes":1,"files":0,"xxh3":"0000000000000000"}]})");
@@ -308,7 +314,8 @@ TEST_F(HostileTest, HostileManifestsAreRefusedInBoundedMemory) {
 // leaves the root. Open (and so verify, ls, cat, extract) refuses the dataset.
 TEST_F(HostileTest, SymlinkChainLeavingTheRootIsRejected) {
   const std::string data = std::string(".") + "up/../..";
-  WriteShard({Entry(EntryType::kDir, "x"), Entry(EntryType::kSymlink, "x/up", 0, 1, 1, Codec::kRaw, Xxh3(".")),
+  WriteShard({Entry(EntryType::kDir, "x"),
+              Entry(EntryType::kSymlink, "x/up", 0, 1, 1, Codec::kRaw, Xxh3(".")),
               Entry(EntryType::kSymlink, "x/esc", 1, 8, 8, Codec::kRaw, Xxh3("up/../.."))},
              data);
   ChildResult r = InChild([&] { return ReadAll(); });
@@ -332,7 +339,7 @@ TEST(LinkStaysInside, ResolvesThroughOtherLinks) {
   EXPECT_TRUE(format::LinkStaysInside("x/ok", "up/../y", ns));
   EXPECT_FALSE(format::LinkStaysInside("x/esc", "up/../..", ns));
   EXPECT_FALSE(format::LinkStaysInside("x/esc2", "deep/../../z", ns));
-  EXPECT_TRUE(format::LinkStaysInside("x/l", "loop/b", ns));  // ELOOP: resolves to nothing
+  EXPECT_TRUE(format::LinkStaysInside("x/l", "loop/b", ns));         // ELOOP: resolves to nothing
   EXPECT_TRUE(format::LinkStaysInside("x/f", "missing/../..", ns));  // ENOENT stops the walk
   EXPECT_FALSE(format::LinkStaysInside("x/abs", "/etc", ns));
 }

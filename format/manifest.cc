@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hash.h"
-#include "format/format.h"
 #include "common/io.h"
+#include "format/format.h"
 
 namespace fanstore::format {
 namespace {
@@ -112,31 +112,38 @@ std::string ManifestToJson(const Manifest& m) {
   if (m.dict.file.empty()) {
     j["dict"] = nullptr;
   } else {
-    j["dict"] = {{"file", m.dict.file}, {"bytes", m.dict.bytes}, {"xxh3", HashHex(m.dict.xxh3)}, {"id", m.dict.id}};
+    j["dict"] = {{"file", m.dict.file},
+                 {"bytes", m.dict.bytes},
+                 {"xxh3", HashHex(m.dict.xxh3)},
+                 {"id", m.dict.id}};
   }
   json shards = json::array();
   for (const auto& s : m.shards)
-    shards.push_back({{"file", s.file}, {"bytes", s.bytes}, {"files", s.files}, {"xxh3", HashHex(s.xxh3)}});
+    shards.push_back(
+        {{"file", s.file}, {"bytes", s.bytes}, {"files", s.files}, {"xxh3", HashHex(s.xxh3)}});
   j["shards"] = std::move(shards);
   return j.dump(1) + "\n";
 }
 
 Result<Manifest> ManifestFromJson(const std::string& text) {
   if (text.size() > kMaxManifestBytes)
-    return Status::Corruption("manifest of " + std::to_string(text.size()) + " bytes is larger than the " +
-                              std::to_string(kMaxManifestBytes) + " a reader accepts");
+    return Status::Corruption("manifest of " + std::to_string(text.size()) +
+                              " bytes is larger than the " + std::to_string(kMaxManifestBytes) +
+                              " a reader accepts");
   {
     // Six values per shard, a few dozen for the rest.
     ShapeCheck shape(kMaxShards * 6 + 64);
     const bool ok = json::sax_parse(text, &shape, json::input_format_t::json, /*strict=*/true);
     const std::string problem = shape.Problem();
-    if (!ok || !problem.empty()) return Status::Corruption(problem.empty() ? "not valid JSON" : problem);
+    if (!ok || !problem.empty())
+      return Status::Corruption(problem.empty() ? "not valid JSON" : problem);
   }
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption("not valid JSON");
   Manifest m;
   std::string fmt;
-  if (!GetStr(j, "format", &fmt) || fmt != kFormatName) return Status::Corruption("not a FanStore manifest (\"format\" is not \"fanstore\")");
+  if (!GetStr(j, "format", &fmt) || fmt != kFormatName)
+    return Status::Corruption("not a FanStore manifest (\"format\" is not \"fanstore\")");
   uint64_t version = 0;
   if (!GetU64(j, "version", &version)) return Status::Corruption("missing \"version\"");
   if (version != kVersion)
@@ -155,7 +162,8 @@ Result<Manifest> ManifestFromJson(const std::string& text) {
   if (root != j.end()) {
     uint64_t mode = 0;
     auto mt = root->is_object() ? root->find("mtime_ns") : root->end();
-    if (!root->is_object() || !GetU64(*root, "mode", &mode) || mode > 07777 || mt == root->end() || !mt->is_number_integer())
+    if (!root->is_object() || !GetU64(*root, "mode", &mode) || mode > 07777 || mt == root->end() ||
+        !mt->is_number_integer())
       return Status::Corruption("bad \"root\" entry");
     m.root_mode = static_cast<uint32_t>(mode);
     m.root_mtime_ns = mt->get<int64_t>();
@@ -193,12 +201,14 @@ Result<Manifest> LoadManifest(const std::string& dataset_dir) {
     if (errno == ENOENT) return Status::NotFound("dataset " + dataset_dir + " does not exist");
     return Status::FromErrno("dataset " + dataset_dir, errno);
   }
-  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dataset_dir + " is not a FanStore dataset (not a directory)");
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument(dataset_dir + " is not a FanStore dataset (not a directory)");
   const std::string path = dataset_dir + "/" + kManifestName;
   auto text = ReadSmallFile(path, kMaxManifestBytes);
   if (!text.ok()) {
     if (text.status().IsNotFound())
-      return Status::NotFound(dataset_dir + " is not a FanStore dataset (no " + kManifestName + ")");
+      return Status::NotFound(dataset_dir + " is not a FanStore dataset (no " + kManifestName +
+                              ")");
     return text.status();
   }
   auto m = ManifestFromJson(text.value());

@@ -25,8 +25,9 @@ Status Dictionary::Load(const std::string& dataset_dir, const DictRef& ref) {
   if (ref.file.empty()) return Status::OK();
   const std::string path = dataset_dir + "/" + ref.file;
   if (ref.bytes > kMaxDictBytes)
-    return Status::Corruption(path + ": dictionary of " + Num(ref.bytes) + " bytes is larger than the " +
-                              Num(kMaxDictBytes) + " a reader accepts");
+    return Status::Corruption(path + ": dictionary of " + Num(ref.bytes) +
+                              " bytes is larger than the " + Num(kMaxDictBytes) +
+                              " a reader accepts");
   auto bytes = ReadSmallFile(path, kMaxDictBytes);
   if (!bytes.ok()) return bytes.status();
   if (bytes->size() != ref.bytes || Xxh3(*bytes) != ref.xxh3)
@@ -43,7 +44,8 @@ FrameDecoder::~FrameDecoder() { ZSTD_freeDCtx(dctx_); }
 Status FrameDecoder::Decode(const IndexEntry& e, std::string_view stored, std::string* scratch,
                             std::string_view* raw) {
   auto fail = [&](const std::string& why) {
-    return Status::Corruption("file '" + e.path + "' (frame at offset " + Num(e.offset) + "): " + why);
+    return Status::Corruption("file '" + e.path + "' (frame at offset " + Num(e.offset) +
+                              "): " + why);
   };
   if (stored.size() != e.stored_len) return fail("frame length mismatch");
   // The size is the index's claim: larger files are streamed (StreamFrame), never allocated.
@@ -69,8 +71,10 @@ Status FrameDecoder::Decode(const IndexEntry& e, std::string_view stored, std::s
     }
     size_t n;
     if (e.codec == Codec::kZstdDict) {
-      if (!dict_ || !dict_->ddict()) return fail("frame needs the dataset's dictionary, which is missing");
-      n = ZSTD_decompress_usingDDict(dctx_, out, e.size, stored.data(), stored.size(), dict_->ddict());
+      if (!dict_ || !dict_->ddict())
+        return fail("frame needs the dataset's dictionary, which is missing");
+      n = ZSTD_decompress_usingDDict(dctx_, out, e.size, stored.data(), stored.size(),
+                                     dict_->ddict());
     } else {
       n = ZSTD_decompressDCtx(dctx_, out, e.size, stored.data(), stored.size());
     }
@@ -86,13 +90,15 @@ Status FrameDecoder::Decode(const IndexEntry& e, std::string_view stored, std::s
 
 Status CheckShardSize(const std::string& path, uint64_t size, const ShardRef& ref) {
   if (size == ref.bytes) return Status::OK();
-  return Status::Corruption(path + ": size " + Num(size) + " differs from the manifest's " + Num(ref.bytes) + " (truncated?)");
+  return Status::Corruption(path + ": size " + Num(size) + " differs from the manifest's " +
+                            Num(ref.bytes) + " (truncated?)");
 }
 
 Status CheckAgainstManifest(const ShardFile& sh, const ShardRef& ref, uint32_t id) {
   FS_RETURN_IF_ERROR(CheckShardSize(sh.path, sh.size, ref));
   if (sh.header.shard_id != id)
-    return Status::Corruption(sh.path + ": holds shard id " + Num(sh.header.shard_id) + " where the manifest expects " + Num(id));
+    return Status::Corruption(sh.path + ": holds shard id " + Num(sh.header.shard_id) +
+                              " where the manifest expects " + Num(id));
   return Status::OK();
 }
 
@@ -138,25 +144,31 @@ FrameDecoder* DecoderPool::Get() {
   return slot.get();
 }
 
-Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
+Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec,
+                 std::string* out) {
   if (e.stored_len > kMaxWholeFrame || e.size > kMaxWholeFrame)
-    return Status::Corruption(path + ": file '" + e.path + "' (frame at offset " + Num(e.offset) + "): " +
-                              Num(std::max(e.size, e.stored_len)) + " bytes is too large to read in memory");
+    return Status::Corruption(path + ": file '" + e.path + "' (frame at offset " + Num(e.offset) +
+                              "): " + Num(std::max(e.size, e.stored_len)) +
+                              " bytes is too large to read in memory");
   std::string stored(e.stored_len, '\0');
   FS_RETURN_IF_ERROR(PreadFull(fd, stored.data(), stored.size(), e.offset, path));
   std::string scratch;
   std::string_view raw;
   Status s = dec->Decode(e, stored, &scratch, &raw);
   if (!s.ok()) return s.Prefixed(path);
-  if (e.codec == Codec::kRaw) *out = std::move(stored);
-  else *out = std::move(scratch);
+  if (e.codec == Codec::kRaw)
+    *out = std::move(stored);
+  else
+    *out = std::move(scratch);
   return Status::OK();
 }
 
 Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const Dictionary* dict,
-                   const Sink& sink, const std::function<void(uint64_t, std::string_view)>& on_stored) {
+                   const Sink& sink,
+                   const std::function<void(uint64_t, std::string_view)>& on_stored) {
   auto fail = [&](const std::string& why) {
-    return Status::Corruption(path + ": file '" + e.path + "' (frame at offset " + Num(e.offset) + "): " + why);
+    return Status::Corruption(path + ": file '" + e.path + "' (frame at offset " + Num(e.offset) +
+                              "): " + why);
   };
   constexpr size_t kPiece = 1u << 20;
   std::vector<char> in(std::min<uint64_t>(e.stored_len, kPiece));
@@ -168,7 +180,8 @@ Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const D
     return sink(std::string_view(p, n));
   };
   if (e.codec == Codec::kRaw) {
-    if (e.stored_len != e.size) return fail("raw frame of " + Num(e.stored_len) + " bytes for a file of " + Num(e.size));
+    if (e.stored_len != e.size)
+      return fail("raw frame of " + Num(e.stored_len) + " bytes for a file of " + Num(e.size));
     for (uint64_t off = 0; off < e.stored_len;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(in.size(), e.stored_len - off));
       FS_RETURN_IF_ERROR(PreadFull(fd, in.data(), n, e.offset + off, path));
@@ -191,7 +204,8 @@ Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const D
       ZSTD_outBuffer ob{out.data(), out.size(), 0};
       last = ZSTD_decompressStream(dctx.get(), &ob, ib);
       if (ZSTD_isError(last)) return fail(std::string("zstd: ") + ZSTD_getErrorName(last));
-      if (produced + ob.pos > e.size) return fail("decompresses to more than " + Num(e.size) + " bytes");
+      if (produced + ob.pos > e.size)
+        return fail("decompresses to more than " + Num(e.size) + " bytes");
       return ob.pos ? emit(out.data(), ob.pos) : Status::OK();
     };
     for (uint64_t off = 0; off < e.stored_len;) {
@@ -214,7 +228,8 @@ Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const D
     }
     if (last != 0) return fail("truncated zstd frame");
   }
-  if (produced != e.size) return fail("decompressed to " + Num(produced) + " bytes, expected " + Num(e.size));
+  if (produced != e.size)
+    return fail("decompressed to " + Num(produced) + " bytes, expected " + Num(e.size));
   if (hash.Digest() != e.xxh3) return fail("content checksum mismatch");
   return Status::OK();
 }
@@ -245,7 +260,8 @@ class ChunkPool {
       // The smallest idle buffer that is large enough.
       size_t best = free_.size();
       for (size_t i = 0; i < free_.size(); i++)
-        if (free_[i]->cap >= size && (best == free_.size() || free_[i]->cap < free_[best]->cap)) best = i;
+        if (free_[i]->cap >= size && (best == free_.size() || free_[i]->cap < free_[best]->cap))
+          best = i;
       if (best == free_.size() && !free_.empty()) best = free_.size() - 1;  // regrow one
       if (best < free_.size()) {
         c = std::move(free_[best]);
@@ -287,7 +303,8 @@ class Scanner {
         fn_(fn),
         // At most a few chunks in flight: bounds memory while decoding overlaps reading.
         group_(opts.pool, opts.pool ? opts.pool->size() * 2 + 2 : 1),
-        hasher_thread_(opts.pool && opts.check_file_hash ? std::make_unique<ThreadPool>(1) : nullptr),
+        hasher_thread_(opts.pool && opts.check_file_hash ? std::make_unique<ThreadPool>(1)
+                                                         : nullptr),
         hasher_(hasher_thread_.get(), 8) {
     order_.reserve(shard.entries.size());
     for (const auto& e : shard.entries)
@@ -301,15 +318,17 @@ class Scanner {
   Status Run() {
     ::posix_fadvise(shard_.fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
     while (pos_ < shard_.size && !Failed()) {
-      const bool ok = next_ < order_.size() && Big(order_[next_]) && order_[next_]->offset <= pos_ ? StreamBig()
-                                                                                                   : ReadChunk();
+      const bool ok = next_ < order_.size() && Big(order_[next_]) && order_[next_]->offset <= pos_
+                          ? StreamBig()
+                          : ReadChunk();
       if (!ok) break;
     }
     buf_.reset();
     hasher_.Wait();
     group_.Wait();
     if (!first_.ok()) return first_;
-    if (next_ != order_.size()) return Status::Corruption(shard_.path + ": frames run past the end of the file");
+    if (next_ != order_.size())
+      return Status::Corruption(shard_.path + ": frames run past the end of the file");
     if (opts_.check_file_hash && file_hash_.Digest() != opts_.expect_file_xxh3)
       return Status::Corruption(shard_.path + ": whole-shard checksum differs from the manifest");
     return Status::OK();
@@ -353,7 +372,9 @@ class Scanner {
       // StreamFrame's errors already name the shard.
       std::lock_guard<std::mutex> l(mu_);
       if (first_.ok())
-        first_ = st.message().compare(0, shard_.path.size(), shard_.path) == 0 ? st : st.Prefixed(shard_.path);
+        first_ = st.message().compare(0, shard_.path.size(), shard_.path) == 0
+                     ? st
+                     : st.Prefixed(shard_.path);
       return false;
     }
     buf_.reset();
@@ -362,8 +383,9 @@ class Scanner {
     // A writer never overlaps frames; the chunks after this one carry nothing from before.
     if (next_ < order_.size() && !Big(order_[next_]) && order_[next_]->stored_len > 0 &&
         order_[next_]->offset < pos_) {
-      Record(Status::Corruption("frame at offset " + std::to_string(order_[next_]->offset) + " of '" +
-                                order_[next_]->path + "' overlaps the frame of '" + e.path + "'"));
+      Record(Status::Corruption("frame at offset " + std::to_string(order_[next_]->offset) +
+                                " of '" + order_[next_]->path + "' overlaps the frame of '" +
+                                e.path + "'"));
       return false;
     }
     return true;
@@ -391,8 +413,9 @@ class Scanner {
 
   bool ReadChunk() {
     // Carry the unfinished tail (from the next frame's start) into a fresh buffer.
-    uint64_t keep_from =
-        next_ < order_.size() && !Big(order_[next_]) ? std::max(order_[next_]->offset, buf_start_) : pos_;
+    uint64_t keep_from = next_ < order_.size() && !Big(order_[next_])
+                             ? std::max(order_[next_]->offset, buf_start_)
+                             : pos_;
     if (keep_from > pos_) keep_from = pos_;
     const uint64_t want = NextReadSize();
     auto nb = ChunkPool::Shared().Get(pos_ - keep_from + want, 2 * opts_.chunk_bytes);
@@ -404,7 +427,8 @@ class Scanner {
       Record(rs);
       return false;
     }
-    if (opts_.check_file_hash) hasher_.Add([this, dst, want, hold = nb] { file_hash_.Update(dst, want); });
+    if (opts_.check_file_hash)
+      hasher_.Add([this, dst, want, hold = nb] { file_hash_.Update(dst, want); });
     if (opts_.on_read) opts_.on_read(want);
     buf_ = std::move(nb);
     buf_start_ = keep_from;
@@ -424,9 +448,10 @@ class Scanner {
     group_.Add([this, batch = std::move(batch), base = buf_start_, hold = buf_] {
       for (const IndexEntry* e : batch) {
         // An empty frame may sit anywhere; it has no bytes in the chunk.
-        std::string_view stored = e->stored_len == 0
-                                      ? std::string_view()
-                                      : std::string_view(hold->data.get() + (e->offset - base), e->stored_len);
+        std::string_view stored =
+            e->stored_len == 0
+                ? std::string_view()
+                : std::string_view(hold->data.get() + (e->offset - base), e->stored_len);
         Status st = fn_(*e, stored);
         if (!st.ok()) {
           Record(st);
@@ -457,9 +482,9 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
   return Scanner(shard, opts, fn).Run();
 }
 
-Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
-                  const std::atomic<bool>* cancel, const FrameFn& fn, const StreamFn& stream,
-                  const Dictionary* dict) {
+Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool,
+                  const std::function<void(uint64_t)>& on_read, const std::atomic<bool>* cancel,
+                  const FrameFn& fn, const StreamFn& stream, const Dictionary* dict) {
   const size_t n = shards.size(), threads = pool ? pool->size() : 1;
   auto options = [&](size_t i, ThreadPool* p) {
     ScanOptions so;
@@ -484,7 +509,8 @@ Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards
   std::atomic<size_t> first_bad{n};
   ParallelFor(n, threads, [&](size_t i) {
     if (i > first_bad.load()) return;  // a lower shard already failed: that is the answer
-    results[i] = cancelled() ? Status::Aborted("cancelled") : ScanShard(*shards[i], options(i, nullptr), fn);
+    results[i] =
+        cancelled() ? Status::Aborted("cancelled") : ScanShard(*shards[i], options(i, nullptr), fn);
     if (results[i].ok()) return;
     size_t cur = first_bad.load();
     while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {

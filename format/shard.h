@@ -5,10 +5,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
-#include <unordered_map>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -94,7 +94,8 @@ Status CheckShardSize(const std::string& path, uint64_t size, const ShardRef& re
 Status CheckAgainstManifest(const ShardFile& sh, const ShardRef& ref, uint32_t id);
 // Reads one entry's frame with a single pread from the shard open as `fd` (named `path` in
 // errors), decodes and verifies it.
-Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec, std::string* out);
+Status ReadFrame(int fd, const std::string& path, const IndexEntry& e, FrameDecoder* dec,
+                 std::string* out);
 // The content of a file, piece by piece, in order.
 using Sink = std::function<Status(std::string_view piece)>;
 // The same for a file of any size, without holding it in memory: reads the frame in 1 MiB
@@ -105,7 +106,8 @@ using Sink = std::function<Status(std::string_view piece)>;
 Status StreamFrame(int fd, const std::string& path, const IndexEntry& e, const Dictionary* dict,
                    const Sink& sink,
                    const std::function<void(uint64_t off, std::string_view)>& on_stored = nullptr);
-inline Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec, std::string* out) {
+inline Status ReadEntry(const ShardFile& shard, const IndexEntry& e, FrameDecoder* dec,
+                        std::string* out) {
   return ReadFrame(shard.fd.get(), shard.path, e, dec, out);
 }
 
@@ -119,10 +121,10 @@ using DecodeFn = std::function<Status(const Sink& sink)>;
 using StreamFn = std::function<Status(const IndexEntry& e, const DecodeFn& decode)>;
 
 struct ScanOptions {
-  ThreadPool* pool = nullptr;       // null: callbacks run on the calling thread
-  size_t chunk_bytes = 1u << 20;    // sequential read size: large for a parallel file system,
-                                    // small enough to stay in cache while it is hashed
-  uint64_t expect_file_xxh3 = 0;    // checked when check_file_hash is set
+  ThreadPool* pool = nullptr;     // null: callbacks run on the calling thread
+  size_t chunk_bytes = 1u << 20;  // sequential read size: large for a parallel file system,
+                                  // small enough to stay in cache while it is hashed
+  uint64_t expect_file_xxh3 = 0;  // checked when check_file_hash is set
   bool check_file_hash = false;
   std::function<void(uint64_t bytes)> on_read;  // progress, called from the scanning thread
   // Large files: with `stream` set they go to it (decoded with `dict`), never to the FrameFn;
@@ -136,16 +138,16 @@ struct ScanOptions {
 Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn& fn);
 
 // ScanShard over several shards of the dataset described by `m`, each checked against the
-// manifest's whole-file hash for its shard id, on the pool's threads. With at least as many shards as threads, each thread scans whole shards
-// on its own with 256 KiB reads (read, hash, decode and write back to back while the chunk is
-// in its core's cache, no hand-offs: 1.4x the rate of 1 MiB chunks through the pool, V1);
-// with fewer, one shard at a time is spread over the pool. on_read (thread-safe) reports
-// progress; `cancel` stops between shards. The error returned is that of the lowest-numbered
-// failing shard, whatever the thread timing.
-// `stream` and `dict` as in ScanOptions: with a stream callback, memory stays bounded whatever
-// the size of the files.
-Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
-                  const std::atomic<bool>* cancel, const FrameFn& fn, const StreamFn& stream = nullptr,
+// manifest's whole-file hash for its shard id, on the pool's threads. With at least as many shards
+// as threads, each thread scans whole shards on its own with 256 KiB reads (read, hash, decode and
+// write back to back while the chunk is in its core's cache, no hand-offs: 1.4x the rate of 1 MiB
+// chunks through the pool, V1); with fewer, one shard at a time is spread over the pool. on_read
+// (thread-safe) reports progress; `cancel` stops between shards. The error returned is that of the
+// lowest-numbered failing shard, whatever the thread timing. `stream` and `dict` as in ScanOptions:
+// with a stream callback, memory stays bounded whatever the size of the files.
+Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool,
+                  const std::function<void(uint64_t)>& on_read, const std::atomic<bool>* cancel,
+                  const FrameFn& fn, const StreamFn& stream = nullptr,
                   const Dictionary* dict = nullptr);
 
 }  // namespace fanstore::format

@@ -34,7 +34,7 @@ struct Config {
   size_t local_root_len;
   char cache_root[PATH_MAX];  // the agent's cache of files fetched from peers; "" if none
   size_t cache_root_len;
-  char socket[108];  // the agent's socket; "" when none is configured
+  char socket[108];                 // the agent's socket; "" when none is configured
   table::ClientCounters* counters;  // shared open counters; nullptr when unavailable
   int open_timeout_ms;
   int log_level;  // 0 silent, 1 errors and setup, 2 every intercepted call

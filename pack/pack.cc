@@ -21,13 +21,13 @@
 #include <unordered_map>
 
 #include "common/hash.h"
-#include "pack/shard_out.h"
-#include "pack/walk.h"
+#include "common/io.h"
+#include "common/thread_pool.h"
 #include "common/unique_fd.h"
 #include "format/format.h"
-#include "common/io.h"
 #include "format/manifest.h"
-#include "common/thread_pool.h"
+#include "pack/shard_out.h"
+#include "pack/walk.h"
 
 namespace fanstore::pack {
 namespace {
@@ -35,7 +35,6 @@ namespace {
 using format::Codec;
 using format::EntryType;
 using format::IndexEntry;
-
 
 struct Batch {
   uint32_t shard;
@@ -54,7 +53,6 @@ struct ZstdCtx {
   ZSTD_CCtx* c = ZSTD_createCCtx();
   ~ZstdCtx() { ZSTD_freeCCtx(c); }
 };
-
 
 struct BigSource;
 
@@ -78,7 +76,8 @@ class Packer {
   Status AppendBatch(ShardOut& shard, const Batch& b, BatchOut out);
   Status WriteBig(ShardOut& shard, const SrcEntry& e, IndexEntry* ie);
   bool SampleCompresses(BigSource& src, uint64_t size);
-  Status WriteBigZstd(ShardOut& shard, BigSource& src, const SrcEntry& e, IndexEntry* ie, bool* smaller);
+  Status WriteBigZstd(ShardOut& shard, BigSource& src, const SrcEntry& e, IndexEntry* ie,
+                      bool* smaller);
 
   std::string src_, tmp_;
   const Options& opts_;
@@ -104,7 +103,8 @@ void Packer::Plan() {
     }
   uint64_t target = std::max<uint64_t>(opts_.shard_size, 1);
   nshards_ = static_cast<uint32_t>(std::max<uint64_t>(1, (raw_total_ + target - 1) / target));
-  nshards_ = std::min<uint32_t>(nshards_, std::max<uint32_t>(1, static_cast<uint32_t>(files_.size())));
+  nshards_ =
+      std::min<uint32_t>(nshards_, std::max<uint32_t>(1, static_cast<uint32_t>(files_.size())));
   // Longest-processing-time first: largest files to the least-loaded shard balances bytes.
   std::vector<uint32_t> by_size = files_;
   std::stable_sort(by_size.begin(), by_size.end(),
@@ -168,7 +168,9 @@ Status Packer::TrainDict() {
   size_t n = ZDICT_trainFromBuffer(dict.data(), dict.size(), samples.data(), sizes.data(),
                                    static_cast<unsigned>(sizes.size()));
   if (ZDICT_isError(n)) {
-    if (opts_.warn) opts_.warn(std::string("--dict: training failed (") + ZDICT_getErrorName(n) + "); packing without a dictionary");
+    if (opts_.warn)
+      opts_.warn(std::string("--dict: training failed (") + ZDICT_getErrorName(n) +
+                 "); packing without a dictionary");
     return Status::OK();
   }
   dict.resize(n);
@@ -176,7 +178,8 @@ Status Packer::TrainDict() {
   // At most level 19: higher levels use windows larger than a reader accepts (kMaxWindowLog).
   cdict_ = ZSTD_createCDict(dict_.data(), dict_.size(), std::min(std::max(opts_.level, 1), 19));
   FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kDictName, dict_, FileMode()));
-  manifest_.dict = {format::kDictName, dict_.size(), Xxh3(dict_), ZDICT_getDictID(dict_.data(), dict_.size())};
+  manifest_.dict = {format::kDictName, dict_.size(), Xxh3(dict_),
+                    ZDICT_getDictID(dict_.data(), dict_.size())};
   return Status::OK();
 }
 
@@ -200,8 +203,10 @@ BatchOut Packer::Process(const Batch& b) {
     ie.codec = Codec::kRaw;
     if (opts_.level > 0 && raw.size() >= 64) {
       comp.resize(ZSTD_compressBound(raw.size()));
-      size_t n = cdict_ ? ZSTD_compress_usingCDict(ctx.c, comp.data(), comp.size(), raw.data(), raw.size(), cdict_)
-                        : ZSTD_compressCCtx(ctx.c, comp.data(), comp.size(), raw.data(), raw.size(), opts_.level);
+      size_t n = cdict_ ? ZSTD_compress_usingCDict(ctx.c, comp.data(), comp.size(), raw.data(),
+                                                   raw.size(), cdict_)
+                        : ZSTD_compressCCtx(ctx.c, comp.data(), comp.size(), raw.data(), raw.size(),
+                                            opts_.level);
       if (!ZSTD_isError(n) && n < raw.size()) {
         ie.codec = cdict_ ? Codec::kZstdDict : Codec::kZstd;
         out.data.append(comp.data(), n);
@@ -213,7 +218,6 @@ BatchOut Packer::Process(const Batch& b) {
   }
   return out;
 }
-
 
 // A large source file, read in 1 MiB pieces into one buffer.
 struct BigSource {
@@ -236,14 +240,16 @@ bool Packer::SampleCompresses(BigSource& src, uint64_t size) {
   if (!src.ReadAt(0, n).ok()) return true;  // the compressing pass reports the error
   thread_local ZstdCtx ctx;
   std::string comp(ZSTD_compressBound(n), '\0');
-  size_t c = cdict_ ? ZSTD_compress_usingCDict(ctx.c, comp.data(), comp.size(), src.in.get(), n, cdict_)
-                    : ZSTD_compressCCtx(ctx.c, comp.data(), comp.size(), src.in.get(), n, opts_.level);
+  size_t c =
+      cdict_ ? ZSTD_compress_usingCDict(ctx.c, comp.data(), comp.size(), src.in.get(), n, cdict_)
+             : ZSTD_compressCCtx(ctx.c, comp.data(), comp.size(), src.in.get(), n, opts_.level);
   return !ZSTD_isError(c) && c < n;
 }
 
 // The file as one zstd frame (content size set), written as it is compressed. *smaller is false,
 // and the shard rolled back, when the frame is no smaller than the file.
-Status Packer::WriteBigZstd(ShardOut& shard, BigSource& src, const SrcEntry& e, IndexEntry* ie, bool* smaller) {
+Status Packer::WriteBigZstd(ShardOut& shard, BigSource& src, const SrcEntry& e, IndexEntry* ie,
+                            bool* smaller) {
   const ShardOut::Mark mark = shard.GetMark();
   std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
   if (!cctx) return Status::IOError("zstd: out of memory");
@@ -263,7 +269,8 @@ Status Packer::WriteBigZstd(ShardOut& shard, BigSource& src, const SrcEntry& e, 
   auto step = [&](ZSTD_inBuffer* ib, ZSTD_EndDirective mode, size_t* left) {
     ZSTD_outBuffer ob{out.get(), ZSTD_CStreamOutSize(), 0};
     *left = ZSTD_compressStream2(c, &ob, ib, mode);
-    if (ZSTD_isError(*left)) return Status::IOError(src.path + ": zstd: " + ZSTD_getErrorName(*left));
+    if (ZSTD_isError(*left))
+      return Status::IOError(src.path + ": zstd: " + ZSTD_getErrorName(*left));
     return ob.pos ? shard.Write(std::string_view(out.get(), ob.pos)) : Status::OK();
   };
   Xxh3Stream hash;
@@ -432,13 +439,15 @@ Status Packer::AppendBatch(ShardOut& shard, const Batch& b, BatchOut out) {
 
 Status Packer::WriteShards() {
   const size_t threads = opts_.threads ? opts_.threads : ThreadPool::DefaultThreads();
-  BatchPipeline pipeline(batches_.size(), threads, [this](size_t i) { return Process(batches_[i]); });
+  BatchPipeline pipeline(batches_.size(), threads,
+                         [this](size_t i) { return Process(batches_[i]); });
   ShardOut shard(FileMode());
   uint32_t open_shard = UINT32_MAX;
   for (size_t i = 0; i < batches_.size(); i++) {
     const Batch& b = batches_[i];
     if (b.shard != open_shard) {
-      if (open_shard != UINT32_MAX) FS_RETURN_IF_ERROR(shard.Finish(opts_.sync, &manifest_.shards[open_shard]));
+      if (open_shard != UINT32_MAX)
+        FS_RETURN_IF_ERROR(shard.Finish(opts_.sync, &manifest_.shards[open_shard]));
       shard = ShardOut(FileMode());
       open_shard = b.shard;
       FS_RETURN_IF_ERROR(StartShard(&shard, open_shard));
@@ -448,7 +457,8 @@ Status Packer::WriteShards() {
     FS_RETURN_IF_ERROR(out->status);
     FS_RETURN_IF_ERROR(AppendBatch(shard, b, std::move(*out)));
   }
-  return open_shard == UINT32_MAX ? Status::OK() : shard.Finish(opts_.sync, &manifest_.shards[open_shard]);
+  return open_shard == UINT32_MAX ? Status::OK()
+                                  : shard.Finish(opts_.sync, &manifest_.shards[open_shard]);
 }
 
 Status Packer::Run(Stats* stats) {
@@ -456,7 +466,8 @@ Status Packer::Run(Stats* stats) {
   FS_RETURN_IF_ERROR(WalkSource(src_, opts_, &tree));
   entries_ = std::move(tree.entries);
   if (::getrandom(&dataset_id_, sizeof dataset_id_, 0) != sizeof dataset_id_ || dataset_id_ == 0)
-    dataset_id_ = static_cast<uint64_t>(::time(nullptr)) ^ (static_cast<uint64_t>(::getpid()) << 32) ^ 1;
+    dataset_id_ =
+        static_cast<uint64_t>(::time(nullptr)) ^ (static_cast<uint64_t>(::getpid()) << 32) ^ 1;
   Plan();
   if (opts_.dict && opts_.level > 0) FS_RETURN_IF_ERROR(TrainDict());
   manifest_.shards.resize(nshards_);
@@ -481,7 +492,8 @@ Status Packer::Run(Stats* stats) {
   manifest_.raw_bytes = raw_total_;
   manifest_.root_mode = tree.root_mode;
   manifest_.root_mtime_ns = tree.root_mtime_ns;
-  FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kManifestName, format::ManifestToJson(manifest_), FileMode()));
+  FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kManifestName,
+                                     format::ManifestToJson(manifest_), FileMode()));
   if (stats) {
     stats->files = manifest_.files;
     stats->dirs = manifest_.dirs;
@@ -501,7 +513,8 @@ Status Pack(const std::string& src, const std::string& dst, const Options& opts,
   std::string d = dst;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
   struct stat st;
-  if (::lstat(d.c_str(), &st) == 0) return Status::InvalidArgument(d + " already exists; remove it or choose another name");
+  if (::lstat(d.c_str(), &st) == 0)
+    return Status::InvalidArgument(d + " already exists; remove it or choose another name");
   const std::string tmp = d + ".tmp-" + std::to_string(::getpid());
   // The dataset is readable by no more users than the tree it packs: a private source tree
   // (0700) gives a private dataset, whatever the destination directory (the umask applies too).
@@ -514,7 +527,8 @@ Status Pack(const std::string& src, const std::string& dst, const Options& opts,
     UniqueFD dfd(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (dfd.valid()) ::fsync(dfd.get());
   }
-  if (s.ok() && ::rename(tmp.c_str(), d.c_str()) != 0) s = Status::FromErrno("rename " + tmp + " to " + d, errno);
+  if (s.ok() && ::rename(tmp.c_str(), d.c_str()) != 0)
+    s = Status::FromErrno("rename " + tmp + " to " + d, errno);
   if (!s.ok()) {
     Status r = RemoveTree(tmp);
     (void)r;

@@ -1,7 +1,7 @@
 // Pack, verify and extract round trips, and detection of damaged or hostile datasets.
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -14,8 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "common/hash.h"
-#include "format/dataset.h"
 #include "common/io.h"
+#include "format/dataset.h"
 #include "pack/pack.h"
 
 namespace fanstore {
@@ -113,7 +113,8 @@ TEST_F(PackTest, RoundTripRestoresTreeExactly) {
 }
 
 TEST_F(PackTest, ShardsAreBalancedByBytes) {
-  for (int i = 0; i < 200; i++) Write(src_ + "/a/b/x" + std::to_string(i), Random(10000 + (i % 7) * 3000, i));
+  for (int i = 0; i < 200; i++)
+    Write(src_ + "/a/b/x" + std::to_string(i), Random(10000 + (i % 7) * 3000, i));
   pack::Options o;
   o.shard_size = 500 << 10;
   o.level = 0;
@@ -131,7 +132,9 @@ TEST_F(PackTest, ShardsAreBalancedByBytes) {
 
 TEST_F(PackTest, CompressesOnlyWhenSmallerAndDictWorks) {
   for (int i = 0; i < 300; i++)
-    Write(src_ + "/a/t" + std::to_string(i), "{\"id\": " + std::to_string(i) + ", \"label\": \"class-" + std::to_string(i % 10) + "\", \"text\": \"lorem ipsum dolor sit amet\"}");
+    Write(src_ + "/a/t" + std::to_string(i), "{\"id\": " + std::to_string(i) +
+                                                 ", \"label\": \"class-" + std::to_string(i % 10) +
+                                                 "\", \"text\": \"lorem ipsum dolor sit amet\"}");
   pack::Options o;
   o.dict = true;
   ASSERT_TRUE(DoPack(o).ok());
@@ -152,9 +155,11 @@ TEST_F(PackTest, CompressesOnlyWhenSmallerAndDictWorks) {
 
 TEST_F(PackTest, StreamFrameGivesEveryFileInPiecesAndRefusesBadFrames) {
   Write(src_ + "/big.txt", std::string(3 << 20, 'z') + "end");  // compressible, > 1 MiB
-  Write(src_ + "/big.bin", Random((2 << 20) + 77, 9));           // raw, > 1 MiB
+  Write(src_ + "/big.bin", Random((2 << 20) + 77, 9));          // raw, > 1 MiB
   for (int i = 0; i < 300; i++)
-    Write(src_ + "/a/t" + std::to_string(i), "{\"id\": " + std::to_string(i) + ", \"label\": \"class-" + std::to_string(i % 10) + "\", \"text\": \"lorem ipsum dolor sit amet\"}");
+    Write(src_ + "/a/t" + std::to_string(i), "{\"id\": " + std::to_string(i) +
+                                                 ", \"label\": \"class-" + std::to_string(i % 10) +
+                                                 "\", \"text\": \"lorem ipsum dolor sit amet\"}");
   pack::Options o;
   o.dict = true;
   ASSERT_TRUE(DoPack(o).ok());
@@ -168,12 +173,13 @@ TEST_F(PackTest, StreamFrameGivesEveryFileInPiecesAndRefusesBadFrames) {
     const auto& sh = (*ds)->shard(r.shard);
     std::string got;
     size_t pieces = 0;
-    Status s = format::StreamFrame(sh.fd.get(), sh.path, *e, &(*ds)->dict(), [&](std::string_view p) {
-      EXPECT_LE(p.size(), 1u << 20);
-      got.append(p);
-      pieces++;
-      return Status::OK();
-    });
+    Status s =
+        format::StreamFrame(sh.fd.get(), sh.path, *e, &(*ds)->dict(), [&](std::string_view p) {
+          EXPECT_LE(p.size(), 1u << 20);
+          got.append(p);
+          pieces++;
+          return Status::OK();
+        });
     ASSERT_TRUE(s.ok()) << e->path << ": " << s.ToString();
     EXPECT_EQ(got, Read(src_ + "/" + e->path)) << e->path;
     if (e->size > (1u << 20)) {
@@ -205,7 +211,8 @@ TEST_F(PackTest, StreamFrameGivesEveryFileInPiecesAndRefusesBadFrames) {
   ASSERT_TRUE(again.ok());
   const format::IndexEntry* e = (*again)->Find("big.txt", &r);
   const auto& sh2 = (*again)->shard(r.shard);
-  s = format::StreamFrame(sh2.fd.get(), sh2.path, *e, &(*again)->dict(), [](std::string_view) { return Status::OK(); });
+  s = format::StreamFrame(sh2.fd.get(), sh2.path, *e, &(*again)->dict(),
+                          [](std::string_view) { return Status::OK(); });
   EXPECT_TRUE(s.IsCorruption()) << s.ToString();
   EXPECT_NE(s.message().find("big.txt"), std::string::npos) << s.message();
 }
@@ -217,7 +224,8 @@ TEST_F(PackTest, ExistingDestinationIsRefused) {
   EXPECT_NE(s.message().find("already exists"), std::string::npos);
 }
 
-// Unreadable and vanished sources are tested as an unprivileged user in tests/integration/cli_test.sh.
+// Unreadable and vanished sources are tested as an unprivileged user in
+// tests/integration/cli_test.sh.
 
 TEST_F(PackTest, CancelLeavesNothing) {
   std::atomic<bool> cancel{true};
@@ -286,7 +294,8 @@ TEST_F(DamageTest, FlippedDataByteNamesShardFileAndOffset) {
   ASSERT_TRUE(s.IsCorruption()) << s.ToString();
   EXPECT_NE(s.message().find(shard), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("a/b/rand.bin"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("offset " + std::to_string(frame_off)), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("offset " + std::to_string(frame_off)), std::string::npos)
+      << s.message();
 }
 
 TEST_F(DamageTest, LowestDamagedShardIsReportedWhateverTheThreads) {
@@ -396,7 +405,8 @@ TEST_F(DamageTest, HostileIndexIsRejected) {
     f.entry_count = 1;
     f.shard_id = 1;
     f.dataset_id = dataset_id;
-    std::string shard = format::EncodeHeader({format::kVersion, 1, f.dataset_id}) + "evil" + stored + format::EncodeFooter(f);
+    std::string shard = format::EncodeHeader({format::kVersion, 1, f.dataset_id}) + "evil" +
+                        stored + format::EncodeFooter(f);
     Write(Shard(1), shard);
     Status s = OpenAndVerify();
     EXPECT_TRUE(s.IsCorruption()) << s.ToString();

@@ -39,7 +39,8 @@ Status ShardOut::Finish(bool sync, format::ShardRef* ref) {
   std::string raw = format::EncodeIndexRaw(entries_);
   std::string stored(ZSTD_compressBound(raw.size()), '\0');
   size_t n = ZSTD_compress(stored.data(), stored.size(), raw.data(), raw.size(), 3);
-  if (ZSTD_isError(n)) return Status::IOError(std::string("compress index: ") + ZSTD_getErrorName(n));
+  if (ZSTD_isError(n))
+    return Status::IOError(std::string("compress index: ") + ZSTD_getErrorName(n));
   stored.resize(n);
   format::Footer f;
   f.index_offset = pos_;

@@ -34,7 +34,8 @@ class Walker {
     free(real);
     struct stat st;
     if (::stat(root_.c_str(), &st) != 0) return Status::FromErrno("source " + root_, errno);
-    if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument("source " + root_ + " is not a directory");
+    if (!S_ISDIR(st.st_mode))
+      return Status::InvalidArgument("source " + root_ + " is not a directory");
     root_mode_ = st.st_mode & 07777;
     root_mtime_ns_ = MtimeNs(st);
     FS_RETURN_IF_ERROR(Dir("", out));
@@ -58,7 +59,8 @@ class Walker {
     std::vector<std::string> names;
     errno = 0;
     while (struct dirent* de = ::readdir(d)) {
-      if (std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, "..")) names.emplace_back(de->d_name);
+      if (std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, ".."))
+        names.emplace_back(de->d_name);
     }
     int err = errno;
     ::closedir(d);
@@ -77,8 +79,12 @@ class Walker {
         Warn("skipping " + cpath + ": name is too long");
         continue;
       }
-      SrcEntry e{crel, EntryType::kFile, static_cast<uint32_t>(st.st_mode & 07777),
-                 static_cast<uint64_t>(st.st_size), MtimeNs(st), {}};
+      SrcEntry e{crel,
+                 EntryType::kFile,
+                 static_cast<uint32_t>(st.st_mode & 07777),
+                 static_cast<uint64_t>(st.st_size),
+                 MtimeNs(st),
+                 {}};
       if (S_ISREG(st.st_mode)) {
         out->push_back(std::move(e));
       } else if (S_ISDIR(st.st_mode)) {
@@ -89,7 +95,9 @@ class Walker {
       } else if (S_ISLNK(st.st_mode)) {
         FS_RETURN_IF_ERROR(Link(cpath, std::move(e), out));
       } else {
-        const char* kind = S_ISSOCK(st.st_mode) ? "socket" : S_ISFIFO(st.st_mode) ? "FIFO" : "device";
+        const char* kind = S_ISSOCK(st.st_mode)   ? "socket"
+                           : S_ISFIFO(st.st_mode) ? "FIFO"
+                                                  : "device";
         Warn(std::string("skipping ") + kind + " " + cpath + ": not stored in a dataset");
       }
     }
@@ -118,7 +126,8 @@ class Walker {
     };
     for (size_t i = 0; i < out->size(); i++) {
       const SrcEntry& e = (*out)[i];
-      if (e.type != EntryType::kSymlink || format::LinkStaysInside(e.rel, e.target, lookup)) continue;
+      if (e.type != EntryType::kSymlink || format::LinkStaysInside(e.rel, e.target, lookup))
+        continue;
       Warn("skipping symlink " + Join(root_, e.rel) + " -> " + e.target +
            ": points outside the dataset through other symlinks");
       drop[i] = true;
@@ -149,7 +158,8 @@ class Walker {
       }
       std::string rel_target = target.substr(real_root_.size() + 1);
       std::string up;
-      for (char c : e.rel) if (c == '/') up += "../";
+      for (char c : e.rel)
+        if (c == '/') up += "../";
       target = up + rel_target;
     }
     if (!format::IsContainedLink(e.rel, target)) {
@@ -196,8 +206,8 @@ Result<UniqueFD> OpenSource(const std::string& path, const SrcEntry& e) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("cannot stat " + path, errno);
   if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != e.size)
-    return Status::IOError(path + " changed while packing (size " + std::to_string(e.size) + " became " +
-                           std::to_string(st.st_size) + ")");
+    return Status::IOError(path + " changed while packing (size " + std::to_string(e.size) +
+                           " became " + std::to_string(st.st_size) + ")");
   return fd;
 }
 

@@ -1,4 +1,5 @@
-// Unit tests of the wait for this node's agent: ready, failed, vanished, untrusted, helper gone, timeout.
+// Unit tests of the wait for this node's agent: ready, failed, vanished, untrusted, helper gone,
+// timeout.
 #include "spank-plugin/agent_wait.h"
 
 #include "common/run_dir.h"
@@ -95,7 +96,8 @@ TEST_F(AgentWaitTest, FailedCarriesTheAgentsMessage) {
   double waited = 0;
   Status s = WaitForAgent(req_, &waited);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("node7 failed: shard-00001.fsd: hash mismatch"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("node7 failed: shard-00001.fsd: hash mismatch"), std::string::npos)
+      << s.message();
 }
 
 TEST_F(AgentWaitTest, RunDirectoryThatDisappearsMeansTheAgentEnded) {
@@ -128,8 +130,8 @@ TEST_F(AgentWaitTest, RefusesASymlink) {
 
 TEST_F(AgentWaitTest, HelperThatEndsFirstIsReportedWithItsOutput) {
   req_.launch_log = root_ + "/launch.log";
-  auto pid = Spawn({"/bin/sh", "-c", "echo 'srun: error: Unable to create step'; exit 1"}, {}, nullptr,
-                   req_.launch_log);
+  auto pid = Spawn({"/bin/sh", "-c", "echo 'srun: error: Unable to create step'; exit 1"}, {},
+                   nullptr, req_.launch_log);
   ASSERT_TRUE(pid.ok());
   req_.helper = pid.value();
   double waited = 0;
@@ -143,8 +145,11 @@ TEST_F(AgentWaitTest, VanishedRunDirectoryQuotesTheAgentsErrors) {
   MakeRunDir();
   WriteStatus(R"({"state":"staging"})");
   req_.launch_log = root_ + "/launch.log";
-  auto pid = Spawn({"/bin/sh", "-c", "echo '0: staging'; echo '1: fanstore-agent[node2]: error: shard-00000.fsd: checksum mismatch'; "
-                    "echo '0: more'; sleep 0.3; exit 1"}, {}, nullptr, req_.launch_log);
+  auto pid = Spawn({"/bin/sh", "-c",
+                    "echo '0: staging'; echo '1: fanstore-agent[node2]: error: shard-00000.fsd: "
+                    "checksum mismatch'; "
+                    "echo '0: more'; sleep 0.3; exit 1"},
+                   {}, nullptr, req_.launch_log);
   ASSERT_TRUE(pid.ok());
   req_.helper = pid.value();
   Later(100, [this] { (void)RemoveTree(req_.run_dir); });
@@ -152,7 +157,8 @@ TEST_F(AgentWaitTest, VanishedRunDirectoryQuotesTheAgentsErrors) {
   Status s = WaitForAgent(req_, &waited);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("exited before it was ready"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("1: fanstore-agent[node2]: error: shard-00000.fsd: checksum mismatch"), std::string::npos)
+  EXPECT_NE(s.message().find("1: fanstore-agent[node2]: error: shard-00000.fsd: checksum mismatch"),
+            std::string::npos)
       << s.message();
   EXPECT_EQ(s.message().find("0: more"), std::string::npos) << s.message();
 }

@@ -1,5 +1,5 @@
-// Allocator context (sbatch, salloc; as the user): registers the options and refuses a bad dataset at
-// submission, before the job waits in the queue.
+// Allocator context (sbatch, salloc; as the user): registers the options and refuses a bad dataset
+// at submission, before the job waits in the queue.
 #include "spank-plugin/dataset_check.h"
 #include "spank-plugin/hooks.h"
 #include "spank-plugin/plugin_state.h"

@@ -1,6 +1,7 @@
 // The plugin's configuration: the `key=value` arguments of its plugstack.conf line.
 //
-//   required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_fanstore.so local_dir=/local/%u stagein_timeout=600
+//   required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_fanstore.so local_dir=/local/%u
+//   stagein_timeout=600
 //
 // ParseConfig is a pure function: it sees only its arguments, so it is unit-tested without Slurm.
 #pragma once
@@ -13,28 +14,34 @@
 namespace fanstore::spank {
 
 struct Config {
-  std::string agent;       // agent= : the fanstore-agent executable
-  std::string preload;     // preload= : libfanstore_preload.so, put in the tasks' LD_PRELOAD
-  std::string srun;        // srun= : the srun that starts the agent step (squeue is looked up beside it)
-  std::string local_dir;   // local_dir= : node-local directory template (%n node, %j job id, %u user, %% a '%')
-  std::string run_dir;     // run_dir= : where the per-job, per-node run directory goes (shared memory)
-  std::string mount_prefix;  // mount_prefix= : the mount is PREFIX/NAME unless --fanstore-mount is given
-  int stagein_timeout = 0;   // stagein_timeout= : seconds a step waits for its node's agent to be ready
-  std::string replicas;      // replicas= : default for --fanstore-replicas (default "1": one copy per shard)
-  std::string cache_size;    // cache_size= : the agents' --cache-size (default empty: half the free space
-                             // left in the local directory after stage-in)
+  std::string agent;    // agent= : the fanstore-agent executable
+  std::string preload;  // preload= : libfanstore_preload.so, put in the tasks' LD_PRELOAD
+  std::string srun;  // srun= : the srun that starts the agent step (squeue is looked up beside it)
+  std::string local_dir;  // local_dir= : node-local directory template (%n node, %j job id, %u
+                          // user, %% a '%')
+  std::string run_dir;  // run_dir= : where the per-job, per-node run directory goes (shared memory)
+  std::string
+      mount_prefix;  // mount_prefix= : the mount is PREFIX/NAME unless --fanstore-mount is given
+  int stagein_timeout =
+      0;  // stagein_timeout= : seconds a step waits for its node's agent to be ready
+  std::string
+      replicas;  // replicas= : default for --fanstore-replicas (default "1": one copy per shard)
+  std::string cache_size;  // cache_size= : the agents' --cache-size (default empty: half the free
+                           // space left in the local directory after stage-in)
 };
 
-// The defaults, before any argument: the installed (or build-tree) paths baked in at configure time.
+// The defaults, before any argument: the installed (or build-tree) paths baked in at configure
+// time.
 Config DefaultConfig();
 
-// Parses plugstack arguments over DefaultConfig(). Every argument must be `key=value` with a known key,
-// given at most once, and a valid value. On failure the Status names the offending argument and, for an
-// unknown key, lists the known ones.
+// Parses plugstack arguments over DefaultConfig(). Every argument must be `key=value` with a known
+// key, given at most once, and a valid value. On failure the Status names the offending argument
+// and, for an unknown key, lists the known ones.
 [[nodiscard]] Result<Config> ParseConfig(const std::vector<std::string>& args);
 
 // Value checks shared with the user options.
-bool IsCleanAbsolutePath(const std::string& path);  // absolute, no "//", "/./", "/../", no trailing '/'
-bool IsValidReplicas(const std::string& value);     // "all" or an integer in [1, 65535]
+bool IsCleanAbsolutePath(
+    const std::string& path);  // absolute, no "//", "/./", "/../", no trailing '/'
+bool IsValidReplicas(const std::string& value);  // "all" or an integer in [1, 65535]
 
 }  // namespace fanstore::spank

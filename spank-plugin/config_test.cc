@@ -17,9 +17,10 @@ TEST(ConfigTest, DefaultsWithoutArguments) {
 }
 
 TEST(ConfigTest, EveryKey) {
-  auto c = ParseConfig({"agent=/opt/fs/bin/fanstore-agent", "preload=/opt/fs/lib/libfanstore_preload.so",
-                        "srun=/opt/slurm/bin/srun", "local_dir=/local/%u/%n", "run_dir=/run/fs",
-                        "mount_prefix=/data", "stagein_timeout=30", "replicas=2"});
+  auto c =
+      ParseConfig({"agent=/opt/fs/bin/fanstore-agent", "preload=/opt/fs/lib/libfanstore_preload.so",
+                   "srun=/opt/slurm/bin/srun", "local_dir=/local/%u/%n", "run_dir=/run/fs",
+                   "mount_prefix=/data", "stagein_timeout=30", "replicas=2"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->agent, "/opt/fs/bin/fanstore-agent");
   EXPECT_EQ(c->preload, "/opt/fs/lib/libfanstore_preload.so");
@@ -36,7 +37,8 @@ TEST(ConfigTest, EveryKey) {
   EXPECT_TRUE(c->cache_size.empty());  // the agent's own default unless the site sets one
   auto bad = ParseConfig({"cache_size=lots"});
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("cache_size='lots'"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("cache_size='lots'"), std::string::npos)
+      << bad.status().message();
 }
 
 TEST(ConfigTest, UnknownKeyIsAHardErrorListingTheKnownOnes) {
@@ -60,9 +62,9 @@ TEST(ConfigTest, RejectsMalformedArguments) {
       {"stagein_timeout=999999999"},  // out of range
       {"replicas=0"},
       {"replicas=some"},
-      {"local_dir=/tmp/%x"},          // unknown sequence
-      {"local_dir=/tmp/%"},           // dangling %
-      {"agent=/a", "agent=/b"},       // twice
+      {"local_dir=/tmp/%x"},     // unknown sequence
+      {"local_dir=/tmp/%"},      // dangling %
+      {"agent=/a", "agent=/b"},  // twice
   };
   for (const auto& args : bad) EXPECT_FALSE(ParseConfig(args).ok()) << args.back();
 }

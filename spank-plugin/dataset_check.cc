@@ -24,13 +24,15 @@ Status CheckDataset(const std::string& dataset) {
   struct stat st;
   if (::stat(dataset.c_str(), &st) != 0) {
     const int err = errno;
-    if (err == ENOENT || err == ENOTDIR) return Status::NotFound("dataset " + dataset + " does not exist");
+    if (err == ENOENT || err == ENOTDIR)
+      return Status::NotFound("dataset " + dataset + " does not exist");
     if (err == EACCES) return Unreadable("dataset " + dataset, err);
     return Status::FromErrno("dataset " + dataset, err);
   }
   if (!S_ISDIR(st.st_mode))
-    return Status::InvalidArgument(dataset + " is not a FanStore dataset (not a directory; make one with `fanstore pack SRC " +
-                                   dataset + "`)");
+    return Status::InvalidArgument(
+        dataset + " is not a FanStore dataset (not a directory; make one with `fanstore pack SRC " +
+        dataset + "`)");
   if (::access(dataset.c_str(), R_OK | X_OK) != 0) return Unreadable("dataset " + dataset, errno);
   const std::string manifest = dataset + "/manifest.json";
   if (::access(manifest.c_str(), F_OK) == 0 && ::access(manifest.c_str(), R_OK) != 0)
@@ -42,7 +44,9 @@ Status CheckDataset(const std::string& dataset) {
     const std::string path = dataset + "/" + shard.file;
     if (::access(path.c_str(), R_OK) == 0) continue;
     const int err = errno;
-    if (err == ENOENT) return Status::NotFound("dataset " + dataset + " is incomplete: shard " + shard.file + " is missing");
+    if (err == ENOENT)
+      return Status::NotFound("dataset " + dataset + " is incomplete: shard " + shard.file +
+                              " is missing");
     return Unreadable(path, err);
   }
   if (!m.value().dict.file.empty()) {

@@ -1,5 +1,5 @@
-// The submission-time check of --fanstore=PATH, run as the submitting user (sbatch, salloc, srun), so
-// that a bad dataset is refused before the job waits in the queue.
+// The submission-time check of --fanstore=PATH, run as the submitting user (sbatch, salloc, srun),
+// so that a bad dataset is refused before the job waits in the queue.
 #pragma once
 
 #include <string>

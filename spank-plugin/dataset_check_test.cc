@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "spank-plugin/proc.h"
 #include "format/format.h"
 #include "format/manifest.h"
+#include "spank-plugin/proc.h"
 
 namespace fanstore::spank {
 namespace {
@@ -26,10 +26,13 @@ class DatasetCheckTest : public ::testing::Test {
   }
   void TearDown() override { (void)RemoveTree(root_); }
 
-  static void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+  static void Write(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+  }
 
   // A dataset directory with a manifest naming one shard; the shard file exists if `with_shard`.
-  std::string MakeDataset(const std::string& name, bool with_shard, uint32_t version = format::kVersion) {
+  std::string MakeDataset(const std::string& name, bool with_shard,
+                          uint32_t version = format::kVersion) {
     const std::string dir = root_ + "/" + name;
     ::mkdir(dir.c_str(), 0755);
     format::Manifest m;
@@ -77,9 +80,13 @@ TEST_F(DatasetCheckTest, NotAManifest) {
   ExpectError(root_ + "/junk.fs", "not a FanStore manifest");
 }
 
-TEST_F(DatasetCheckTest, WrongVersion) { ExpectError(MakeDataset("v99.fs", true, 99), "unsupported dataset version 99"); }
+TEST_F(DatasetCheckTest, WrongVersion) {
+  ExpectError(MakeDataset("v99.fs", true, 99), "unsupported dataset version 99");
+}
 
-TEST_F(DatasetCheckTest, MissingShard) { ExpectError(MakeDataset("partial.fs", false), "shard-00000.fsd is missing"); }
+TEST_F(DatasetCheckTest, MissingShard) {
+  ExpectError(MakeDataset("partial.fs", false), "shard-00000.fsd is missing");
+}
 
 // CheckDataset run as an unprivileged user (the submitting user is never root in practice):
 // as root, in a child that drops to nobody; otherwise in this process.

@@ -30,8 +30,10 @@ bool IsOwnPrivateDir(const struct stat& st, uid_t uid) {
 Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* moved) {
   moved->clear();
   const size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash + 1 == path.size()) return Status::InvalidArgument("bad directory " + path);
-  const std::string parent_path = slash == 0 ? "/" : path.substr(0, slash), leaf = path.substr(slash + 1);
+  if (slash == std::string::npos || slash + 1 == path.size())
+    return Status::InvalidArgument("bad directory " + path);
+  const std::string parent_path = slash == 0 ? "/" : path.substr(0, slash),
+                    leaf = path.substr(slash + 1);
   UniqueFD parent(::open(parent_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!parent.valid()) return Status::FromErrno("open " + parent_path, errno);
   struct stat st;
@@ -41,11 +43,14 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
   std::string tmp;
   for (int tries = 0; tries < 100 && tmp.empty(); tries++) {
     std::string name = "." + leaf + ".claim-" + RandomSuffix();
-    if (::mkdirat(parent.get(), name.c_str(), 0700) == 0) tmp = name;
-    else if (errno != EEXIST) return Status::FromErrno("create a directory in " + parent_path, errno);
+    if (::mkdirat(parent.get(), name.c_str(), 0700) == 0)
+      tmp = name;
+    else if (errno != EEXIST)
+      return Status::FromErrno("create a directory in " + parent_path, errno);
   }
   if (tmp.empty()) return Status::IOError("cannot create a directory in " + parent_path);
-  UniqueFD dir(::openat(parent.get(), tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFD dir(
+      ::openat(parent.get(), tmp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid() || ::fchown(dir.get(), uid, gid) != 0 || ::fchmod(dir.get(), 0700) != 0) {
     const int err = errno;
     ::unlinkat(parent.get(), tmp.c_str(), AT_REMOVEDIR);
@@ -55,7 +60,8 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
   // Other nodes' prologs and epilogs may claim and remove the same name at the same time on a
   // shared /dev/shm: every step re-checks what it found.
   for (int tries = 0; tries < 20; tries++) {
-    if (::renameat2(parent.get(), tmp.c_str(), parent.get(), leaf.c_str(), RENAME_NOREPLACE) == 0) return Status::OK();
+    if (::renameat2(parent.get(), tmp.c_str(), parent.get(), leaf.c_str(), RENAME_NOREPLACE) == 0)
+      return Status::OK();
     if (errno != EEXIST) break;
     struct stat cur;
     if (::fstatat(parent.get(), leaf.c_str(), &cur, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -72,13 +78,16 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
       break;
     }
     struct stat out;
-    if (::fstatat(parent.get(), tmp.c_str(), &out, AT_SYMLINK_NOFOLLOW) == 0 && IsOwnPrivateDir(out, uid)) {
+    if (::fstatat(parent.get(), tmp.c_str(), &out, AT_SYMLINK_NOFOLLOW) == 0 &&
+        IsOwnPrivateDir(out, uid)) {
       // What we swapped out was the user's own after all (claimed meanwhile): swap it back.
-      if (::renameat2(parent.get(), tmp.c_str(), parent.get(), leaf.c_str(), RENAME_EXCHANGE) == 0) drop_tmp();
+      if (::renameat2(parent.get(), tmp.c_str(), parent.get(), leaf.c_str(), RENAME_EXCHANGE) == 0)
+        drop_tmp();
       return Status::OK();
     }
     const std::string aside = leaf + ".planted-" + RandomSuffix();
-    const bool renamed = ::renameat2(parent.get(), tmp.c_str(), parent.get(), aside.c_str(), RENAME_NOREPLACE) == 0;
+    const bool renamed =
+        ::renameat2(parent.get(), tmp.c_str(), parent.get(), aside.c_str(), RENAME_NOREPLACE) == 0;
     *moved = parent_path + "/" + (renamed ? aside : tmp);
     return Status::OK();
   }

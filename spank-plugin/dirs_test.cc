@@ -47,7 +47,8 @@ TEST_F(ClaimDirTest, CreatesAPrivateDirectoryOfTheUser) {
 
 TEST_F(ClaimDirTest, MovesAsideWhatAnotherUserPlanted) {
   // F4: a file, a directory and a symlink planted under the job's names.
-  const std::string file = base_ + "/f", dir = base_ + "/d", link = base_ + "/l", victim = base_ + "/victim";
+  const std::string file = base_ + "/f", dir = base_ + "/d", link = base_ + "/l",
+                    victim = base_ + "/victim";
   UniqueFD(::open(file.c_str(), O_WRONLY | O_CREAT, 0666));
   ::mkdir(dir.c_str(), 0777);
   ::mkdir(victim.c_str(), 0700);
@@ -105,7 +106,8 @@ TEST(EnsureOwnDir, RefusesWhatIsNotTheUsers) {
     ::chown((base + "/o").c_str(), kOther, kOther);
     Status st = EnsureOwnDir(base + "/o");
     EXPECT_FALSE(st.ok());
-    EXPECT_NE(st.message().find("uid " + std::to_string(kOther)), std::string::npos) << st.ToString();
+    EXPECT_NE(st.message().find("uid " + std::to_string(kOther)), std::string::npos)
+        << st.ToString();
   }
   (void)std::system(("rm -rf " + base).c_str());
 }

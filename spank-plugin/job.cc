@@ -52,16 +52,19 @@ std::string AgentWrapper() {
 Status CheckUserOptions(const UserOptions& opts) {
   if (opts.dataset.empty()) return Status::OK();
   if (!IsCleanAbsolutePath(opts.dataset))
-    return Status::InvalidArgument("--fanstore=" + opts.dataset +
-                                   ": the dataset must be given as an absolute path (e.g. --fanstore=$PWD/" +
-                                   opts.dataset + ")");
+    return Status::InvalidArgument(
+        "--fanstore=" + opts.dataset +
+        ": the dataset must be given as an absolute path (e.g. --fanstore=$PWD/" + opts.dataset +
+        ")");
   if (!opts.mount.empty() && !IsCleanAbsolutePath(opts.mount))
-    return Status::InvalidArgument("--fanstore-mount=" + opts.mount + ": must be a clean absolute path, not /");
+    return Status::InvalidArgument("--fanstore-mount=" + opts.mount +
+                                   ": must be a clean absolute path, not /");
   if (!opts.replicas.empty() && !IsValidReplicas(opts.replicas))
     return Status::InvalidArgument("--fanstore-replicas=" + opts.replicas +
                                    ": must be 'all' or a number from 1 to 65535");
   if (!opts.stats.empty() && opts.stats.back() == '/')
-    return Status::InvalidArgument("--fanstore-stats=" + opts.stats + ": must name a file, or be 'none'");
+    return Status::InvalidArgument("--fanstore-stats=" + opts.stats +
+                                   ": must name a file, or be 'none'");
   return DatasetName(opts.dataset).status();
 }
 
@@ -69,9 +72,11 @@ Result<std::string> DatasetName(const std::string& dataset) {
   const size_t slash = dataset.rfind('/');
   std::string name = slash == std::string::npos ? dataset : dataset.substr(slash + 1);
   const size_t n = sizeof(kSuffix) - 1;
-  if (name.size() >= n && name.compare(name.size() - n, n, kSuffix) == 0) name.resize(name.size() - n);
+  if (name.size() >= n && name.compare(name.size() - n, n, kSuffix) == 0)
+    name.resize(name.size() - n);
   if (name.empty() || name == "." || name == "..")
-    return Status::InvalidArgument("--fanstore=" + dataset + ": cannot derive a mount name from it; use --fanstore-mount");
+    return Status::InvalidArgument("--fanstore=" + dataset +
+                                   ": cannot derive a mount name from it; use --fanstore-mount");
   return name;
 }
 
@@ -94,11 +99,22 @@ std::string ExpandTemplate(const std::string& tmpl, const JobIdentity& id) {
       continue;
     }
     switch (tmpl[++i]) {
-      case 'n': out += id.node; break;
-      case 'j': out += std::to_string(id.job); break;
-      case 'u': out += id.user; break;
-      case '%': out += '%'; break;
-      default: out += '%'; out += tmpl[i]; break;  // ParseConfig rejects these
+      case 'n':
+        out += id.node;
+        break;
+      case 'j':
+        out += std::to_string(id.job);
+        break;
+      case 'u':
+        out += id.user;
+        break;
+      case '%':
+        out += '%';
+        break;
+      default:
+        out += '%';
+        out += tmpl[i];
+        break;  // ParseConfig rejects these
     }
   }
   return out;
@@ -109,7 +125,9 @@ bool IsSafeNodeName(const std::string& node) {
          node.find('\0') == std::string::npos;
 }
 
-std::string RunDir(const Config& config, const JobIdentity& id) { return JobPrefix(config, id) + "." + id.node; }
+std::string RunDir(const Config& config, const JobIdentity& id) {
+  return JobPrefix(config, id) + "." + id.node;
+}
 std::string LaunchDir(const Config& config, const JobIdentity& id) {
   return config.run_dir + "/fanstore." + std::to_string(id.uid);
 }
@@ -121,7 +139,8 @@ std::string LaunchLock(const Config& config, const JobIdentity& id) {
 }
 
 std::string LocalDir(const Config& config, const JobIdentity& id) {
-  return ExpandTemplate(config.local_dir, id) + "/fanstore." + std::to_string(id.uid) + "." + std::to_string(id.job);
+  return ExpandTemplate(config.local_dir, id) + "/fanstore." + std::to_string(id.uid) + "." +
+         std::to_string(id.job);
 }
 
 std::vector<std::string> AgentStepArgv(const AgentStep& s) {
@@ -129,26 +148,31 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
   std::vector<std::string> argv = {
       s.srun,
       "--jobid=" + std::to_string(s.job),
-      "--overlap",              // share the CPUs of the user's steps
+      "--overlap",  // share the CPUs of the user's steps
       "--nodes=" + nodes,
       "--ntasks=" + nodes,
       "--ntasks-per-node=1",
       "--cpus-per-task=1",
-      "--mpi=pmix",             // the agents bootstrap through the step's PMIx server
-      "--export=ALL",           // whatever SLURM_EXPORT_ENV says: the agents need FANSTORE_AGENT_STEP
+      "--mpi=pmix",    // the agents bootstrap through the step's PMIx server
+      "--export=ALL",  // whatever SLURM_EXPORT_ENV says: the agents need FANSTORE_AGENT_STEP
       "--job-name=" + std::string(kAgentStepName),
-      "--kill-on-bad-exit=1",   // an agent that fails before it is ready ends the step: no peer waits in a fence
+      "--kill-on-bad-exit=1",  // an agent that fails before it is ready ends the step: no peer
+                               // waits in a fence
       "--input=none",
-      "--chdir=/",              // not the launcher's directory, which the user may not be able to enter
+      "--chdir=/",  // not the launcher's directory, which the user may not be able to enter
       "--label",
       "/bin/sh",
       "-c",
       AgentWrapper(),
       s.agent,
-      "--dataset", s.dataset,
-      "--mount", s.mount,
-      "--job-id", std::to_string(s.job),
-      "--bootstrap", "pmix",
+      "--dataset",
+      s.dataset,
+      "--mount",
+      s.mount,
+      "--job-id",
+      std::to_string(s.job),
+      "--bootstrap",
+      "pmix",
   };
   if (!s.replicas.empty()) {
     argv.push_back("--replicas");
@@ -181,8 +205,8 @@ std::string ResolveStatsFile(const UserOptions& opts, uint32_t job, const std::s
   return submit_dir.empty() || submit_dir.front() != '/' ? "" : submit_dir + "/" + path;
 }
 
-Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job, uint32_t nodes,
-                                const std::string& submit_dir) {
+Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job,
+                                uint32_t nodes, const std::string& submit_dir) {
   auto mount = ResolveMount(opts, config);
   if (!mount.ok()) return mount.status();
   if (nodes == 0) return Status::InvalidArgument("job " + std::to_string(job) + " has no nodes");
@@ -199,10 +223,11 @@ Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, u
   return step;
 }
 
-std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env, const std::string& preload) {
+std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
+                                      const std::string& preload) {
   std::vector<std::string> out;
-  const std::string drop[] = {std::string(env::kMount) + "=", std::string(env::kTable) + "=",
-                              std::string(env::kSocket) + "=", std::string(env::kDisable) + "=",
+  const std::string drop[] = {std::string(env::kMount) + "=",   std::string(env::kTable) + "=",
+                              std::string(env::kSocket) + "=",  std::string(env::kDisable) + "=",
                               std::string(kEnvAgentStep) + "=", std::string(kEnvJobAgents) + "="};
   for (const auto& e : env) {
     bool skip = e.find(kOptionEnvMarker) != std::string::npos;

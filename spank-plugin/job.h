@@ -1,13 +1,15 @@
-// Pure functions of the job lifecycle: names of the per-job paths, the agent step's command line and
-// environment, and the agent's status file. No system calls, so every rule is unit-tested.
+// Pure functions of the job lifecycle: names of the per-job paths, the agent step's command line
+// and environment, and the agent's status file. No system calls, so every rule is unit-tested.
 //
 // Paths of job J of user U (uid N) on node H:
-//   run directory   <run_dir>/fanstore.N.J.H       created by the agent, mode 0700: agent.sock, table,
-//                                                   status.json. Per node, because in a test cluster
-//                                                   several nodes share one /dev/shm.
-//   local directory <local_dir with %n,%j,%u>/fanstore.N.J   created by the agent: the staged shards
-//   launch log      <run_dir>/fanstore.N/J.launch.log         output of the srun that runs the agents
-//   launch lock     <run_dir>/fanstore.N/J.launch             (srun/salloc only) pid of the supervisor
+//   run directory   <run_dir>/fanstore.N.J.H       created by the agent, mode 0700: agent.sock,
+//   table,
+//                                                   status.json. Per node, because in a test
+//                                                   cluster several nodes share one /dev/shm.
+//   local directory <local_dir with %n,%j,%u>/fanstore.N.J   created by the agent: the staged
+//   shards launch log      <run_dir>/fanstore.N/J.launch.log         output of the srun that runs
+//   the agents launch lock     <run_dir>/fanstore.N/J.launch             (srun/salloc only) pid of
+//   the supervisor
 // On compute nodes the prolog (root) creates the run, local and launch directories and gives them
 // to the user (spank-plugin/dirs.h), so nothing another user planted under these names is used.
 #pragma once
@@ -18,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
 #include "common/env.h"
+#include "common/status.h"
 #include "spank-plugin/config.h"
 
 namespace fanstore::spank {
@@ -62,8 +64,8 @@ struct JobIdentity {
 [[nodiscard]] Result<std::string> DatasetName(const std::string& dataset);
 // The virtual path: --fanstore-mount, or <mount_prefix>/<NAME>.
 [[nodiscard]] Result<std::string> ResolveMount(const UserOptions& opts, const Config& config);
-// The replicas argument for the agent: the user's, else the admin's (replicas=, default 1). "" only when
-// both are empty (the agent's own default, all nodes), which DefaultConfig never gives.
+// The replicas argument for the agent: the user's, else the admin's (replicas=, default 1). "" only
+// when both are empty (the agent's own default, all nodes), which DefaultConfig never gives.
 std::string ResolveReplicas(const UserOptions& opts, const Config& config);
 
 // Expands %n, %j, %u and %% in a local_dir template.
@@ -81,7 +83,8 @@ std::string LaunchLock(const Config& config, const JobIdentity& id);
 
 // The helper command that starts one agent per node as a job step with a real PMIx server:
 //   srun --jobid=J --overlap -N NODES -n NODES --ntasks-per-node=1 ... --mpi=pmix
-//        /bin/sh -c 'exec "$0" "$@" --local-dir "$FANSTORE_AGENT_LOCAL_DIR" --run-dir ...' AGENT ...
+//        /bin/sh -c 'exec "$0" "$@" --local-dir "$FANSTORE_AGENT_LOCAL_DIR" --run-dir ...' AGENT
+//        ...
 // The per-node directories are filled in on each node from variables that the plugin sets in the
 // agent step (the same code computes them for the epilog).
 struct AgentStep {
@@ -94,18 +97,21 @@ struct AgentStep {
 std::vector<std::string> AgentStepArgv(const AgentStep& step);
 // The agent step of `job` on `nodes` nodes for the user's options under the admin's config.
 // submit_dir (SLURM_SUBMIT_DIR) anchors a relative --fanstore-stats.
-[[nodiscard]] Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job,
-                                              uint32_t nodes, const std::string& submit_dir);
+[[nodiscard]] Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts,
+                                              uint32_t job, uint32_t nodes,
+                                              const std::string& submit_dir);
 // The stats file for the agents: --fanstore-stats (or the default) with %j expanded, made absolute
 // against submit_dir; "" for none, or when a relative path has no submit directory to go with.
 std::string ResolveStatsFile(const UserOptions& opts, uint32_t job, const std::string& submit_dir);
 
 // The agent step's environment, from the launching environment: without our LD_PRELOAD entry, the
-// FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and with
-// FANSTORE_AGENT_STEP=1 and FANSTORE_DISABLE=1.
-std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env, const std::string& preload);
+// FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and
+// with FANSTORE_AGENT_STEP=1 and FANSTORE_DISABLE=1.
+std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
+                                      const std::string& preload);
 
-// LD_PRELOAD values: `preload` first, once; or `preload` removed. Entries are separated by ':' or ' '.
+// LD_PRELOAD values: `preload` first, once; or `preload` removed. Entries are separated by ':' or '
+// '.
 std::string PrependPreload(const std::string& current, const std::string& preload);
 std::string RemovePreload(const std::string& current, const std::string& preload);
 

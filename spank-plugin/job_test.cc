@@ -1,5 +1,5 @@
-// Unit tests of the job lifecycle's pure functions: paths, the agent step's command and environment,
-// LD_PRELOAD editing and status.json.
+// Unit tests of the job lifecycle's pure functions: paths, the agent step's command and
+// environment, LD_PRELOAD editing and status.json.
 #include "spank-plugin/job.h"
 
 #include <gmock/gmock.h>
@@ -98,11 +98,13 @@ TEST(JobTest, AgentStepCommand) {
   s.nodes = 4;
   auto argv = AgentStepArgv(s);
   EXPECT_EQ(argv[0], "/usr/bin/srun");
-  for (const char* want : {"--jobid=7", "--overlap", "--nodes=4", "--ntasks=4", "--ntasks-per-node=1", "--mpi=pmix",
-                           "--export=ALL", "/opt/bin/fanstore-agent", "/pfs/ds.fs", "/fanstore/ds"})
+  for (const char* want :
+       {"--jobid=7", "--overlap", "--nodes=4", "--ntasks=4", "--ntasks-per-node=1", "--mpi=pmix",
+        "--export=ALL", "/opt/bin/fanstore-agent", "/pfs/ds.fs", "/fanstore/ds"})
     EXPECT_THAT(argv, Contains(std::string(want)));
   EXPECT_THAT(argv, Not(Contains(std::string("--replicas"))));
-  // The shell appends the node's directories and runs the agent (see AgentWrapperKeepsPeersOfADeadAgent).
+  // The shell appends the node's directories and runs the agent (see
+  // AgentWrapperKeepsPeersOfADeadAgent).
   const auto sh = std::find(argv.begin(), argv.end(), "-c");
   ASSERT_NE(sh, argv.end());
   EXPECT_NE(sh[1].find("\"$0\" \"$@\" --local-dir"), std::string::npos);
@@ -170,7 +172,8 @@ TEST(JobTest, AgentWrapperKeepsPeersOfADeadAgent) {
   char tmpl[] = "/tmp/fanstore-jobtest.XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
-  // Killed (or crashed) after it was ready: reported as success, so --kill-on-bad-exit spares the peers.
+  // Killed (or crashed) after it was ready: reported as success, so --kill-on-bad-exit spares the
+  // peers.
   EXPECT_EQ(RunWrapper(dir, "ready", 137), 0);
   // Before it was ready, or failed: the status stays, and the step ends (no peer waits in a fence).
   EXPECT_EQ(RunWrapper(dir, "staging", 137), 137);
@@ -222,11 +225,12 @@ TEST(JobTest, StatsFileDefaultsToTheSubmitDirectory) {
 
 TEST(JobTest, AgentStepEnvironmentIsClean) {
   const std::string lib = "/opt/lib/libfanstore_preload.so";
-  auto env = AgentStepEnv({"PATH=/bin", "LD_PRELOAD=" + lib + ":/x/other.so", "FANSTORE_MOUNT=/fanstore/ds",
-                           "FANSTORE_TABLE=/dev/shm/t", "FANSTORE_SOCKET=/dev/shm/s", "FANSTORE_JOB_AGENTS=7",
-                           "SLURM_SPANK__SLURM_SPANK_OPTION_fanstore_fanstore=/pfs/ds.fs",
-                           "_SLURM_SPANK_OPTION_fanstore_fanstore_mount=/m", "FANSTORE_DISABLE=0", "SLURM_JOB_ID=7"},
-                          lib);
+  auto env = AgentStepEnv(
+      {"PATH=/bin", "LD_PRELOAD=" + lib + ":/x/other.so", "FANSTORE_MOUNT=/fanstore/ds",
+       "FANSTORE_TABLE=/dev/shm/t", "FANSTORE_SOCKET=/dev/shm/s", "FANSTORE_JOB_AGENTS=7",
+       "SLURM_SPANK__SLURM_SPANK_OPTION_fanstore_fanstore=/pfs/ds.fs",
+       "_SLURM_SPANK_OPTION_fanstore_fanstore_mount=/m", "FANSTORE_DISABLE=0", "SLURM_JOB_ID=7"},
+      lib);
   EXPECT_THAT(env, Contains(std::string("PATH=/bin")));
   EXPECT_THAT(env, Contains(std::string("SLURM_JOB_ID=7")));
   EXPECT_THAT(env, Contains(std::string("LD_PRELOAD=/x/other.so")));

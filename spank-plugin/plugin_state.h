@@ -21,13 +21,14 @@ struct PluginState {
   bool config_loaded = false;
   Config config;
   UserOptions options;
-  bool enabled = false;     // set in init_post_opt (or the job-script hook) once the options are known
-  bool agent_step = false;  // remote context: this step runs the agents
+  bool enabled = false;  // set in init_post_opt (or the job-script hook) once the options are known
+  bool agent_step = false;     // remote context: this step runs the agents
   std::string deferred_error;  // from user_init, reported by task_init_privileged (Slurm bug 7573)
 };
 PluginState& State();
 
-// Parses the plugstack arguments once per process. On error logs "fanstore: <phase>: ..." and returns -1.
+// Parses the plugstack arguments once per process. On error logs "fanstore: <phase>: ..." and
+// returns -1.
 int LoadConfig(int ac, char** av, const char* phase);
 // Registers --fanstore, --fanstore-mount and --fanstore-replicas. Not in the prolog/epilog: there
 // spank_option_getopt would then fail (see SLURM-TESTBED.md).
@@ -48,8 +49,8 @@ std::vector<std::string> JobEnvironment(spank_t sp);
 std::vector<std::string> ProcessEnvironment();
 
 // Job id, uid and user name from Slurm; node from SLURMD_NODENAME in this process's environment
-// (slurmd's, inherited by slurmstepd and the prolog/epilog), else the short host name. The job's own
-// environment is no good for the node: steps inherit SLURMD_NODENAME of the batch node.
+// (slurmd's, inherited by slurmstepd and the prolog/epilog), else the short host name. The job's
+// own environment is no good for the node: steps inherit SLURMD_NODENAME of the batch node.
 [[nodiscard]] Result<JobIdentity> GetJobIdentity(spank_t sp);
 // The job user's uid, gid and supplementary groups.
 [[nodiscard]] Result<Credentials> GetJobCredentials(spank_t sp);

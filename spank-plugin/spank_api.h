@@ -1,5 +1,5 @@
-// Slurm's SPANK header, made usable from C++. spank.h declares the slurm_spank_* hooks outside its own
-// extern "C" block, which would give them C++ linkage here; wrapping the include fixes that.
+// Slurm's SPANK header, made usable from C++. spank.h declares the slurm_spank_* hooks outside its
+// own extern "C" block, which would give them C++ linkage here; wrapping the include fixes that.
 #pragma once
 
 extern "C" {

@@ -13,18 +13,17 @@
 #include <unordered_map>
 
 #include "common/hash.h"
-#include "common/unique_fd.h"
 #include "common/io.h"
 #include "common/thread_pool.h"
+#include "common/unique_fd.h"
 
 namespace fanstore::stage {
 
 using format::EntryType;
 using format::IndexEntry;
 
-Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::string& dataset_dir,
-                                                                  const format::Manifest& m,
-                                                                  const std::vector<uint32_t>& ids) {
+Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(
+    const std::string& dataset_dir, const format::Manifest& m, const std::vector<uint32_t>& ids) {
   for (uint32_t id : ids)
     if (id >= m.shards.size()) return Status::InvalidArgument("no shard " + std::to_string(id));
   // Opening a shard is a few small reads (header, footer, index): bound by the remote file
@@ -38,7 +37,8 @@ Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::st
     results[k] = sh.ok() ? format::CheckAgainstManifest(**sh, ref, ids[k]) : sh.status();
     if (results[k].ok()) out[k] = std::move(sh).value();
   });
-  for (const Status& st : results)  // the first failure in shard order, as a serial open would report
+  for (const Status& st :
+       results)  // the first failure in shard order, as a serial open would report
     if (!st.ok()) return st;
   return out;
 }
@@ -55,27 +55,34 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
   std::atomic<uint64_t> files{0}, raw{0}, read{0};
   std::vector<const format::ShardFile*> list;
   for (const auto& sh : shards) list.push_back(sh.get());
-  Status st = format::ScanShards(m, list, opts.pool, [&](uint64_t n) {
-    read += n;
-    if (opts.on_read) opts.on_read(n);
-  }, opts.cancel, [&](const IndexEntry& e, std::string_view stored) -> Status {
-    if (e.type != EntryType::kFile) return Status::OK();
-    if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
-    std::string_view data;
-    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &data));
-    FS_RETURN_IF_ERROR(WriteStaged(root.get(), local_root, e, data));
-    files++;
-    raw += e.size;
-    return Status::OK();
-  }, [&](const IndexEntry& e, const format::DecodeFn& decode) -> Status {
-    // A large file goes to disk as it is decoded: memory stays bounded whatever its size.
-    if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
-    FS_RETURN_IF_ERROR(WriteStagedStream(root.get(), local_root, e, decode));
-    files++;
-    raw += e.size;
-    return Status::OK();
-  }, &dict);
-  if (!st.ok()) return opts.cancel && opts.cancel->load() ? Status::Aborted("stage-in cancelled") : st;
+  Status st = format::ScanShards(
+      m, list, opts.pool,
+      [&](uint64_t n) {
+        read += n;
+        if (opts.on_read) opts.on_read(n);
+      },
+      opts.cancel,
+      [&](const IndexEntry& e, std::string_view stored) -> Status {
+        if (e.type != EntryType::kFile) return Status::OK();
+        if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
+        std::string_view data;
+        FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &data));
+        FS_RETURN_IF_ERROR(WriteStaged(root.get(), local_root, e, data));
+        files++;
+        raw += e.size;
+        return Status::OK();
+      },
+      [&](const IndexEntry& e, const format::DecodeFn& decode) -> Status {
+        // A large file goes to disk as it is decoded: memory stays bounded whatever its size.
+        if (opts.cancel && opts.cancel->load()) return Status::Aborted("stage-in cancelled");
+        FS_RETURN_IF_ERROR(WriteStagedStream(root.get(), local_root, e, decode));
+        files++;
+        raw += e.size;
+        return Status::OK();
+      },
+      &dict);
+  if (!st.ok())
+    return opts.cancel && opts.cancel->load() ? Status::Aborted("stage-in cancelled") : st;
   if (stats) {
     stats->shards = shards.size();
     stats->files = files;
@@ -105,26 +112,32 @@ Status MakeParentDirs(int root_fd, const std::string& local_root,
 Result<UniqueFD> CreateStaged(int root_fd, const std::string& local_root, const std::string& path) {
   // The local tree is private (0700) and holds no symlinks, so openat of the whole relative
   // path cannot escape local_root; O_NOFOLLOW|O_EXCL guard the leaf anyway.
-  UniqueFD fd(::openat(root_fd, path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+  UniqueFD fd(
+      ::openat(root_fd, path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
   if (!fd.valid()) return Status::FromErrno("create " + local_root + "/" + path, errno);
   return fd;
 }
 
-Status WriteStaged(int root_fd, const std::string& local_root, const IndexEntry& e, std::string_view data) {
+Status WriteStaged(int root_fd, const std::string& local_root, const IndexEntry& e,
+                   std::string_view data) {
   auto fd = CreateStaged(root_fd, local_root, e.path);
   if (!fd.ok()) return fd.status();
   return WriteFull(fd->get(), data.data(), data.size(), local_root + "/" + e.path);
 }
 
-Status WriteStagedStream(int root_fd, const std::string& local_root, const IndexEntry& e, const format::DecodeFn& decode) {
+Status WriteStagedStream(int root_fd, const std::string& local_root, const IndexEntry& e,
+                         const format::DecodeFn& decode) {
   auto fd = CreateStaged(root_fd, local_root, e.path);
   if (!fd.ok()) return fd.status();
   const std::string what = local_root + "/" + e.path;
-  return decode([&](std::string_view piece) { return WriteFull(fd->get(), piece.data(), piece.size(), what); });
+  return decode([&](std::string_view piece) {
+    return WriteFull(fd->get(), piece.data(), piece.size(), what);
+  });
 }
 
-Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, const format::Dictionary& dict,
-                  const std::vector<uint32_t>& ids, const std::string& copy_dir, const Options& opts, Stats* stats) {
+Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
+                  const format::Dictionary& dict, const std::vector<uint32_t>& ids,
+                  const std::string& copy_dir, const Options& opts, Stats* stats) {
   auto t0 = std::chrono::steady_clock::now();
   UniqueFD dir(::open(copy_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid()) return Status::FromErrno("local directory " + copy_dir, errno);
@@ -163,7 +176,8 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, con
       st = Status::Corruption(src + ": truncated shard (" + std::to_string(ref.bytes) + " bytes)");
       return;
     }
-    UniqueFD out(::openat(dir.get(), ref.file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+    UniqueFD out(::openat(dir.get(), ref.file.c_str(),
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
     if (!out.valid()) {
       st = Status::FromErrno("create " + dst, errno);
       return;
@@ -191,11 +205,17 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, con
       return;
     }
     format::FrameDecoder dec(&dict);
-    st = format::ScanShards(m, {sh->get()}, nullptr, nullptr, nullptr, [&](const IndexEntry& e, std::string_view stored) {
-      std::string_view raw;
-      return e.type == EntryType::kFile ? dec.Decode(e, stored, nullptr, &raw) : Status::OK();
-    }, [](const IndexEntry&, const format::DecodeFn&) { return Status::OK(); }, &dict);  // the scan decodes it
-    if (st.ok()) st = Status::Corruption(src + ": changed while it was copied (whole-shard checksum mismatch)");
+    st = format::ScanShards(
+        m, {sh->get()}, nullptr, nullptr, nullptr,
+        [&](const IndexEntry& e, std::string_view stored) {
+          std::string_view raw;
+          return e.type == EntryType::kFile ? dec.Decode(e, stored, nullptr, &raw) : Status::OK();
+        },
+        [](const IndexEntry&, const format::DecodeFn&) { return Status::OK(); },
+        &dict);  // the scan decodes it
+    if (st.ok())
+      st =
+          Status::Corruption(src + ": changed while it was copied (whole-shard checksum mismatch)");
   });
   for (const Status& st : results)
     if (!st.ok()) return cancelled() ? Status::Aborted("stage-in cancelled") : st;
@@ -210,7 +230,8 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, con
 Status UseCopies(const format::Manifest& m, std::vector<std::unique_ptr<format::ShardFile>>& shards,
                  const std::string& copy_dir) {
   for (auto& sh : shards) {
-    const std::string path = copy_dir + "/" + m.shards[sh->header.shard_id].file;  // ids checked at open
+    const std::string path =
+        copy_dir + "/" + m.shards[sh->header.shard_id].file;  // ids checked at open
     UniqueFD fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd.valid()) return Status::FromErrno("open " + path, errno);
     sh->fd = std::move(fd);

@@ -21,9 +21,9 @@ class ThreadPool;
 namespace fanstore::stage {
 
 struct Options {
-  ThreadPool* pool = nullptr;                      // decode/hash/write workers; null: inline
-  std::function<void(uint64_t bytes)> on_read;     // progress from the reading thread
-  const std::atomic<bool>* cancel = nullptr;       // checked between chunks
+  ThreadPool* pool = nullptr;                   // decode/hash/write workers; null: inline
+  std::function<void(uint64_t bytes)> on_read;  // progress from the reading thread
+  const std::atomic<bool>* cancel = nullptr;    // checked between chunks
 };
 
 struct Stats {
@@ -33,9 +33,8 @@ struct Stats {
 
 // Opens the given shards (header, footer, index; three reads each) and checks each against the
 // manifest (size, shard id, dataset id).
-Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::string& dataset_dir,
-                                                                  const format::Manifest& m,
-                                                                  const std::vector<uint32_t>& ids);
+Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(
+    const std::string& dataset_dir, const format::Manifest& m, const std::vector<uint32_t>& ids);
 
 // Unpacks every regular file of `shards` under `local_root` (an existing, private, empty
 // directory): directories 0700, files 0400, at <local_root>/<path>. The whole-shard checksum
@@ -53,7 +52,8 @@ Status MakeParentDirs(int root_fd, const std::string& local_root,
 // path comes from a validated index, and root_fd is the private local root.
 Result<UniqueFD> CreateStaged(int root_fd, const std::string& local_root, const std::string& path);
 // CreateStaged, then writes the file's whole (decoded, verified) content `data`.
-Status WriteStaged(int root_fd, const std::string& local_root, const format::IndexEntry& e, std::string_view data);
+Status WriteStaged(int root_fd, const std::string& local_root, const format::IndexEntry& e,
+                   std::string_view data);
 // CreateStaged, then writes a large file as `decode` streams it (ScanOptions::stream).
 Status WriteStagedStream(int root_fd, const std::string& local_root, const format::IndexEntry& e,
                          const format::DecodeFn& decode);
@@ -63,8 +63,9 @@ Status WriteStagedStream(int root_fd, const std::string& local_root, const forma
 // on the way. It needs only the manifest, so it can start before the indexes are read. A copy
 // whose hash does not match is reported like StageShards reports it: the bad file and frame
 // when one is, else the shard. stats->raw_bytes stays 0.
-Status CopyShards(const std::string& dataset_dir, const format::Manifest& m, const format::Dictionary& dict,
-                  const std::vector<uint32_t>& ids, const std::string& copy_dir, const Options& opts, Stats* stats);
+Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
+                  const format::Dictionary& dict, const std::vector<uint32_t>& ids,
+                  const std::string& copy_dir, const Options& opts, Stats* stats);
 
 // Points each ShardFile (opened in the dataset directory) at its copy in `copy_dir`, so that
 // its files are unpacked later from local storage.

@@ -10,8 +10,8 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <ftw.h>
-#include <signal.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +47,8 @@ int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
   if (S_ISREG(st->st_mode)) {
     n.flags = fanstore::table::kLocal;
     for (const char* pattern : g_remote)
-      if (fnmatch(pattern, n.path.data(), 0) == 0) n.flags = 0;  // NUL-terminated: a whole deque string
+      if (fnmatch(pattern, n.path.data(), 0) == 0)
+        n.flags = 0;  // NUL-terminated: a whole deque string
   }
   if (S_ISLNK(st->st_mode)) {
     char target[PATH_MAX];
@@ -79,9 +80,10 @@ int main(int argc, char** argv) {
     }
   }
   if (argc - arg != 2) {
-    fprintf(stderr, "usage: fanstore-mktable [--hold] [--remote PATTERN]... SOURCE_DIR TABLE_FILE\n"
-                    "  --hold  stay in the foreground as the table's \"agent\" (clients see a live\n"
-                    "          agent) until SIGTERM or SIGINT; prints \"ready\" when the table is up\n");
+    fprintf(stderr,
+            "usage: fanstore-mktable [--hold] [--remote PATTERN]... SOURCE_DIR TABLE_FILE\n"
+            "  --hold  stay in the foreground as the table's \"agent\" (clients see a live\n"
+            "          agent) until SIGTERM or SIGINT; prints \"ready\" when the table is up\n");
     return 2;
   }
   char root[PATH_MAX];

@@ -73,7 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string_view raw;
     (void)dec.Decode(e, in.substr(9), nullptr, &raw);
     const int fd = FrameFd();
-    if (fd >= 0 && ::ftruncate(fd, 0) == 0 && ::pwrite(fd, data, size, 0) == static_cast<ssize_t>(size)) {
+    if (fd >= 0 && ::ftruncate(fd, 0) == 0 &&
+        ::pwrite(fd, data, size, 0) == static_cast<ssize_t>(size)) {
       uint64_t got = 0;
       (void)StreamFrame(fd, "fuzz", e, nullptr, [&](std::string_view piece) {
         got += piece.size();
@@ -94,7 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const LookupFn ns = [&](const std::string& p, std::string* t) {
       if (p == "a") return NodeKind::kDir;
-      if (p.size() == 4 && p.compare(0, 3, "a/l") == 0 && static_cast<size_t>(p[3] - '0') < targets.size()) {
+      if (p.size() == 4 && p.compare(0, 3, "a/l") == 0 &&
+          static_cast<size_t>(p[3] - '0') < targets.size()) {
         *t = targets[p[3] - '0'];
         return NodeKind::kLink;
       }
