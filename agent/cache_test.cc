@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/io.h"
+#include "common/testing/temp_dir.h"
 
 namespace fanstore::agent {
 namespace {
@@ -32,11 +33,8 @@ Result<int> Put(FileCache& c, uint64_t key, std::string_view data, bool evict = 
 
 class CacheTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-cache-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override { (void)RemoveTree(dir_); }
+  test::TempDir tmp_{"cache-test"};
+  void SetUp() override { dir_ = tmp_.path(); }
   std::string ReadFd(int fd) {
     std::string out(1 << 16, '\0');
     ssize_t n = ::pread(fd, out.data(), out.size(), 0);

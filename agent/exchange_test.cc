@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "common/testing/temp_dir.h"
 #include "format/manifest.h"
 #include "pack/pack.h"
 #include "stage/stage.h"
@@ -21,9 +22,9 @@ using format::ShardFile;
 
 class ExchangeTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"exchange-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-exchange-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
     const std::string src = dir_ + "/src";
     ASSERT_EQ(::mkdir(src.c_str(), 0700), 0);
     for (int d = 0; d < 4; d++) {
@@ -49,7 +50,6 @@ class ExchangeTest : public ::testing::Test {
     ASSERT_TRUE(sh.ok()) << sh.status().ToString();
     shards_ = std::move(sh).value();
   }
-  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
 
   uint32_t nshards() const { return static_cast<uint32_t>(shards_.size()); }
   // The shards with ids in [from, to).

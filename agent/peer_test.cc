@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "agent/peer_wire.h"
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::agent {
@@ -39,6 +40,7 @@ std::string Content(uint32_t shard, uint32_t entry) {
 
 class PeerTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"peer-test"};
   static void SetUpTestSuite() {
     // Root (CI) starts the node's munged the way tests/lib.sh does; others need it running.
     if (!MungeWorks() && ::getuid() == 0)
@@ -51,8 +53,7 @@ class PeerTest : public ::testing::Test {
   }
   void SetUp() override {
     if (!MungeWorks()) GTEST_SKIP() << "munged is not running";
-    char tmpl[] = "/tmp/fanstore-peer-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
     for (uint32_t e = 0; e < 8; e++) {
       std::string p = dir_ + "/" + std::to_string(e);
       UniqueFD fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600));
@@ -60,10 +61,7 @@ class PeerTest : public ::testing::Test {
       ASSERT_EQ(::write(fd.get(), c.data(), c.size()), static_cast<ssize_t>(c.size()));
     }
   }
-  void TearDown() override {
-    server_.reset();
-    if (!dir_.empty()) (void)std::system(("rm -rf " + dir_).c_str());
-  }
+  void TearDown() override { server_.reset(); }
   // A server of rank `rank` of job `job` on loopback.
   void StartServer(const std::string& job = "job-a", uint32_t rank = 1) {
     server_ = std::make_unique<PeerServer>();

@@ -19,6 +19,7 @@
 
 #include "common/remove_tree.h"
 #include "common/run_dir.h"
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::agent {
@@ -48,15 +49,12 @@ Answer Ask(int sock, proto::Op op, const std::string& payload = "") {
 
 class ServerTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"server-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-server-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
     path_ = dir_ + "/" + run_dir::kSocketName;
   }
-  void TearDown() override {
-    server_.Stop();
-    (void)RemoveTree(dir_);
-  }
+  void TearDown() override { server_.Stop(); }
   // A handler that echoes: kStatus gives "status:<payload>", kStats counts, kOpen opens the
   // payload under dir_ (or replies with the errno), and any other op is EINVAL.
   void StartEcho() {

@@ -1,4 +1,5 @@
 #include "common/io.h"
+#include "common/testing/temp_dir.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,15 +14,12 @@ namespace {
 
 class IoTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"io-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-io-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
     old_umask_ = ::umask(022);
   }
-  void TearDown() override {
-    ::umask(old_umask_);
-    (void)RemoveTree(dir_);
-  }
+  void TearDown() override { ::umask(old_umask_); }
   std::string Make(const std::string& name, const std::string& data) {
     const std::string p = dir_ + "/" + name;
     UniqueFD fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/remove_tree.h"
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
 namespace fanstore {
@@ -16,12 +17,11 @@ namespace {
 
 class PrivateDirTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"private-dir-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-private-dir-test-XXXXXX";
-    base_ = ::mkdtemp(tmpl);
+    base_ = tmp_.path();
     dir_ = base_ + "/run";
   }
-  void TearDown() override { (void)RemoveTree(base_); }
   mode_t Mode(const std::string& p) {
     struct stat st;
     EXPECT_EQ(::lstat(p.c_str(), &st), 0);

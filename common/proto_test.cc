@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/remove_tree.h"
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::proto {
@@ -247,12 +248,11 @@ TEST_F(ProtoTest, SendingToAClosedPeerIsAnErrorNotASignal) {
 
 class ConnectTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"proto-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-proto-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
     path_ = dir_ + "/sock";
   }
-  void TearDown() override { (void)RemoveTree(dir_); }
   UniqueFD Listen() {
     UniqueFD s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     struct sockaddr_un addr = {};

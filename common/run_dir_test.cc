@@ -1,4 +1,5 @@
 #include "common/run_dir.h"
+#include "common/testing/temp_dir.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -15,11 +16,8 @@ namespace {
 
 class RunDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-rundir-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+  test::TempDir tmp_{"rundir-test"};
+  void SetUp() override { dir_ = tmp_.path(); }
   void WriteStatus(const std::string& json) {
     UniqueFD fd(::open((dir_ + "/" + kStatusName).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600));
     ASSERT_EQ(::write(fd.get(), json.data(), json.size()), static_cast<ssize_t>(json.size()));

@@ -1,4 +1,5 @@
 #include "common/table.h"
+#include "common/testing/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -101,9 +102,8 @@ TEST_F(TableTest, ResolveErrors) {
 TEST(TableLock, AgentAliveFollowsTheLockHolder) {
   auto img = Build({{"f", S_IFREG | 0644, 1, 0, 0, {}}}, {});
   ASSERT_TRUE(img.ok());
-  char tmpl[] = "/tmp/fanstore-table-test-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string path = std::string(tmpl) + "/table";
+  test::TempDir tmp("table-test");
+  const std::string path = tmp.path() + "/table";
   ASSERT_TRUE(WriteFile(path, *img).ok());
   TableView v;
   ASSERT_TRUE(v.Open(path).ok());
@@ -124,8 +124,6 @@ TEST(TableLock, AgentAliveFollowsTheLockHolder) {
   ASSERT_EQ(::waitpid(child, &ws, 0), child);
   EXPECT_TRUE(WIFSIGNALED(ws));
   EXPECT_FALSE(v.AgentAlive());
-  ::unlink(path.c_str());
-  ::rmdir(tmpl);
 }
 
 TEST(TableBuild, RejectsBadInput) {

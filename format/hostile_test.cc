@@ -19,6 +19,7 @@
 
 #include "common/hash.h"
 #include "common/io.h"
+#include "common/testing/temp_dir.h"
 #include "common/thread_pool.h"
 #include "format/dataset.h"
 #include "format/format.h"
@@ -119,13 +120,12 @@ std::string ZeroBomb(uint64_t n) {
 
 class HostileTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"hostile-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-hostile-test-XXXXXX";
-    base_ = ::mkdtemp(tmpl);
+    base_ = tmp_.path();
     ds_ = base_ + "/ds.fs";
     ::mkdir(ds_.c_str(), 0755);
   }
-  void TearDown() override { (void)RemoveTree(base_); }
 
   // Writes shard 0 with `entries` (frame offsets relative to the data area) over `data`, and a
   // footer whose index fields may be overridden; then a manifest that matches the shard.

@@ -15,6 +15,7 @@
 
 #include "common/hash.h"
 #include "common/io.h"
+#include "common/testing/temp_dir.h"
 #include "format/dataset.h"
 #include "pack/pack.h"
 
@@ -40,9 +41,9 @@ std::string Random(size_t n, uint32_t seed) {
 
 class PackTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"pack-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-pack-test-XXXXXX";
-    base_ = ::mkdtemp(tmpl);
+    base_ = tmp_.path();
     src_ = base_ + "/src";
     ds_ = base_ + "/ds.fs";
     ::mkdir(src_.c_str(), 0755);
@@ -60,7 +61,6 @@ class PackTest : public ::testing::Test {
     struct timespec ts[2] = {{0, UTIME_OMIT}, {1500000000, 123456789}};
     ::utimensat(AT_FDCWD, (src_ + "/a/text.txt").c_str(), ts, 0);
   }
-  void TearDown() override { (void)RemoveTree(base_); }
 
   Status DoPack(pack::Options o = {}) {
     o.sync = false;

@@ -3,6 +3,7 @@
 #include "spank-plugin/agent_wait.h"
 
 #include "common/run_dir.h"
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
 #include <sys/stat.h>
@@ -19,10 +20,9 @@ namespace {
 
 class AgentWaitTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"wait-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-wait.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     req_.run_dir = root_ + "/run";
     req_.node = "node7";
     req_.uid = ::getuid();
@@ -31,7 +31,6 @@ class AgentWaitTest : public ::testing::Test {
   }
   void TearDown() override {
     if (writer_.joinable()) writer_.join();
-    (void)RemoveTree(root_);
   }
   // As the agent does: the directory, and its liveness lock held (common/run_dir.h).
   void MakeRunDir(mode_t mode = 0700, bool alive = true) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "common/testing/temp_dir.h"
 #include "format/format.h"
 #include "format/manifest.h"
 #include "spank-plugin/proc.h"
@@ -19,12 +20,8 @@ namespace {
 
 class DatasetCheckTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-dscheck.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { (void)RemoveTree(root_); }
+  test::TempDir tmp_{"dscheck-test"};
+  void SetUp() override { root_ = tmp_.path(); }
 
   static void Write(const std::string& path, const std::string& text) {
     std::ofstream(path) << text;

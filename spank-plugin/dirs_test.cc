@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::spank {
@@ -18,14 +19,11 @@ constexpr uid_t kUser = 54321, kOther = 54322;
 
 class ClaimDirTest : public ::testing::Test {
  protected:
+  test::TempDir tmp_{"claim-test"};
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "ClaimDir runs as root";
-    char tmpl[] = "/tmp/fanstore-claim-test-XXXXXX";
-    base_ = ::mkdtemp(tmpl);
+    base_ = tmp_.path();
     ::chmod(base_.c_str(), 01777);  // like /dev/shm and /tmp
-  }
-  void TearDown() override {
-    if (!base_.empty()) (void)std::system(("rm -rf " + base_).c_str());
   }
   static struct stat Lstat(const std::string& p) {
     struct stat st = {};
@@ -94,8 +92,8 @@ struct stat Lstat(const std::string& p) {
 }
 
 TEST(EnsureOwnDir, RefusesWhatIsNotTheUsers) {
-  char tmpl[] = "/tmp/fanstore-own-test-XXXXXX";
-  const std::string base = ::mkdtemp(tmpl);
+  test::TempDir tmp("own-test");
+  const std::string& base = tmp.path();
   EXPECT_TRUE(EnsureOwnDir(base + "/a").ok());
   EXPECT_TRUE(EnsureOwnDir(base + "/a").ok());
   EXPECT_EQ(Lstat(base + "/a").st_mode & 07777, 0700u);
@@ -109,7 +107,6 @@ TEST(EnsureOwnDir, RefusesWhatIsNotTheUsers) {
     EXPECT_NE(st.message().find("uid " + std::to_string(kOther)), std::string::npos)
         << st.ToString();
   }
-  (void)std::system(("rm -rf " + base).c_str());
 }
 
 }  // namespace

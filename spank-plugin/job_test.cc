@@ -1,6 +1,7 @@
 // Unit tests of the job lifecycle's pure functions: paths, the agent step's command and
 // environment, LD_PRELOAD editing and status.json.
 #include "spank-plugin/job.h"
+#include "common/testing/temp_dir.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -169,9 +170,8 @@ int RunWrapper(const std::string& dir, const std::string& state, int rc) {
 }
 
 TEST(JobTest, AgentWrapperKeepsPeersOfADeadAgent) {
-  char tmpl[] = "/tmp/fanstore-jobtest.XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  test::TempDir tmp("job-test");
+  const std::string& dir = tmp.path();
   // Killed (or crashed) after it was ready: reported as success, so --kill-on-bad-exit spares the
   // peers.
   EXPECT_EQ(RunWrapper(dir, "ready", 137), 0);
@@ -180,7 +180,6 @@ TEST(JobTest, AgentWrapperKeepsPeersOfADeadAgent) {
   EXPECT_EQ(RunWrapper(dir, "failed", 1), 1);
   EXPECT_EQ(RunWrapper(dir, "", 3), 3);
   EXPECT_EQ(RunWrapper(dir, "ready", 0), 0);
-  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST(JobTest, AgentStepSplitsByDefault) {

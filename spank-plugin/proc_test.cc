@@ -14,18 +14,15 @@
 #include <thread>
 
 #include "common/io.h"
+#include "common/testing/temp_dir.h"
 
 namespace fanstore::spank {
 namespace {
 
 class ProcTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/fanstore-proc.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { (void)RemoveTree(root_); }
+  test::TempDir tmp_{"proc-test"};
+  void SetUp() override { root_ = tmp_.path(); }
   static bool Exists(const std::string& p) {
     struct stat st;
     return ::lstat(p.c_str(), &st) == 0;
