@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/hash.h"
-#include "common/remove_tree.h"
+#include "common/testing/temp_dir.h"
 #include "format/format.h"
 #include "format/manifest.h"
 
@@ -28,19 +28,8 @@ inline std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-// A fresh directory under /tmp, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/fanstore-format-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { (void)RemoveTree(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// A scratch directory for one test (common/testing/temp_dir.h).
+using ::fanstore::test::TempDir;
 
 inline IndexEntry Dir(std::string path) {
   IndexEntry e;
