@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/testing.h"
 #include "common/remove_tree.h"
 #include "common/run_dir.h"
 #include "common/testing/temp_dir.h"
@@ -28,24 +29,8 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-struct Answer {
-  int rc = 0;  // of proto::Recv, or of Send when that failed
-  proto::Frame frame{};
-  std::string payload;
-  int fd = -1;
-};
-
-// One request on `sock`, its reply.
-Answer Ask(int sock, proto::Op op, const std::string& payload = "") {
-  Answer a;
-  proto::Frame f{proto::kMagic, op, 0, static_cast<uint32_t>(payload.size())};
-  a.rc = proto::Send(sock, f, payload.data(), -1);
-  if (a.rc != 0) return a;
-  std::vector<char> buf(proto::kMaxPayload);
-  a.rc = proto::Recv(sock, &a.frame, buf.data(), buf.size(), &a.fd);
-  if (a.rc == 0) a.payload.assign(buf.data(), a.frame.len);
-  return a;
-}
+using testing::Answer;
+using testing::Ask;
 
 class ServerTest : public ::testing::Test {
  protected:

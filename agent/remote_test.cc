@@ -1,0 +1,210 @@
+// Files held by another rank, with peers off: read from the shard in the dataset directory,
+// verified, kept in the cache (or a sealed memfd without one), and never more than
+// kMaxSourceReads at a time.
+#include "agent/remote.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "agent/placement.h"
+#include "agent/testing.h"
+#include "common/unique_fd.h"
+
+namespace fanstore::agent {
+namespace {
+
+using testing::Dataset;
+using testing::ReadFd;
+
+struct FileId {
+  uint32_t shard, entry;
+};
+
+class RemoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ds_.Make(12, big_bytes_);
+    cache_dir_ = ds_.tmp() + "/cache";
+    ASSERT_EQ(::mkdir(cache_dir_.c_str(), 0700), 0);
+    remote_files_ = FilesOf(1);
+    ASSERT_GE(remote_files_.size(), 8u);
+  }
+  // The files of the shards `rank` holds (of 2 ranks, one copy each).
+  std::vector<FileId> FilesOf(uint32_t rank) const {
+    std::vector<FileId> out;
+    for (uint32_t s : ShardsOf(rank, ds_.nshards(), /*size=*/2, /*replicas=*/1))
+      for (uint32_t i : ds_.Files(s)) out.push_back({s, i});
+    return out;
+  }
+  // Rank 0 of 2 (or `rank`), peers and prefetch off: the other rank's files come from the
+  // dataset directory.
+  void Init(uint64_t cache_capacity, uint32_t rank = 0) {
+    RemoteFiles::Context ctx;
+    ctx.index = &ds_.index();
+    ctx.manifest = &ds_.manifest();
+    ctx.dict = &ds_.dict();
+    ctx.dataset = ds_.dir();
+    ctx.size = 2;
+    ctx.rank = rank;
+    ctx.replicas = 1;
+    ctx.peers = false;
+    ctx.prefetch = false;
+    remote_.Init(std::move(ctx), cache_dir_, cache_capacity);
+  }
+  const std::string& Expected(FileId f) const {
+    return ds_.Bytes(ds_.Entry(f.shard, f.entry).path);
+  }
+  // Opens `f` and returns its content ("<error: ...>" when the open fails).
+  std::string OpenAndRead(FileId f) {
+    auto fd = remote_.Open(f.shard, f.entry);
+    if (!fd.ok()) return "<error: " + fd.status().ToString() + ">";
+    UniqueFD owned(*fd);
+    return ReadFd(owned.get());
+  }
+
+  Dataset ds_;
+  std::string cache_dir_;
+  size_t big_bytes_ = 0;  // a file "big" of that size in the dataset
+  std::vector<FileId> remote_files_;
+  RemoteFiles remote_;
+};
+
+TEST_F(RemoteTest, OpenReadsTheDatasetThenTheCache) {
+  Init(1 << 20);
+  const FileId f = remote_files_[0];
+  const uint64_t size = ds_.Entry(f.shard, f.entry).size;
+  EXPECT_EQ(OpenAndRead(f), Expected(f));
+  auto c = remote_.counters();
+  EXPECT_EQ(c.opens_fallback, 1u);
+  EXPECT_EQ(c.bytes_fallback, size);
+  EXPECT_EQ(c.opens_cached, 0u);
+  EXPECT_EQ(c.opens_remote, 0u);
+  EXPECT_EQ(remote_.cache().used(), size);
+
+  EXPECT_EQ(OpenAndRead(f), Expected(f));
+  c = remote_.counters();
+  EXPECT_EQ(c.opens_fallback, 1u);
+  EXPECT_EQ(c.opens_cached, 1u);
+  EXPECT_EQ(c.bytes_cached, size);
+  EXPECT_EQ(c.peer_errors, 0u);
+  EXPECT_EQ(c.prefetched_shards, 0u);  // prefetch off
+}
+
+TEST_F(RemoteTest, WithoutCacheTheDescriptorIsASealedMemfd) {
+  Init(0);
+  const FileId f = remote_files_[1];
+  auto fd = remote_.Open(f.shard, f.entry);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  UniqueFD owned(*fd);
+  const int seals = ::fcntl(owned.get(), F_GET_SEALS);
+  ASSERT_GE(seals, 0) << "not a memfd";
+  for (int seal : {F_SEAL_WRITE, F_SEAL_GROW, F_SEAL_SHRINK, F_SEAL_SEAL})
+    EXPECT_TRUE(seals & seal) << "seal " << seal << " missing from " << seals;
+  EXPECT_EQ(ReadFd(owned.get()), Expected(f));
+  EXPECT_EQ(::lseek(owned.get(), 0, SEEK_CUR), 0);  // handed over at offset 0
+  EXPECT_LT(::pwrite(owned.get(), "x", 1, 0), 0);   // the opener cannot change it
+  EXPECT_EQ(ReadFd(owned.get()), Expected(f));
+  // Nothing kept: the next open reads the dataset again.
+  EXPECT_EQ(OpenAndRead(f), Expected(f));
+  const auto c = remote_.counters();
+  EXPECT_EQ(c.opens_fallback, 2u);
+  EXPECT_EQ(c.opens_cached, 0u);
+  EXPECT_EQ(remote_.cache().used(), 0u);
+}
+
+TEST_F(RemoteTest, DamagedShardGivesAnErrorNeverBadBytes) {
+  Init(1 << 20);
+  const FileId f = remote_files_[2];
+  const auto& e = ds_.Entry(f.shard, f.entry);
+  testing::DamageFrame(ds_.ShardPath(f.shard), e);
+  for (int attempt = 0; attempt < 2; attempt++) {  // nothing cached by the first attempt
+    auto fd = remote_.Open(f.shard, f.entry);
+    ASSERT_FALSE(fd.ok()) << "attempt " << attempt;
+    EXPECT_NE(fd.status().ToString().find(e.path), std::string::npos) << fd.status().ToString();
+  }
+  const auto c = remote_.counters();
+  EXPECT_EQ(c.opens_fallback + c.opens_cached + c.opens_remote, 0u);
+  EXPECT_EQ(c.bytes_fallback + c.bytes_cached + c.bytes_remote, 0u);
+  EXPECT_EQ(remote_.cache().used(), 0u);
+}
+
+TEST_F(RemoteTest, ConcurrentOpensOfOneFileReadTheSourceOnce) {
+  Init(1 << 20);
+  const FileId f = remote_files_[3];
+  constexpr int kThreads = 12;
+  std::atomic<int> ready{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++)
+    threads.emplace_back([&] {
+      ready++;
+      while (ready < kThreads) std::this_thread::yield();
+      if (OpenAndRead(f) != Expected(f)) wrong++;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong, 0);
+  const auto c = remote_.counters();
+  EXPECT_EQ(c.opens_fallback, 1u);
+  EXPECT_EQ(c.opens_cached, kThreads - 1u);
+}
+
+// With a file that takes longer to read and decode than a time slice, concurrent readers are
+// preempted inside their reads: without the limit more than kMaxSourceReads would be in flight.
+class RemoteLimitTest : public RemoteTest {
+ protected:
+  void SetUp() override {
+    big_bytes_ = 16 << 20;
+    RemoteTest::SetUp();
+  }
+};
+
+TEST_F(RemoteLimitTest, SourceReadsStayWithinTheLimit) {
+  const auto [s, i] = ds_.Find("big");
+  const FileId big{s, i};
+  // We are the rank that does not hold it; no cache: every open reads the dataset.
+  const uint32_t rank = Holders(s, 2, 1)[0] == 0 ? 1 : 0;
+  Init(0, rank);
+  const std::vector<FileId> small = FilesOf(1 - rank);
+  constexpr int kThreads = 8, kRounds = 2;
+  // All readers on one CPU, so that they take turns inside their reads.
+  cpu_set_t all, one;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+    if (CPU_ISSET(cpu, &all)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  std::atomic<int> ready{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++)
+    threads.emplace_back([&, t] {
+      ready++;
+      while (ready < kThreads) std::this_thread::yield();
+      for (int r = 0; r < kRounds; r++) {
+        if (OpenAndRead(big) != Expected(big)) wrong++;
+        const FileId f = small[(t + r) % small.size()];
+        if (OpenAndRead(f) != Expected(f)) wrong++;
+      }
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
+  EXPECT_EQ(wrong, 0);
+  const auto c = remote_.counters();
+  EXPECT_EQ(c.opens_fallback, 2u * kThreads * kRounds);
+  EXPECT_GE(c.source_peak, 2);
+  EXPECT_LE(c.source_peak, RemoteFiles::kMaxSourceReads);
+}
+
+}  // namespace
+}  // namespace fanstore::agent

@@ -1,0 +1,149 @@
+// For the agent's tests: a small real dataset packed with pack::Pack, its manifest, dictionary
+// and every shard's index, and the bytes each file must have; a client of the local protocol.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/io.h"
+#include "common/proto.h"
+#include "format/manifest.h"
+#include "format/shard.h"
+#include "format/testing.h"
+#include "pack/pack.h"
+#include "stage/stage.h"
+
+namespace fanstore::agent::testing {
+
+using format::testing::TempDir;
+
+// Distinct bytes per file (and per position), so that a wrong file or offset shows.
+inline std::string Content(int file, size_t size) {
+  std::string s(size, '\0');
+  for (size_t k = 0; k < size; k++) s[k] = static_cast<char>('a' + (file * 7 + k * k / 5) % 26);
+  return s;
+}
+
+// The whole content of an open descriptor, from offset 0.
+inline std::string ReadFd(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return "<fstat failed>";
+  std::string s(static_cast<size_t>(st.st_size), '\0');
+  if (!PreadFull(fd, s.data(), s.size(), 0, "fd").ok()) return "<read failed>";
+  return s;
+}
+
+struct Answer {
+  int rc = 0;  // of proto::Recv, or of Send when that failed
+  proto::Frame frame{};
+  std::string payload;
+  int fd = -1;
+};
+
+// One request on `sock`, its reply, as the interceptor and the `fanstore` tool ask.
+inline Answer Ask(int sock, proto::Op op, const std::string& payload = "") {
+  Answer a;
+  proto::Frame f{proto::kMagic, op, 0, static_cast<uint32_t>(payload.size())};
+  a.rc = proto::Send(sock, f, payload.data(), -1);
+  if (a.rc != 0) return a;
+  std::vector<char> buf(proto::kMaxPayload);
+  a.rc = proto::Recv(sock, &a.frame, buf.data(), buf.size(), &a.fd);
+  if (a.rc == 0) a.payload.assign(buf.data(), a.frame.len);
+  return a;
+}
+
+// Flips one byte in the middle of `e`'s frame in the shard file at `path`.
+inline void DamageFrame(const std::string& path, const format::IndexEntry& e) {
+  std::string shard = format::testing::ReadFile(path);
+  ASSERT_GT(e.stored_len, 0u);
+  shard[e.offset + e.stored_len / 2] ^= 0x5a;
+  format::testing::WriteFile(path, shard);
+}
+
+// A packed tree: d<0..3>/f<0..n> of a few hundred bytes to a few KiB, a symlink, in several
+// shards under <tmp>/ds.fs.
+class Dataset {
+ public:
+  // Call from SetUp (gtest assertions). With big_bytes, also a file "big" of that size.
+  void Make(int files_per_dir = 12, size_t big_bytes = 0) {
+    const std::string src = tmp_.path() + "/src";
+    ASSERT_EQ(::mkdir(src.c_str(), 0700), 0);
+    int n = 0;
+    for (int d = 0; d < 4; d++) {
+      const std::string sub = "d" + std::to_string(d);
+      ASSERT_EQ(::mkdir((src + "/" + sub).c_str(), 0700), 0);
+      for (int f = 0; f < files_per_dir; f++, n++) {
+        const std::string rel = sub + "/f" + std::to_string(f);
+        files_[rel] = Content(n, 300 + static_cast<size_t>(n) * 97 % 3000);
+        format::testing::WriteFile(src + "/" + rel, files_[rel]);
+      }
+    }
+    if (big_bytes) {
+      files_["big"] = Content(n, big_bytes);
+      format::testing::WriteFile(src + "/big", files_["big"]);
+    }
+    ASSERT_EQ(::symlink("d0/f1", (src + "/link").c_str()), 0);
+    pack::Options po;
+    po.shard_size = 8 << 10;  // several shards
+    po.sync = false;
+    pack::Stats ps;
+    Status st = pack::Pack(src, dir(), po, &ps);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    auto m = format::LoadManifest(dir());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    manifest_ = std::move(m).value();
+    ASSERT_GE(manifest_.shards.size(), 3u);
+    ASSERT_TRUE(dict_.Load(dir(), manifest_.dict).ok());
+    auto sh = stage::OpenShards(dir(), manifest_, AllShards());
+    ASSERT_TRUE(sh.ok()) << sh.status().ToString();
+    for (const auto& s : *sh) index_.push_back(s->entries);
+  }
+
+  const std::string& tmp() const { return tmp_.path(); }
+  std::string dir() const { return tmp_.path() + "/ds.fs"; }
+  std::string ShardPath(uint32_t s) const { return dir() + "/" + manifest_.shards[s].file; }
+  uint32_t nshards() const { return static_cast<uint32_t>(manifest_.shards.size()); }
+  std::vector<uint32_t> AllShards() const {
+    std::vector<uint32_t> ids;
+    for (uint32_t s = 0; s < nshards(); s++) ids.push_back(s);
+    return ids;
+  }
+  // The regular files of shard `s`, by entry.
+  std::vector<uint32_t> Files(uint32_t s) const {
+    std::vector<uint32_t> out;
+    for (uint32_t i = 0; i < index_[s].size(); i++)
+      if (index_[s][i].type == format::EntryType::kFile) out.push_back(i);
+    return out;
+  }
+  const format::IndexEntry& Entry(uint32_t s, uint32_t i) const { return index_[s][i]; }
+  // The shard and entry of the file at `path`.
+  std::pair<uint32_t, uint32_t> Find(const std::string& path) const {
+    for (uint32_t s = 0; s < index_.size(); s++)
+      for (uint32_t i = 0; i < index_[s].size(); i++)
+        if (index_[s][i].path == path) return {s, i};
+    ADD_FAILURE() << path << " not in the dataset";
+    return {0, 0};
+  }
+  // The content the file at `path` was packed with.
+  const std::string& Bytes(const std::string& path) const { return files_.at(path); }
+  const std::map<std::string, std::string>& files() const { return files_; }
+
+  const format::Manifest& manifest() const { return manifest_; }
+  const format::Dictionary& dict() const { return dict_; }
+  const std::vector<std::vector<format::IndexEntry>>& index() const { return index_; }
+
+ private:
+  TempDir tmp_;
+  std::map<std::string, std::string> files_;
+  format::Manifest manifest_;
+  format::Dictionary dict_;
+  std::vector<std::vector<format::IndexEntry>> index_;  // every shard's entries
+};
+
+}  // namespace fanstore::agent::testing
