@@ -525,8 +525,15 @@ void CheckLocalDir(const std::string& tmpl, Report* r) {
               "cannot create a file in the local directory " + name + ": " + std::strerror(err),
               err == EROFS ? "mount it read-write"
                            : "make it writable by the job's user (chmod 1777 " + dir + ")");
+    } else if (::unlink(tmp.c_str()) == 0 && ::getuid() == 0 && st.st_uid != 0 &&
+               (st.st_mode & 0002) == 0) {
+      // The prolog makes the job's directory only in a root-owned one; elsewhere the job's user
+      // must be able to write (root always can, so its write above proves nothing for users).
+      r->Warn("local-dir",
+              "the local directory " + name + " belongs to uid " + std::to_string(st.st_uid) +
+                  " and others cannot write to it: jobs of other users fail there",
+              "chown root " + dir + ", or chmod 1777 " + dir);
     } else {
-      ::unlink(tmp.c_str());
       r->Ok("local-dir",
             "the local directory " + name + " is writable" +
                 (per_job ? " (each job's directory under it is made at job start)" : ""));

@@ -135,6 +135,9 @@ if [[ $EUID -eq 0 ]]; then
   check "a read-only local directory FAILs, exit 1" test "$rc" -eq 1
   check "it says it cannot write there" has "^FAIL +local-dir +cannot create a file in the local directory $T/ro: Read-only file system\. Fix: mount it read-write"
   check "a tmpfs says it uses memory" has "^ok +local-fs +$T/ro is on a node-local file system \(tmpfs"
+  mkdir users && chown nobody users && chmod 0755 users
+  doctor --plugstack good.conf --local-dir "$T/users"
+  check "a user's directory others cannot write to is a warning (run as root)" has "^warn +local-dir +the local directory $T/users belongs to uid [0-9]+ and others cannot write to it.*Fix: chown root $T/users, or chmod 1777"
 else
   echo "  (not root: the full and read-only tmpfs cases are skipped)"
   mkdir ro && chmod 0555 ro
