@@ -109,7 +109,7 @@ struct PluginLine {
 
 struct Plugstack {
   std::vector<PluginLine> lines;      // those naming spank_fanstore.so
-  std::vector<std::string> problems;  // unreadable files, bad include patterns
+  std::vector<std::string> problems;  // unreadable files, includes nested too deep
 };
 
 // Reads `file` as Slurm does: `required|optional PLUGIN ARGS...` and `include GLOB` lines,
