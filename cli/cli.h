@@ -57,5 +57,6 @@ int CmdExtract(int argc, char** argv);
 int CmdInfo(int argc, char** argv);
 int CmdRun(int argc, char** argv);
 int CmdStats(int argc, char** argv);
+int CmdDoctor(int argc, char** argv);
 
 }  // namespace fanstore::cli

@@ -30,6 +30,7 @@ constexpr Command kCommands[] = {
     {"info", "DS.fs", "print the manifest summary", CmdInfo},
     {"run", "DS.fs -- CMD...", "serve a dataset on this machine and run CMD against it", CmdRun},
     {"stats", "[FILE]", "the agents' counters (inside a FanStore job or run, or saved)", CmdStats},
+    {"doctor", "", "check that this node can run FanStore jobs", CmdDoctor},
 };
 
 void PrintHelp(FILE* out) {
