@@ -32,7 +32,6 @@ set(CPACK_PACKAGE_NAME fanstore)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_VENDOR "FanStore")
 set(CPACK_PACKAGE_CONTACT "FanStore developers <fanstore@localhost>")
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "job-scoped storage for deep-learning I/O on Slurm clusters")
 set(CPACK_PACKAGING_INSTALL_PREFIX ${fanstore_pkg_prefix})
 set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR}/packages)
 set(CPACK_COMPONENTS_ALL fanstore preload)
@@ -44,27 +43,37 @@ set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
-# Shared-library dependencies from dpkg-shlibdeps: libpmix2, libmunge2, libsodium23, libzstd1,
-# libxxhash0 for the agent; libc6 and the C++ runtime.
+# Shared-library dependencies from dpkg-shlibdeps: libpmix2, libmunge2, libsodium23 and libzstd1
+# for the agent, libc6 and the C++ runtime. (xxHash is compiled in: common/hash.h, XXH_INLINE_ALL.)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
-# Debian ships stripped binaries: RelWithDebInfo's debug sections would triple the packages.
+# Debian ships stripped binaries: RelWithDebInfo's debug sections make them 40 times larger.
 set(CPACK_STRIP_FILES ON)
 
 set(CPACK_DEBIAN_FANSTORE_PACKAGE_NAME fanstore)
-set(CPACK_COMPONENT_FANSTORE_DESCRIPTION
-    "FanStore command-line tools and node agent\n fanstore packs, checks, lists and extracts FanStore datasets and serves one on a\n single machine (fanstore run); fanstore-agent stages a dataset to node-local storage\n and serves it to a Slurm job's tasks.")
+# Descriptions: the first line is the synopsis; CPack indents the rest.
+string(CONCAT CPACK_COMPONENT_FANSTORE_DESCRIPTION
+    "job-scoped storage for deep-learning I/O on Slurm: tools and node agent\n"
+    "fanstore packs, checks, lists and extracts FanStore datasets, and serves one on a single "
+    "machine (fanstore run). fanstore-agent, started by the SPANK plugin, stages a dataset to "
+    "node-local storage and serves it to a Slurm job's tasks.")
 # `fanstore run` preloads the library; the other commands do not need it.
 set(CPACK_DEBIAN_FANSTORE_PACKAGE_RECOMMENDS "fanstore-preload (= ${PROJECT_VERSION})")
 
 set(CPACK_DEBIAN_PRELOAD_PACKAGE_NAME fanstore-preload)
-set(CPACK_COMPONENT_PRELOAD_DESCRIPTION
-    "FanStore interception library (LD_PRELOAD)\n libfanstore_preload.so serves a FanStore dataset to a job's tasks at a virtual,\n read-only path, through ordinary file calls.")
+string(CONCAT CPACK_COMPONENT_PRELOAD_DESCRIPTION
+    "job-scoped storage for deep-learning I/O on Slurm: interception library\n"
+    "libfanstore_preload.so, preloaded into a job's tasks, serves a FanStore dataset at a "
+    "virtual, read-only path through ordinary file calls.")
 
 set(CPACK_DEBIAN_SPANK_PACKAGE_NAME fanstore-spank)
-set(CPACK_COMPONENT_SPANK_DESCRIPTION
-    "FanStore SPANK plugin for Slurm\n spank_fanstore.so adds --fanstore to sbatch, salloc and srun: it starts the\n FanStore agents of a job and preloads the interception library into its tasks.")
-set(CPACK_COMPONENT_SPANK_DEPENDS fanstore preload)
+string(CONCAT CPACK_COMPONENT_SPANK_DESCRIPTION
+    "job-scoped storage for deep-learning I/O on Slurm: SPANK plugin\n"
+    "spank_fanstore.so adds --fanstore to sbatch, salloc and srun: it checks the dataset at "
+    "submission, starts the FanStore agents of the job and preloads the interception library "
+    "into its tasks. Enabled by /etc/slurm/plugstack.conf.d/fanstore.conf.")
+set(CPACK_COMPONENT_SPANK_DEPENDS fanstore preload)  # Depends: fanstore (= version), fanstore-preload (= version)
+set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 # Slurm loads a plugin only when built for its release (22.05, ...); the plugin runs srun and
 # squeue (slurm-client, which brings slurm-wlm-basic-plugins, the owner of the plugin directory and
 # of plugstack.conf.d); Slurm's pmix MPI plugin, which starts the agent step, dlopens libpmix.so,
