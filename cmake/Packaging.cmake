@@ -1,8 +1,9 @@
 # Debian packages: `cpack -G DEB` in the build directory writes one package per install component.
 #   fanstore          component fanstore: bin/fanstore, bin/fanstore-agent and their man pages
 #   fanstore-preload  component preload:  <libdir>/libfanstore_preload.so
-#   fanstore-spank    component spank:    spank_fanstore.so in FANSTORE_SLURM_PLUGIN_DIR, its man page
-#                                         and /etc/slurm/plugstack.conf.d/fanstore.conf (a conffile)
+#   fanstore-spank    component spank:    spank_fanstore.so in FANSTORE_SLURM_PLUGIN_DIR, its
+#                                         man page, and the conffile
+#                                         /etc/slurm/plugstack.conf.d/fanstore.conf
 # The packages install under /usr whatever CMAKE_INSTALL_PREFIX is (`fanstore run` finds the agent
 # and the library next to itself); the conffile names both, so the plugin needs no built-in path.
 
@@ -15,8 +16,9 @@ set(fanstore_pkg_preload ${fanstore_pkg_prefix}/${CMAKE_INSTALL_LIBDIR}/libfanst
 # (EXCLUDE_FROM_ALL): `cmake --install` does not write to /etc.
 if(TARGET spank_fanstore)
   file(READ ${PROJECT_SOURCE_DIR}/etc/plugstack.conf.d/fanstore.conf fanstore_conf)
-  string(REGEX REPLACE "\nrequired [^ \n]+/spank_fanstore\\.so"
-         "\nrequired ${FANSTORE_SLURM_PLUGIN_DIR}/spank_fanstore.so agent=${fanstore_pkg_agent} preload=${fanstore_pkg_preload}"
+  set(fanstore_line "required ${FANSTORE_SLURM_PLUGIN_DIR}/spank_fanstore.so")
+  string(APPEND fanstore_line " agent=${fanstore_pkg_agent} preload=${fanstore_pkg_preload}")
+  string(REGEX REPLACE "\nrequired [^ \n]+/spank_fanstore\\.so" "\n${fanstore_line}"
          fanstore_conf "${fanstore_conf}")
   set(fanstore_conf_file ${CMAKE_BINARY_DIR}/packaging/fanstore.conf)
   file(CONFIGURE OUTPUT ${fanstore_conf_file} CONTENT "${fanstore_conf}" @ONLY)
@@ -72,7 +74,8 @@ string(CONCAT CPACK_COMPONENT_SPANK_DESCRIPTION
     "spank_fanstore.so adds --fanstore to sbatch, salloc and srun: it checks the dataset at "
     "submission, starts the FanStore agents of the job and preloads the interception library "
     "into its tasks. Enabled by /etc/slurm/plugstack.conf.d/fanstore.conf.")
-set(CPACK_COMPONENT_SPANK_DEPENDS fanstore preload)  # Depends: fanstore (= version), fanstore-preload (= version)
+# Depends: fanstore (= version), fanstore-preload (= version).
+set(CPACK_COMPONENT_SPANK_DEPENDS fanstore preload)
 set(CPACK_DEBIAN_ENABLE_COMPONENT_DEPENDS ON)
 # Slurm loads a plugin only when built for its release (22.05, ...); the plugin runs srun and
 # squeue (slurm-client, which brings slurm-wlm-basic-plugins, the owner of the plugin directory and

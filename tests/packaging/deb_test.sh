@@ -20,7 +20,7 @@ PLUGIN_DIR=$(sed -n 's/^FANSTORE_SLURM_PLUGIN_DIR:PATH=//p' "$B/CMakeCache.txt")
 VERSION=$("$B/bin/fanstore" --version | awk '{ print $2 }')
 
 T=$(mktmp)
-# state PKG: dpkg's two-letter state (ii installed, rc config files only), or "-" if unknown.
+# state PKG: dpkg's two-letter state (ii installed, rc config files only); empty if unknown.
 state() { dpkg-query -W -f '${db:Status-Abbrev}' "$1" 2>/dev/null | cut -c1-2 || true; }
 known() { local s; s=$(state "$1"); [[ -n $s && $s != un ]]; }
 # dpkg, waiting while another process (apt) holds its lock.
@@ -46,7 +46,8 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== cpack -G DEB"
-if ! (cd "$T" && cpack -G DEB --config "$B/CPackConfig.cmake" -B "$T/out") >"$T/cpack.log" 2>&1; then
+if ! (cd "$T" && cpack -G DEB --config "$B/CPackConfig.cmake" -B "$T/out") >"$T/cpack.log" 2>&1
+then
   indent "  " <"$T/cpack.log"
   bad "cpack -G DEB fails"
   finish
@@ -55,8 +56,8 @@ fi
 declare -A DEB
 for p in "${PKGS[@]}"; do
   DEB[$p]=$(ls "$T"/out/"${p}"_*.deb 2>/dev/null)
-  check "package $p built ($(basename "${DEB[$p]:-none}"), $(du -h "${DEB[$p]:-/dev/null}" | cut -f1))" \
-    test -f "${DEB[$p]}"
+  size=$(du -h "${DEB[$p]:-/dev/null}" | cut -f1)
+  check "package $p built ($(basename "${DEB[$p]:-none}"), $size)" test -f "${DEB[$p]}"
 done
 [[ $FAILURES -eq 0 ]] || { finish; exit 1; }
 for p in "${PKGS[@]}"; do
@@ -91,7 +92,8 @@ for dep in libpmix2 libmunge2 libsodium23 libzstd1; do
   check "fanstore (the agent) depends on $dep" depends_on "$tools_deps" "$dep"
 done
 spank_deps=$(dpkg-deb -f "${DEB[fanstore-spank]}" Depends)
-for dep in "fanstore (= $VERSION)" "fanstore-preload (= $VERSION)" "slurm-client (>= " libpmix-dev; do
+for dep in "fanstore (= $VERSION)" "fanstore-preload (= $VERSION)" "slurm-client (>= " \
+  libpmix-dev; do
   check "fanstore-spank depends on $dep" grep -qF -- "$dep" <<<"$spank_deps"
 done
 check "fanstore-spank marks $CONF a conffile" \
@@ -133,7 +135,9 @@ check "fanstore-spank: /usr/share/man/man8/spank_fanstore.8.gz" \
 check "fanstore-spank: $CONF" installed fanstore-spank "$CONF"
 line=$(grep -v '^[[:space:]]*\(#\|$\)' "$CONF")
 echo "  $CONF: $line"
-one_line() { [[ $(wc -l <<<"$line") -eq 1 && $line == "required $PLUGIN_DIR/spank_fanstore.so "* ]]; }
+one_line() {
+  [[ $(wc -l <<<"$line") -eq 1 && $line == "required $PLUGIN_DIR/spank_fanstore.so "* ]]
+}
 check "$CONF holds one line: required $PLUGIN_DIR/spank_fanstore.so" one_line
 check "its agent= is the installed agent" grep -q ' agent=/usr/bin/fanstore-agent\b' <<<"$line"
 check "its preload= is the installed library" grep -q " preload=$preload\b" <<<"$line"
@@ -143,7 +147,8 @@ check "dpkg knows $CONF as a conffile" \
 echo "== the installed commands"
 check "fanstore --version from /usr/bin: fanstore $VERSION" \
   bash -c "/usr/bin/fanstore --version | grep -q '^fanstore $VERSION '"
-check "fanstore --help from /usr/bin" bash -c "/usr/bin/fanstore --help | grep -q '^Usage: fanstore'"
+check "fanstore --help from /usr/bin" \
+  bash -c "/usr/bin/fanstore --help | grep -q '^Usage: fanstore'"
 check "fanstore-agent --help from /usr/bin" \
   bash -c "/usr/bin/fanstore-agent --help | grep -q '^Usage: fanstore-agent'"
 mkdir -p "$T/tree/d" && echo "served by the installed packages" >"$T/tree/d/hello.txt"
@@ -165,7 +170,8 @@ printf 'ClusterName=pkgtest\nSlurmctldHost=localhost\nPlugStackConfig=/etc/slurm
 help=$(SLURM_CONF=$T/slurm.conf sbatch --help 2>&1)
 check "sbatch --help lists --fanstore" grep -q -- '--fanstore=PATH' <<<"$help"
 err=$(SLURM_CONF=$T/slurm.conf sbatch --fanstore="$T/missing.fs" --wrap true 2>&1)
-check "sbatch --fanstore checks the dataset" grep -q "fanstore: submit: dataset .* does not exist" <<<"$err"
+check "sbatch --fanstore checks the dataset" \
+  grep -q "fanstore: submit: dataset .* does not exist" <<<"$err"
 
 echo "== dpkg -r, then dpkg -P"
 check "dpkg -r removes the three" dpkg_locked -r "${PKGS[@]}"

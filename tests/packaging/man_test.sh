@@ -36,7 +36,8 @@ expect_options() {
 }
 
 echo "== fanstore(1): every command and every option of its --help"
-mapfile -t cmds < <("$B/bin/fanstore" --help | awk '/^Commands:/ { on = 1; next } /^$/ { on = 0 } on { print $1 }')
+mapfile -t cmds < <("$B/bin/fanstore" --help |
+  awk '/^Commands:/ { on = 1; next } /^$/ { on = 0 } on { print $1 }')
 check "fanstore --help lists commands (${cmds[*]})" test "${#cmds[@]}" -ge 8
 for cmd in "${cmds[@]}"; do
   roff=$(section "$M/fanstore.1" "$cmd")
