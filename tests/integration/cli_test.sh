@@ -71,8 +71,9 @@ check "stats --prometheus: every line is a comment or a sample" bash -c \
 "$F" stats job.stats --prometheus --output metrics.prom
 check "stats --output writes the same text" diff metrics.prom prom.txt
 check "stats --output leaves no temporary" test ! -e metrics.prom.tmp
-expect_fail "stats --output needs --prometheus" 2 "--output.*requires --prometheus" "$F" stats job.stats --output x.prom
-expect_fail "stats --json excludes --prometheus" 2 "excludes" "$F" stats job.stats --json --prometheus
+expect_fail "stats --output needs --prometheus" 2 "^fanstore stats: --output needs --prometheus" "$F" stats job.stats --output x.prom
+expect_fail "stats --json excludes --prometheus" 2 "exclude each other" "$F" stats job.stats --json --prometheus
+expect_fail "stats --plot needs the agent" 2 "--plot needs the agent" "$F" stats job.stats --plot x.png
 
 echo "== --help and usage"
 # Every option of every subcommand, as --help must list it.
@@ -84,7 +85,7 @@ declare -A OPTIONS=(
   [extract]="--threads --quiet --progress --help"
   [info]="--json --help"
   [run]="--mount --local-dir --timeout --unpack --verbose --help"
-  [stats]="--json --prometheus --output --help"
+  [stats]="--json --prometheus --output --plot --help"
 )
 for sub in pack verify ls cat extract info run stats; do
   check "$sub --help exits 0 with usage" bash -c "'$F' $sub --help | grep -q '^Usage: fanstore $sub'"
