@@ -177,7 +177,9 @@ class Agent {
   table::TableView view_;                               // agent's own view of it
   std::vector<FileRef> file_refs_;                      // by table entry; shard UINT32_MAX: no file
   table::AgentLock alive_;  // held while serving; clients see its release or our death
-  table::ClientCounters* client_counters_ = nullptr;  // shared with clients, see table.h
+  // Shared with clients (see table.h); set once the table is published, read by the stats and
+  // the ticker's threads.
+  std::atomic<table::ClientCounters*> client_counters_{nullptr};
 
   LocalServer server_;
   std::unique_ptr<ThreadPool> peer_pool_;

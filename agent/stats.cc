@@ -21,9 +21,9 @@ nlohmann::json Agent::StagingJson() const {
 std::array<uint64_t, 4> Agent::ServedBytes() const {
   // Clients read staged and cached files themselves and count them in shared memory.
   uint64_t local = 0, cached = 0;
-  if (client_counters_) {
-    local = __atomic_load_n(&client_counters_->local_bytes, __ATOMIC_RELAXED);
-    cached = __atomic_load_n(&client_counters_->cached_bytes, __ATOMIC_RELAXED);
+  if (table::ClientCounters* cc = client_counters_.load()) {
+    local = __atomic_load_n(&cc->local_bytes, __ATOMIC_RELAXED);
+    cached = __atomic_load_n(&cc->cached_bytes, __ATOMIC_RELAXED);
   }
   const RemoteFiles::Counters r = remote_.counters();
   return {local, r.bytes_remote, r.bytes_cached + cached, r.bytes_fallback};
@@ -133,9 +133,9 @@ std::string Agent::StatsJson(bool series) const {
   // Clients open staged and cached files themselves and count those opens in shared memory;
   // the agent counts what it serves (the bytes likewise, see ServedBytes).
   table::ClientCounters c{};
-  if (client_counters_) {
-    c.local_opens = __atomic_load_n(&client_counters_->local_opens, __ATOMIC_RELAXED);
-    c.cached_opens = __atomic_load_n(&client_counters_->cached_opens, __ATOMIC_RELAXED);
+  if (table::ClientCounters* cc = client_counters_.load()) {
+    c.local_opens = __atomic_load_n(&cc->local_opens, __ATOMIC_RELAXED);
+    c.cached_opens = __atomic_load_n(&cc->cached_opens, __ATOMIC_RELAXED);
   }
   const RemoteFiles::Counters r = remote_.counters();
   j["opens"] = {{"local", opens_local_.load() + c.local_opens},
