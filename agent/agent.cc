@@ -49,6 +49,7 @@ std::vector<const format::ShardFile*> Pointers(
 Agent::Agent(Config cfg) : cfg_(std::move(cfg)) {}
 
 void Agent::WriteStatus(const std::string& state, const std::string& error) {
+  std::lock_guard<std::mutex> w(status_write_mu_);
   {
     std::lock_guard<std::mutex> l(state_mu_);
     state_ = state;
@@ -67,6 +68,7 @@ Status Agent::Prepare() {
   if (!alive.ok()) return alive.status();
   alive_lock_ = std::move(alive).value();
   WriteStatus("starting", "");
+  StartTicker();
   FS_RETURN_IF_ERROR(EnsureOwnDir(cfg_.local_dir, &created_local_).Prefixed("local directory"));
   have_local_ = true;
   FS_RETURN_IF_ERROR(CheckEmpty(cfg_.local_dir));
@@ -309,6 +311,7 @@ void Agent::RemoveOwnFiles(bool keep_status) {
 }
 
 void Agent::Shutdown() {
+  StopTicker();
   unpacker_.Stop();
   remote_.Stop();
   server_.Stop();

@@ -9,13 +9,20 @@
 //   stats.cc        status.json and the counters
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "agent/bootstrap.h"
 #include "agent/peer.h"
@@ -56,7 +63,7 @@ using run_dir::kTableName;
 class Agent {
  public:
   explicit Agent(Config cfg);
-  ~Agent() = default;
+  ~Agent() { StopTicker(); }
 
   // Stages in and publishes the table; returns once the agent is ready to serve (or failed).
   // On failure status.json says why and everything else the agent created is removed.
@@ -68,8 +75,9 @@ class Agent {
   // The agent's own files, and the directories when the agent created them (status.json is
   // kept for the launcher with keep_status). From any thread, even while others are stuck.
   void RemoveOwnFiles(bool keep_status);
-  // A JSON summary of the counters (also served as kStats).
-  std::string StatsJson() const;
+  // A JSON summary of the counters (also served as kStats); with `series`, also the samples of
+  // the last hour (kStats with the payload kStatsSeries).
+  std::string StatsJson(bool series = false) const;
 
  private:
   struct FileRef {
@@ -130,6 +138,18 @@ class Agent {
 
   // Statistics (stats.cc).
   std::string StatusJson() const;
+  // Bytes served by source: local, remote, cached, fallback.
+  std::array<uint64_t, 4> ServedBytes() const;
+  // {"bytes_done", "bytes_total", "files_done", "files_total"}: the stage-in's progress.
+  nlohmann::json StagingJson() const;
+  // The samples, column by column: "t" (seconds), "local", "remote", "cached", "fallback",
+  // "staged", "read" (bytes so far).
+  nlohmann::json SeriesJson() const;
+  // Once a second: a sample of the counters, and status.json rewritten while staging so that
+  // its progress shows. Started by Prepare, stopped by Shutdown and the destructor.
+  void StartTicker();
+  void StopTicker();
+  void Tick();
 
   Config cfg_;
   std::unique_ptr<Bootstrap> boot_;
@@ -157,7 +177,9 @@ class Agent {
   table::TableView view_;                               // agent's own view of it
   std::vector<FileRef> file_refs_;                      // by table entry; shard UINT32_MAX: no file
   table::AgentLock alive_;  // held while serving; clients see its release or our death
-  table::ClientCounters* client_counters_ = nullptr;  // shared with clients, see table.h
+  // Shared with clients (see table.h); set once the table is published, read by the stats and
+  // the ticker's threads.
+  std::atomic<table::ClientCounters*> client_counters_{nullptr};
 
   LocalServer server_;
   std::unique_ptr<ThreadPool> peer_pool_;
@@ -170,10 +192,30 @@ class Agent {
 
   // Counters.
   std::atomic<uint64_t> staged_bytes_{0}, staged_files_{0}, read_bytes_{0};
+  // What this node stages, known after PlanStage: the shards' bytes (read_bytes_ counts
+  // towards it) and their files (staged_files_ counts towards it).
+  std::atomic<uint64_t> stage_bytes_total_{0}, stage_files_total_{0};
   std::atomic<double> stage_seconds_{0};  // written by the staging thread, read by stats
   double exchange_seconds_ = 0;
   uint64_t exchange_bytes_ = 0;
   std::atomic<uint64_t> opens_local_{0}, open_errors_{0};
+
+  // The samples for `fanstore stats --plot`, oldest first, at most kMaxSamples.
+  struct Sample {
+    double t;                        // seconds since the agent started
+    std::array<uint64_t, 4> served;  // as ServedBytes
+    uint64_t staged, read;           // staged_bytes_, read_bytes_
+  };
+  static constexpr size_t kMaxSamples = 3600;
+  std::deque<Sample> series_;
+  mutable std::mutex series_mu_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  // Held while status.json is written: the ticker's rewrite never lands after a new state.
+  std::mutex status_write_mu_;
+  std::thread ticker_;
+  std::mutex ticker_mu_;
+  std::condition_variable ticker_cv_;
+  bool ticker_stop_ = false;
 
   // Last, so that they stop first: their threads use the members above.
   RemoteFiles remote_;

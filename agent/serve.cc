@@ -14,7 +14,7 @@ Reply Agent::Handle(proto::Op op, const std::string& payload) {
     case proto::kStatus:
       return Reply{0, StatusJson(), -1};
     case proto::kStats:
-      return Reply{0, StatsJson(), -1};
+      return Reply{0, StatsJson(payload == proto::kStatsSeries), -1};
     case proto::kOpen:
       return Open(payload);
   }

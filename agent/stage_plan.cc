@@ -64,6 +64,7 @@ Status Agent::OpenAndPlan(Result<Shards>* shards) {
   if (!shards->ok()) return shards->status();
   bool lazy_fits = true;
   FS_RETURN_IF_ERROR(PlanStage(**shards, &lazy_fits));
+  WriteStatus("staging", "");  // with the totals now known
   if (lazy_fits) return Status::OK();
   // The estimate let the copy start, the exact share does not fit beside it: unpack eagerly.
   LOG_WARN("this node's shard copies and files do not fit side by side in %s; unpacking eagerly",
@@ -100,6 +101,8 @@ Status Agent::PlanStage(const Shards& shards, bool* lazy_fits) {
     return Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes_) +
                            " free; " + share + HumanBytes(need));
   *lazy_fits = !lazy_ || need + stored <= free_bytes_;
+  stage_bytes_total_ = stored;
+  stage_files_total_ = files;
   const bool lazy = lazy_ && *lazy_fits;
   // The cache takes what is left after the staged share (and the copies, while they last):
   // half of it, or --cache-size when that is less (a site-wide cache_size= must not fill a
@@ -138,6 +141,10 @@ Status Agent::Stage(const Shards* shards) {
   so.pool = pool_.get();
   so.cancel = &stage_abort_;
   so.on_read = [this](uint64_t n) { read_bytes_ += n; };
+  so.on_file = [this](uint64_t n) {
+    staged_files_++;
+    staged_bytes_ += n;
+  };
   stage::Stats ss;
   Status st = lazy_ ? stage::CopyShards(cfg_.dataset, manifest_, dict_, mine_, copy_dir_, so, &ss)
                     : stage::StageShards(manifest_, dict_, *shards, data_root_, so, &ss);

@@ -1,11 +1,97 @@
 // status.json and the counters served as kStats (see agent.h).
 #include <unistd.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "agent/agent.h"
+#include "common/io.h"
+#include "common/log.h"
 
 namespace fanstore::agent {
+
+nlohmann::json Agent::StagingJson() const {
+  return {{"bytes_done", read_bytes_.load()},
+          {"bytes_total", stage_bytes_total_.load()},
+          {"files_done", staged_files_.load()},
+          {"files_total", stage_files_total_.load()}};
+}
+
+std::array<uint64_t, 4> Agent::ServedBytes() const {
+  // Clients read staged and cached files themselves and count them in shared memory.
+  uint64_t local = 0, cached = 0;
+  if (table::ClientCounters* cc = client_counters_.load()) {
+    local = __atomic_load_n(&cc->local_bytes, __ATOMIC_RELAXED);
+    cached = __atomic_load_n(&cc->cached_bytes, __ATOMIC_RELAXED);
+  }
+  const RemoteFiles::Counters r = remote_.counters();
+  return {local, r.bytes_remote, r.bytes_cached + cached, r.bytes_fallback};
+}
+
+nlohmann::json Agent::SeriesJson() const {
+  // Column by column: a third of the size of one object per sample, for the 1 MiB reply.
+  nlohmann::json t = nlohmann::json::array(), staged = t, read = t;
+  std::array<nlohmann::json, 4> served = {t, t, t, t};
+  std::lock_guard<std::mutex> l(series_mu_);
+  for (const Sample& s : series_) {
+    t.push_back(s.t);
+    for (size_t k = 0; k < 4; k++) served[k].push_back(s.served[k]);
+    staged.push_back(s.staged);
+    read.push_back(s.read);
+  }
+  return {{"interval", 1},       {"t", t},
+          {"local", served[0]},  {"remote", served[1]},
+          {"cached", served[2]}, {"fallback", served[3]},
+          {"staged", staged},    {"read", read}};
+}
+
+void Agent::Tick() {
+  Sample s;
+  s.t = std::round(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() *
+            1000) /
+        1000;
+  s.served = ServedBytes();
+  s.staged = staged_bytes_.load();
+  s.read = read_bytes_.load();
+  {
+    std::lock_guard<std::mutex> l(series_mu_);
+    series_.push_back(s);
+    if (series_.size() > kMaxSamples) series_.pop_front();
+  }
+  std::lock_guard<std::mutex> w(status_write_mu_);
+  {
+    std::lock_guard<std::mutex> l(state_mu_);
+    if (state_ != "staging") return;
+  }
+  Status st = WriteFileAtomic(cfg_.run_dir + "/" + kStatusName, StatusJson() + "\n", 0600);
+  if (!st.ok()) LOG_ERROR("%s", st.ToString().c_str());
+}
+
+void Agent::StartTicker() {
+  try {
+    ticker_ = std::thread([this] {
+      std::unique_lock<std::mutex> l(ticker_mu_);
+      while (!ticker_cv_.wait_for(l, std::chrono::seconds(1), [this] { return ticker_stop_; })) {
+        l.unlock();
+        Tick();
+        l.lock();
+      }
+    });
+  } catch (const std::system_error& e) {  // no thread to be had: no samples, nothing worse
+    LOG_WARN("no samples over time: %s", e.what());
+  }
+}
+
+void Agent::StopTicker() {
+  {
+    std::lock_guard<std::mutex> l(ticker_mu_);
+    ticker_stop_ = true;
+  }
+  ticker_cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
+}
 
 std::string Agent::StatusJson() const {
   nlohmann::json j;
@@ -22,12 +108,17 @@ std::string Agent::StatusJson() const {
   j["pid"] = ::getpid();
   j["shards"] = mine_;
   if (boot_ && boot_->size() > 1 && cfg_.peers) j["endpoint"] = peer_server_.Endpoint();
+  j["staging"] = StagingJson();
   return j.dump(-1, ' ', false,
                 nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
 }
 
-std::string Agent::StatsJson() const {
+std::string Agent::StatsJson(bool series) const {
   nlohmann::json j;
+  {
+    std::lock_guard<std::mutex> l(state_mu_);
+    j["state"] = state_;
+  }
   j["node"] = cfg_.node_name;
   j["rank"] = boot_ ? boot_->rank() : 0;
   j["size"] = boot_ ? boot_->size() : 0;
@@ -38,14 +129,13 @@ std::string Agent::StatsJson() const {
   j["stage_in_seconds"] = stage_seconds_.load();
   j["exchange_seconds"] = exchange_seconds_;
   j["exchange_bytes"] = exchange_bytes_;
+  j["staging"] = StagingJson();
   // Clients open staged and cached files themselves and count those opens in shared memory;
-  // the agent counts what it serves.
+  // the agent counts what it serves (the bytes likewise, see ServedBytes).
   table::ClientCounters c{};
-  if (client_counters_) {
-    c.local_opens = __atomic_load_n(&client_counters_->local_opens, __ATOMIC_RELAXED);
-    c.local_bytes = __atomic_load_n(&client_counters_->local_bytes, __ATOMIC_RELAXED);
-    c.cached_opens = __atomic_load_n(&client_counters_->cached_opens, __ATOMIC_RELAXED);
-    c.cached_bytes = __atomic_load_n(&client_counters_->cached_bytes, __ATOMIC_RELAXED);
+  if (table::ClientCounters* cc = client_counters_.load()) {
+    c.local_opens = __atomic_load_n(&cc->local_opens, __ATOMIC_RELAXED);
+    c.cached_opens = __atomic_load_n(&cc->cached_opens, __ATOMIC_RELAXED);
   }
   const RemoteFiles::Counters r = remote_.counters();
   j["opens"] = {{"local", opens_local_.load() + c.local_opens},
@@ -53,10 +143,9 @@ std::string Agent::StatsJson() const {
                 {"cached", r.opens_cached + c.cached_opens},
                 {"fallback", r.opens_fallback},
                 {"errors", open_errors_.load()}};
-  j["bytes"] = {{"local", c.local_bytes},
-                {"remote", r.bytes_remote},
-                {"cached", r.bytes_cached + c.cached_bytes},
-                {"fallback", r.bytes_fallback}};
+  const auto served = ServedBytes();
+  j["bytes"] = {
+      {"local", served[0]}, {"remote", served[1]}, {"cached", served[2]}, {"fallback", served[3]}};
   j["peers"] = {{"fetch_errors", r.peer_errors}, {"refused_connections", peer_server_.refused()}};
   j["source_reads"] = {{"in_flight_peak", r.source_peak}, {"limit", RemoteFiles::kMaxSourceReads}};
   j["cache"] = {{"used", remote_.cache().used()},
@@ -69,6 +158,7 @@ std::string Agent::StatsJson() const {
   j["prefetch"] = {{"shards", r.prefetched_shards},
                    {"files", r.prefetched_files},
                    {"bytes", r.prefetched_bytes}};
+  if (series) j["series"] = SeriesJson();
   return j.dump(-1, ' ', false,
                 nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
 }

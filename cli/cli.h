@@ -3,10 +3,10 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <string>
 
+#include "cli/progress.h"
 #include "common/args.h"
 #include "common/status.h"
 
@@ -30,23 +30,16 @@ void AddThreads(CLI::App& app, size_t* threads, const std::string& what);
 // -q, --quiet.
 void AddQuiet(CLI::App& app, bool* quiet);
 
+// The directory of the running `fanstore` binary: the other tools are found beside it.
+std::string SelfDir();
+
 // "a/b" from "/a/b/", "" from "/" and ".": a path inside a dataset as the user may type it.
 std::string DatasetPath(std::string p);
 
-// Progress on a terminal: one redrawn line. Elsewhere: nothing until the summary.
-class Progress {
- public:
-  Progress(const char* what, bool enabled);
-  void Update(uint64_t done, uint64_t total, uint64_t files_done = 0, uint64_t files_total = 0);
-  void Done();
-  double Seconds() const;
-
- private:
-  const char* what_;
-  bool tty_;
-  bool shown_ = false;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_;
-};
+// --progress: the progress line even when stderr is not a terminal.
+void AddProgress(CLI::App& app, bool* force);
+// The progress line's mode from -q and --progress (-q wins).
+Progress::Mode ProgressMode(bool quiet, bool force);
 
 // The subcommands. argv[0] is the subcommand's name; each returns the exit status.
 int CmdPack(int argc, char** argv);

@@ -15,17 +15,18 @@ int CmdExtract(int argc, char** argv) {
       "fanstore extract");
   Configure(app);
   format::ExtractOptions o;
-  bool quiet = false;
+  bool quiet = false, force_progress = false;
   std::string path, dest;
   app.add_option("DS.fs", path, "the dataset")->required();
   app.add_option("DEST", dest, "the directory to restore into")->required();
   AddThreads(app, &o.threads, "decompression");
   AddQuiet(app, &quiet);
+  AddProgress(app, &force_progress);
   if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
 
   auto ds = format::Dataset::Open(path);
   if (!ds.ok()) return Fail(ds.status());
-  Progress progress("extract", !quiet);
+  Progress progress("extract", ProgressMode(quiet, force_progress));
   o.progress = [&](uint64_t d, uint64_t t) { progress.Update(d, t); };
   Status s = format::Extract(**ds, dest, o);
   progress.Done();

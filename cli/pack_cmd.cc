@@ -34,7 +34,7 @@ int CmdPack(int argc, char** argv) {
       "fanstore pack");
   Configure(app);
   pack::Options o;
-  bool no_sync = false, quiet = false;
+  bool no_sync = false, quiet = false, force_progress = false;
   std::string src, dst;
   app.add_option("SRC", src, "the directory tree to pack")->required();
   app.add_option("DST.fs", dst, "the dataset directory to create (must not exist)")->required();
@@ -54,10 +54,11 @@ int CmdPack(int argc, char** argv) {
                "on their own (text, JSON)");
   app.add_flag("--no-sync", no_sync, "do not fsync the output (faster; not crash-safe)");
   AddQuiet(app, &quiet);
+  AddProgress(app, &force_progress);
   if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
   o.sync = !no_sync;
 
-  Progress progress("pack", !quiet);
+  Progress progress("pack", ProgressMode(quiet, force_progress));
   o.progress = [&](uint64_t d, uint64_t t, uint64_t fd, uint64_t ft) {
     progress.Update(d, t, fd, ft);
   };

@@ -33,14 +33,6 @@ extern char** environ;
 namespace fanstore::cli {
 namespace {
 
-std::string SelfDir() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  std::string p(buf, n);
-  return p.substr(0, p.rfind('/'));
-}
-
 // The first existing candidate, or the last one (for the error message).
 std::string Locate(const char* env_name, const std::vector<std::string>& candidates) {
   if (const char* e = std::getenv(env_name)) return e;

@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/metrics.h"
 #include "common/env.h"
+#include "common/io.h"
 #include "common/proto.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
@@ -52,6 +54,17 @@ void PrintSources(const nlohmann::json& o, const nlohmann::json& b) {
               HumanBytes(At(b, "remote")).c_str(), HumanBytes(At(b, "fallback")).c_str());
 }
 
+// "staging: X of Y (Z%)" while the agent stages (bytes read from the dataset of the bytes this
+// node stages, and files written so far).
+void PrintStaging(const nlohmann::json& j) {
+  const nlohmann::json st = Obj(j, "staging");
+  if (Str(j, "state") != "staging" || At(st, "bytes_total") <= 0) return;
+  const double done = At(st, "bytes_done"), total = At(st, "bytes_total");
+  std::printf("  staging: %s of %s (%.0f%%), %.0f of %.0f files\n", HumanBytes(done).c_str(),
+              HumanBytes(total).c_str(), std::min(100.0, 100 * done / total), At(st, "files_done"),
+              At(st, "files_total"));
+}
+
 void PrintNodeStats(const nlohmann::json& j) {
   std::printf(
       "%s (rank %.0f of %.0f): staged %s (%.0f files, %.0f shards) in %.2f s; metadata exchange "
@@ -59,6 +72,7 @@ void PrintNodeStats(const nlohmann::json& j) {
       Str(j, "node").c_str(), At(j, "rank"), At(j, "size"),
       HumanBytes(At(j, "bytes_staged")).c_str(), At(j, "files_staged"), At(j, "shards_staged"),
       At(j, "stage_in_seconds"), At(j, "exchange_seconds"));
+  PrintStaging(j);
   PrintSources(Obj(j, "opens"), Obj(j, "bytes"));
 }
 
@@ -74,7 +88,43 @@ void AddCounters(nlohmann::json& into, const nlohmann::json& from) {
   }
 }
 
-int StatsFromFile(const std::string& path, bool json) {
+// How the counters are printed: the summary, --json, or --prometheus (to stdout or --output).
+struct Output {
+  bool json = false, prometheus = false;
+  std::string file, plot;
+};
+
+// Draws the series as a PNG with the plotting script installed beside the tools (matplotlib).
+int Plot(const nlohmann::json& stats, const std::string& png) {
+  const std::string self = SelfDir();
+  std::string script = self + "/../share/fanstore/plot_stats.py";
+  if (::access(script.c_str(), R_OK) != 0) script = FANSTORE_INSTALL_DATADIR "/plot_stats.py";
+  // The paths go through the environment: no shell quoting to get wrong.
+  ::setenv("FANSTORE_PLOT_SCRIPT", script.c_str(), 1);
+  ::setenv("FANSTORE_PLOT_OUT", png.c_str(), 1);
+  FILE* p = ::popen("exec /usr/bin/python3 \"$FANSTORE_PLOT_SCRIPT\" \"$FANSTORE_PLOT_OUT\"", "w");
+  if (!p) return Fail(Status::FromErrno("plot: run /usr/bin/python3", errno));
+  const std::string text = Dump(stats);
+  std::fwrite(text.data(), 1, text.size(), p);
+  const int rc = ::pclose(p);
+  if (rc != 0)
+    return Fail(Status::IOError("plot: " + script + " failed (needs python3-matplotlib)"));
+  return kExitOk;
+}
+
+// The Prometheus text on stdout, or in `out.file` by rename, as node_exporter's textfile
+// collector requires (it must never read a half-written file).
+int PrintPrometheus(const nlohmann::json& stats, const Output& out) {
+  const std::string text = PrometheusText(stats);
+  if (out.file.empty()) {
+    std::fputs(text.c_str(), stdout);
+    return kExitOk;
+  }
+  Status s = WriteFileAtomic(out.file, text, 0644);
+  return s.ok() ? kExitOk : Fail(s);
+}
+
+int StatsFromFile(const std::string& path, const Output& out) {
   std::ifstream in(path);
   if (!in) return Fail(Status::FromErrno("open " + path, errno));
   nlohmann::json nodes = nlohmann::json::array();
@@ -88,7 +138,8 @@ int StatsFromFile(const std::string& path, bool json) {
     nodes.push_back(std::move(j));
   }
   if (nodes.empty()) return Fail(Status::Corruption(path + ": no agent counters in it"));
-  if (json) {
+  if (out.prometheus) return PrintPrometheus(nodes, out);
+  if (out.json) {
     std::printf("%s\n", Dump(nodes).c_str());
     return kExitOk;
   }
@@ -112,7 +163,7 @@ int StatsFromFile(const std::string& path, bool json) {
 }
 
 // Asks this node's agent, named by $FANSTORE_SOCKET.
-int StatsFromAgent(bool json) {
+int StatsFromAgent(const Output& out) {
   const char* sock = std::getenv(env::kSocket);
   if (!sock || !*sock)
     return Fail(
@@ -120,17 +171,20 @@ int StatsFromAgent(bool json) {
   int fd = proto::Connect(sock, 10000);
   if (fd < 0) return Fail(Status::FromErrno(std::string("agent socket ") + sock, -fd));
   UniqueFD conn(fd);
-  proto::Frame req{proto::kMagic, proto::kStats, 0, 0}, rep;
+  const std::string payload = out.plot.empty() ? "" : proto::kStatsSeries;
+  proto::Frame req{proto::kMagic, proto::kStats, 0, static_cast<uint32_t>(payload.size())}, rep;
   std::string buf(proto::kMaxPayload, '\0');
   int passed = -1;
-  int rc = proto::Send(conn.get(), req, nullptr, -1);
+  int rc = proto::Send(conn.get(), req, payload.empty() ? nullptr : payload.data(), -1);
   if (rc == 0) rc = proto::Recv(conn.get(), &rep, buf.data(), buf.size(), &passed);
   UniqueFD unused(passed);  // the agent passes no descriptor with its stats
   if (rc != 0) return Fail(Status::FromErrno("agent socket " + std::string(sock), -rc));
   auto j = nlohmann::json::parse(buf.substr(0, rep.len), nullptr, false);
   if (j.is_discarded() || !j.is_object())
     return Fail(Status::Corruption("the agent sent bad stats"));
-  if (json)
+  if (!out.plot.empty()) return Plot(j, out.plot);
+  if (out.prometheus) return PrintPrometheus(j, out);
+  if (out.json)
     std::printf("%s\n", Dump(j).c_str());
   else
     PrintNodeStats(j);
@@ -152,14 +206,31 @@ int CmdStats(int argc, char** argv) {
       "--fanstore-stats): every node, then the job's totals.",
       "fanstore stats");
   Configure(app);
-  bool json = false;
+  Output out;
   std::string file;
   app.add_option("FILE", file, "the counters the agents saved at job end");
-  app.add_flag("--json", json,
+  app.add_flag("--json", out.json,
                "print the raw counters (with FILE: a JSON array of the nodes' counters)");
+  app.add_flag("--prometheus", out.prometheus,
+               "print the counters in the Prometheus text format, labelled by node\n"
+               "and rank (for node_exporter's textfile collector)");
+  app.add_option("--output", out.file,
+                 "with --prometheus: write FILE instead of stdout, atomically\n"
+                 "(a temporary file renamed into place)")
+      ->type_name("FILE");
+  app.add_option("--plot", out.plot,
+                 "draw this node's throughput over time (one sample a second, the\n"
+                 "last hour) as a PNG, with python3-matplotlib; needs the agent")
+      ->type_name("FILE.png");
   if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
-
-  return file.empty() ? StatsFromAgent(json) : StatsFromFile(file, json);
+  // Checked here rather than by CLI11, whose Needs/Excludes notes would clutter --help.
+  if (out.json + out.prometheus + !out.plot.empty() > 1)
+    return args::UsageError(app, "--json, --prometheus and --plot exclude each other");
+  if (!out.file.empty() && !out.prometheus)
+    return args::UsageError(app, "--output needs --prometheus");
+  if (!file.empty() && !out.plot.empty())
+    return args::UsageError(app, "--plot needs the agent: the saved counters have no series");
+  return file.empty() ? StatsFromAgent(out) : StatsFromFile(file, out);
 }
 
 }  // namespace fanstore::cli

@@ -16,16 +16,17 @@ int CmdVerify(int argc, char** argv) {
       "fanstore verify");
   Configure(app);
   format::VerifyOptions o;
-  bool quiet = false;
+  bool quiet = false, force_progress = false;
   std::string path;
   app.add_option("DS.fs", path, "the dataset")->required();
   AddThreads(app, &o.threads, "reading and checking");
   AddQuiet(app, &quiet);
+  AddProgress(app, &force_progress);
   if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
 
   auto ds = format::Dataset::Open(path);
   if (!ds.ok()) return Fail(ds.status());
-  Progress progress("verify", !quiet);
+  Progress progress("verify", ProgressMode(quiet, force_progress));
   o.progress = [&](uint64_t d, uint64_t t) { progress.Update(d, t); };
   Status s = format::Verify(**ds, o);
   progress.Done();

@@ -8,6 +8,7 @@
 //            reply:   status = 0 and one descriptor (O_RDONLY), or status = errno, no payload
 //   request  kStatus: no payload; reply payload = JSON {"state": "staging|ready|failed", ...}
 //   request  kStats:  no payload; reply payload = JSON counters
+//                     payload kStatsSeries: the counters and "series", their samples over time
 //
 // Functions here never throw and never allocate on success paths beyond the caller's buffers,
 // so the interceptor can use them.
@@ -22,6 +23,8 @@ inline constexpr uint32_t kMagic = 0x46534c31;  // "FSL1"
 inline constexpr uint32_t kMaxPayload = 1u << 20;
 
 enum Op : uint32_t { kOpen = 1, kStatus = 2, kStats = 3 };
+// kStats's payload asking for the time series too (agents before it ignore the payload).
+inline constexpr char kStatsSeries[] = "series";
 
 struct Frame {
   uint32_t magic;

@@ -70,6 +70,7 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
         FS_RETURN_IF_ERROR(WriteStaged(root.get(), local_root, e, data));
         files++;
         raw += e.size;
+        if (opts.on_file) opts.on_file(e.size);
         return Status::OK();
       },
       [&](const IndexEntry& e, const format::DecodeFn& decode) -> Status {
@@ -78,6 +79,7 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
         FS_RETURN_IF_ERROR(WriteStagedStream(root.get(), local_root, e, decode));
         files++;
         raw += e.size;
+        if (opts.on_file) opts.on_file(e.size);
         return Status::OK();
       },
       &dict);

@@ -21,9 +21,10 @@ class ThreadPool;
 namespace fanstore::stage {
 
 struct Options {
-  ThreadPool* pool = nullptr;                   // decode/hash/write workers; null: inline
-  std::function<void(uint64_t bytes)> on_read;  // progress from the reading thread
-  const std::atomic<bool>* cancel = nullptr;    // checked between chunks
+  ThreadPool* pool = nullptr;                       // decode/hash/write workers; null: inline
+  std::function<void(uint64_t bytes)> on_read;      // progress from the reading thread
+  std::function<void(uint64_t raw_bytes)> on_file;  // a file staged (any worker thread)
+  const std::atomic<bool>* cancel = nullptr;        // checked between chunks
 };
 
 struct Stats {

@@ -127,6 +127,23 @@ TEST_F(StageTest, EveryFileIsStagedReadOnlyUnderPrivateDirectories) {
   EXPECT_EQ(stats.read_bytes, shard_bytes);
 }
 
+// on_file reports each file as it is staged: the agent's stage-in progress counts on it.
+TEST_F(StageTest, OnFileCountsEveryFileAndItsBytes) {
+  ThreadPool pool(2);
+  std::atomic<uint64_t> files{0}, bytes{0};
+  Options o;
+  o.pool = &pool;
+  o.on_file = [&](uint64_t n) {
+    files++;
+    bytes += n;
+  };
+  Stats stats;
+  ASSERT_TRUE(StageAll(&stats, o).ok());
+  EXPECT_EQ(files.load(), files_.size());
+  EXPECT_EQ(files.load(), stats.files);
+  EXPECT_EQ(bytes.load(), stats.raw_bytes);
+}
+
 TEST_F(StageTest, OnlyTheGivenShardsAreStaged) {
   auto shards = OpenShards(ds_, m_, {1});
   ASSERT_TRUE(shards.ok()) << shards.status().ToString();

@@ -36,17 +36,56 @@ hashes() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 check "extract: content hash of every file matches" diff <(hashes ref) <(hashes restored)
 expect_fail "extract into a non-empty directory" 2 "not empty" "$F" extract ds.fs restored
 
+echo "== progress"
+# stderr is a file here: no progress line unless --progress forces it, and never with -q.
+check "pack prints no progress when stderr is not a terminal" bash -c '! grep -q "%" err.txt'
+"$F" pack src prog.fs --shard-size 100K --progress >/dev/null 2>prog.txt
+last=$(tail -n 1 prog.txt | tr '\r' '\n' | tail -n 1)
+check "pack --progress redraws one line with \\r" grep -q $'^\rpack \\[' prog.txt
+check "pack --progress ends at 100% with files, rate and ETA" grep -qE \
+  '^pack \[=+\] 100%  [0-9.]+ [KMG]?i?B / [0-9.]+ [KMG]?i?B  [0-9]+/[0-9]+ files  [0-9.]+ [KMG]?i?B/s  ETA 0:00 *$' <<<"$last"
+check "pack --progress ends with a newline" test "$(tail -c 1 prog.txt | od -An -c | tr -d ' ')" = '\n'
+for sub in verify extract; do
+  args=(ds.fs); [[ $sub == extract ]] && args+=(prog-out)
+  "$F" "$sub" "${args[@]}" --progress >/dev/null 2>prog.txt
+  check "$sub --progress ends at 100% and a newline" bash -c \
+    "tail -n 1 prog.txt | tr '\r' '\n' | tail -n 1 | grep -qE '^$sub \[=+\] 100% .* ETA 0:00 *\$' && test \"\$(tail -c 1 prog.txt | od -An -c | tr -d ' ')\" = '\\n'"
+done
+"$F" verify ds.fs -q --progress 2>prog.txt
+check "-q silences --progress" test ! -s prog.txt
+"$F" verify ds.fs 2>prog.txt >/dev/null
+check "verify prints no progress when stderr is not a terminal" test ! -s prog.txt
+
+echo "== stats --prometheus"
+cat > job.stats <<'EOF2'
+{"node":"c1","rank":0,"bytes_staged":2048,"stage_in_seconds":0.5,"opens":{"local":3,"remote":1,"cached":0,"fallback":0,"errors":0},"bytes":{"local":300,"remote":100,"cached":0,"fallback":0},"cache":{"used":10,"capacity":1000},"peers":{"fetch_errors":0},"unpack":{"done":true}}
+{"node":"c2","rank":1,"bytes_staged":1024,"stage_in_seconds":0.75,"opens":{"local":5,"remote":0,"cached":2,"fallback":1,"errors":1},"bytes":{"local":500,"remote":0,"cached":20,"fallback":7},"cache":{"used":0,"capacity":1000},"peers":{"fetch_errors":2},"unpack":{"done":false}}
+EOF2
+prom=$("$F" stats job.stats --prometheus)
+check "stats --prometheus: HELP and TYPE per family" test "$(grep -c '^# TYPE fanstore_[a-z_]* \(counter\|gauge\)$' <<<"$prom")" -eq 9
+check "stats --prometheus: a sample per node and kind" grep -qx 'fanstore_bytes_total{node="c2",rank="1",kind="fallback"} 7' <<<"$prom"
+check "stats --prometheus: gauges" grep -qx 'fanstore_stage_in_seconds{node="c1",rank="0"} 0.5' <<<"$prom"
+"$F" stats job.stats --prometheus >prom.txt
+check "stats --prometheus: every line is a comment or a sample" bash -c \
+  "! grep -vE '^(# (HELP|TYPE) fanstore_[a-z_]+ .+|fanstore_[a-z_]+\\{node=\"[^\"]*\",rank=\"[0-9]+\"(,kind=\"[a-z]+\")?\\} [0-9.]+)\$' prom.txt"
+"$F" stats job.stats --prometheus --output metrics.prom
+check "stats --output writes the same text" diff metrics.prom prom.txt
+check "stats --output leaves no temporary" test ! -e metrics.prom.tmp
+expect_fail "stats --output needs --prometheus" 2 "^fanstore stats: --output needs --prometheus" "$F" stats job.stats --output x.prom
+expect_fail "stats --json excludes --prometheus" 2 "exclude each other" "$F" stats job.stats --json --prometheus
+expect_fail "stats --plot needs the agent" 2 "--plot needs the agent" "$F" stats job.stats --plot x.png
+
 echo "== --help and usage"
 # Every option of every subcommand, as --help must list it.
 declare -A OPTIONS=(
-  [pack]="--shard-size --level --threads --dict --no-sync --quiet --help"
-  [verify]="--threads --quiet --help"
+  [pack]="--shard-size --level --threads --dict --no-sync --quiet --progress --help"
+  [verify]="--threads --quiet --progress --help"
   [ls]="--long --where --help"
   [cat]="--help"
-  [extract]="--threads --quiet --help"
+  [extract]="--threads --quiet --progress --help"
   [info]="--json --help"
   [run]="--mount --local-dir --timeout --unpack --verbose --help"
-  [stats]="--json --help"
+  [stats]="--json --prometheus --output --plot --help"
 )
 for sub in pack verify ls cat extract info run stats; do
   check "$sub --help exits 0 with usage" bash -c "'$F' $sub --help | grep -q '^Usage: fanstore $sub'"

@@ -64,6 +64,28 @@ check "realpath resolves the directory symlink" test "$(run realpath $M/dirlink/
 check "cd into the mount and relative paths" test "$(run bash -c "cd $M/a && cat hello.txt && cd b && cat ../hello.txt" | sort -u)" = "hello"
 out=$(run bash -c "cat $M/a/hello.txt >/dev/null; $B/bin/fanstore stats")
 check "fanstore stats inside a run counts the opens" grep -qE "opens: [1-9][0-9]* local" <<<"$out"
+run bash -c "cat $M/big.bin >/dev/null; sleep 2.5; cat $M/big.bin >/dev/null; sleep 1.2; $B/bin/fanstore stats --plot $T/plot.png"
+check "fanstore stats --plot draws a PNG" test "$(od -An -c -N 4 plot.png | tr -d ' ')" = '211PNG'
+
+echo "== stage-in progress"
+# The agent held at the start of its staging (after the plan): status.json and the counters
+# give the totals this node stages, and `fanstore stats` a staging line.
+FANSTORE_TEST_PAUSE=staging:30000 "$B/bin/fanstore-agent" --dataset ds.fs --local-dir "$T/sl" \
+  --run-dir "$T/sr" --mount /fanstore/staging --bootstrap single --quiet & apid=$!
+for _ in $(seq 100); do grep -q '"bytes_total":[1-9]' "$T/sr/status.json" 2>/dev/null && break; sleep 0.1; done
+staging_keys() {
+  $PY -c 'import json, sys
+j = json.load(sys.stdin); s = j["staging"]
+assert j["state"] == "staging", j
+assert s["bytes_total"] > 0 and s["files_total"] > 0, s
+assert s["bytes_done"] == 0 and s["files_done"] == 0, s'
+}
+check "status.json gives the stage-in totals" staging_keys <"$T/sr/status.json"
+FANSTORE_SOCKET="$T/sr/agent.sock" "$F" stats --json >staging.json
+check "stats --json gives the stage-in totals" staging_keys <staging.json
+out=$(FANSTORE_SOCKET="$T/sr/agent.sock" "$F" stats)
+check "stats prints the staging line" grep -qE '^  staging: 0 B of [0-9.]+ [KM]iB \(0%\), 0 of [1-9][0-9]* files$' <<<"$out"
+kill "$apid"; wait "$apid"
 check "a program without FanStore env is untouched" test "$(LD_PRELOAD="$ASAN_RT $B/lib/libfanstore_preload.so" /bin/echo hi 2>&1)" = "hi"
 
 echo "== Python"
