@@ -11,6 +11,7 @@ std::optional<int64_t> ParseInt(std::string_view text, int64_t lo, int64_t hi) {
   const char* end = text.data() + text.size();
   auto [p, ec] = std::from_chars(text.data(), end, v);
   if (text.empty() || ec != std::errc() || p != end || v < lo || v > hi) return std::nullopt;
+  if (text[0] == '-' && lo >= 0) return std::nullopt;  // "-0" where no sign is allowed
   return v;
 }
 

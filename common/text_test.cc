@@ -55,6 +55,8 @@ TEST(ParseInt, AcceptsWholeNumbersWithinBounds) {
 TEST(ParseInt, RefusesOutOfBoundsSignsAndJunk) {
   EXPECT_EQ(ParseInt("101", 0, 100), std::nullopt);
   EXPECT_EQ(ParseInt("-1", 0, 100), std::nullopt);
+  EXPECT_EQ(ParseInt("-0", 0, 100), std::nullopt);  // no sign where lo >= 0
+  EXPECT_EQ(ParseInt("-0", -5, 5), 0);
   EXPECT_EQ(ParseInt("-11", -10, 10), std::nullopt);
   EXPECT_EQ(ParseInt("9223372036854775808", INT64_MIN, INT64_MAX), std::nullopt);
   for (const char* bad : {"", "+5", " 5", "5 ", "5x", "x5", "0x10", "1e3", "1.0", "-"})

@@ -36,7 +36,9 @@ class ThreadPool {
 // which bounds memory held by queued work. Wait() returns when all have finished.
 class TaskGroup {
  public:
-  TaskGroup(ThreadPool* pool, size_t max_in_flight) : pool_(pool), max_(max_in_flight) {}
+  // At least one task is let in flight (0 would block the first Add for ever).
+  TaskGroup(ThreadPool* pool, size_t max_in_flight)
+      : pool_(pool), max_(max_in_flight > 0 ? max_in_flight : 1) {}
   ~TaskGroup() { Wait(); }
   // With a null pool the task runs inline.
   void Add(std::function<void()> task);

@@ -137,6 +137,15 @@ TEST(TaskGroup, WaitReturnsOnlyWhenEveryTaskHasFinished) {
   EXPECT_EQ(done.load(), 50);
 }
 
+TEST(TaskGroup, ABoundOfZeroStillRunsEveryTask) {
+  ThreadPool pool(2);
+  std::atomic<int> done{0};
+  TaskGroup group(&pool, 0);
+  for (int i = 0; i < 10; i++) group.Add([&] { done++; });
+  group.Wait();
+  EXPECT_EQ(done.load(), 10);
+}
+
 TEST(TaskGroup, NullPoolRunsTheTaskInlineBeforeAddReturns) {
   TaskGroup group(nullptr, 1);
   std::thread::id ran_on;
