@@ -72,17 +72,16 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
   const std::string tmp = path + ".tmp";
   UniqueFD fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode));
   if (!fd.valid()) return Status::FromErrno("create " + tmp, errno);
-  Status s = WriteFull(fd.get(), data.data(), data.size(), tmp);
+  // A .tmp left by a crash keeps its old mode through O_CREAT: the file gets the one asked for.
+  Status s =
+      ::fchmod(fd.get(), mode) == 0 ? Status::OK() : Status::FromErrno("chmod " + tmp, errno);
+  if (s.ok()) s = WriteFull(fd.get(), data.data(), data.size(), tmp);
   if (s.ok() && ::fsync(fd.get()) != 0) s = Status::FromErrno("fsync " + tmp, errno);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
     s = Status::FromErrno("rename " + tmp, errno);
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
 }
-
-}  // namespace fanstore
-
-namespace fanstore {
 
 Result<UniqueFD> OpenParentDir(int root_fd, const std::string& rel, std::string* leaf) {
   size_t slash = rel.rfind('/');

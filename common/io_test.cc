@@ -132,6 +132,17 @@ TEST_F(IoTest, WriteFileAtomicCreatesWithTheModeAndReplacesWhole) {
   EXPECT_EQ(st.st_size, 0);
 }
 
+TEST_F(IoTest, WriteFileAtomicGivesTheModeAskedForOverAStaleTemporary) {
+  const std::string p = dir_ + "/status.json";
+  UniqueFD stale(::open((p + ".tmp").c_str(), O_WRONLY | O_CREAT, 0666));
+  ASSERT_TRUE(stale.valid());
+  ASSERT_EQ(::fchmod(stale.get(), 0666), 0);  // left by a crash, readable by all
+  ASSERT_TRUE(WriteFileAtomic(p, "new", 0600).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+}
+
 TEST_F(IoTest, WriteFileAtomicNeverWritesThroughAPlantedSymlink) {
   const std::string victim = Make("victim", "untouched");
   const std::string p = dir_ + "/out";
