@@ -64,7 +64,8 @@ install_packages() {
 
 start_cluster() {
   local mode=$1 nodes=$2 tmpl line plugin rest kv args=() a f
-  rm -rf "$PKG_DIR/debs"
+  # <base>/opt: where older versions of this script copied the build's files.
+  rm -rf "$PKG_DIR/debs" "$BASE/opt"
   install -d -m 0755 "$PKG_DIR"
   install_packages || return 1
   # The package's conffile: `required PLUGIN agent=... preload=... local_dir=... ...`.
