@@ -9,7 +9,7 @@ build_pkgs=(
   libzstd-dev zstd libxxhash-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libslurm-dev libpmix-dev libmunge-dev libsodium-dev libcli11-dev
-  clang-format shellcheck scdoc
+  clang-format shellcheck scdoc dpkg-dev
 )
 run_pkgs=(
   slurmctld slurmd slurm-client munge openmpi-bin

@@ -6,9 +6,11 @@
 # install is skipped, since removing would take it away. Usage: deb_test.sh BUILD_DIR
 # shellcheck source=../lib.sh
 source "$(dirname "$0")/../lib.sh"
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
 B=$(cd "$1" && pwd)
-PKGS=(fanstore fanstore-preload fanstore-spank)
-CONF=/etc/slurm/plugstack.conf.d/fanstore.conf
+PKGS=("${FANSTORE_PKGS[@]}")
+CONF=$FANSTORE_CONF
 if [[ $(id -u) -ne 0 ]]; then
   echo "SKIP: dpkg -i needs root"
   exit 77
@@ -20,42 +22,24 @@ PLUGIN_DIR=$(sed -n 's/^FANSTORE_SLURM_PLUGIN_DIR:PATH=//p' "$B/CMakeCache.txt")
 VERSION=$("$B/bin/fanstore" --version | awk '{ print $2 }')
 
 T=$(mktmp)
-# state PKG: dpkg's two-letter state (ii installed, rc config files only); empty if unknown.
-state() { dpkg-query -W -f '${db:Status-Abbrev}' "$1" 2>/dev/null | cut -c1-2 || true; }
-known() { local s; s=$(state "$1"); [[ -n $s && $s != un ]]; }
-# dpkg, waiting while another process (apt) holds its lock.
-dpkg_locked() {
-  local i out rc
-  for i in $(seq 120); do
-    out=$(DEBIAN_FRONTEND=noninteractive dpkg "$@" 2>&1); rc=$?
-    grep -q 'dpkg frontend lock\|dpkg status database is locked' <<<"$out" || break
-    [[ $i -eq 1 ]] && echo "  (dpkg is locked by another process; waiting)"
-    sleep 1
-  done
-  printf '%s\n' "$out" >>"$T/dpkg.log"
-  return "$rc"
-}
+DPKG_LOG=$T/dpkg.log
 INSTALLED_HERE=0
 cleanup() {
   if [[ $INSTALLED_HERE -eq 1 ]]; then
     local p
-    for p in "${PKGS[@]}"; do known "$p" && dpkg_locked -P "$p"; done
+    for p in "${PKGS[@]}"; do pkg_known "$p" && purge_debs "$p"; done
   fi
   rm -rf "$T"
 }
 trap cleanup EXIT
 
 echo "== cpack -G DEB"
-if ! (cd "$T" && cpack -G DEB --config "$B/CPackConfig.cmake" -B "$T/out") >"$T/cpack.log" 2>&1
-then
-  indent "  " <"$T/cpack.log"
+if ! build_debs "$B" "$T/out"; then
   bad "cpack -G DEB fails"
   finish
   exit 1
 fi
-declare -A DEB
 for p in "${PKGS[@]}"; do
-  DEB[$p]=$(ls "$T"/out/"${p}"_*.deb 2>/dev/null)
   size=$(du -h "${DEB[$p]:-/dev/null}" | cut -f1)
   check "package $p built ($(basename "${DEB[$p]:-none}"), $size)" test -f "${DEB[$p]}"
 done
@@ -100,7 +84,7 @@ check "fanstore-spank marks $CONF a conffile" \
   grep -qx "$CONF" <<<"$(dpkg-deb -I "${DEB[fanstore-spank]}" conffiles)"
 
 pre=()
-for p in "${PKGS[@]}"; do known "$p" && pre+=("$p ($(state "$p"))"); done
+for p in "${PKGS[@]}"; do pkg_known "$p" && pre+=("$p ($(pkg_state "$p"))"); done
 if [[ ${#pre[@]} -gt 0 ]] || { [[ -e $CONF ]] && ! dpkg -S "$CONF" >/dev/null 2>&1; }; then
   echo "SKIP: install and remove not tried: ${pre[*]:-$CONF, not from a package,} already here"
   finish || exit 1
@@ -109,14 +93,14 @@ fi
 
 echo "== dpkg -i"
 INSTALLED_HERE=1
-if ! dpkg_locked -i "${DEB[@]}"; then
+if ! install_debs; then
   indent "  " <"$T/dpkg.log"
   bad "dpkg -i of the three packages fails"
   finish
   exit 1
 fi
 for p in "${PKGS[@]}"; do
-  check "$p is installed" test "$(state "$p")" = ii
+  check "$p is installed" test "$(pkg_state "$p")" = ii
   dpkg -L "$p" >"$T/$p.list"
 done
 # installed PKG PATH: PKG's file list names PATH and PATH is there.
@@ -178,7 +162,7 @@ check "dpkg -r removes the three" dpkg_locked -r "${PKGS[@]}"
 # After dpkg -r only the conffile may remain (a package with maintainer scripts stays known
 # to dpkg, as "rc", until it is purged).
 for p in "${PKGS[@]}"; do
-  s=$(state "$p")
+  s=$(pkg_state "$p")
   check "$p is removed (state ${s:-un})" test "${s:-un}" = rc -o "${s:-un}" = un
 done
 left=()
@@ -187,16 +171,9 @@ while read -r path; do
 done < <(cat "$T"/fanstore*.list)
 check "dpkg -r leaves no file but the conffile${left:+ (left: ${left[*]})}" test ${#left[@]} -eq 0
 check "dpkg -r keeps the conffile $CONF" test -f "$CONF"
-check "dpkg -P purges the three" dpkg_locked -P "${PKGS[@]}"
-unknown() { ! known "$1"; }
-for p in "${PKGS[@]}"; do check "$p is unknown to dpkg after dpkg -P" unknown "$p"; done
-left=()
-while read -r path; do
-  [[ $path == /. || ! -e $path ]] && continue
-  # A directory other packages own (/usr/bin, Slurm's plugin directory) stays.
-  [[ -d $path ]] && dpkg -S "$path" >/dev/null 2>&1 && continue
-  left+=("$path")
-done < <(cat "$T"/fanstore*.list)
+check "dpkg -P purges the three" purge_debs "${PKGS[@]}"
+for p in "${PKGS[@]}"; do check "$p is unknown to dpkg after dpkg -P" pkg_unknown "$p"; done
+mapfile -t left < <(pkg_leftovers "$T"/fanstore*.list)
 check "nothing the packages installed is left${left:+ (left: ${left[*]})}" test ${#left[@]} -eq 0
 INSTALLED_HERE=0
 finish

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Slurm part of the README's first command: runs a real `sbatch --fanstore` job on a dataset.
-# Starts the 2-node test cluster with BUILD_DIR's plugin, agent and interception library, submits as the
-# test user fsalice a 2-node job whose tasks list the mount and checksum the files under it, prints the
-# job's output, and stops the cluster. Run as root.
+# Starts the 2-node test cluster on BUILD_DIR's Debian packages (installed, then purged by
+# e2e/stop.sh), submits as the test user fsalice a 2-node job whose tasks list the mount and
+# checksum the files under it, prints the job's output, and stops the cluster. Run as root.
 #   demo_job.sh BUILD_DIR DATASET.fs      (the dataset must be readable by fsalice)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,11 +35,11 @@ done
 echo "== job $j: $st; its output:"
 cat "$jd/out.$j"
 echo "== the same checksum computed on the source, outside Slurm:"
-src_sum=$(runuser -u fsalice -- "$BASE/opt/bin/fanstore" extract "$DS" "$jd/extracted" -q && cd "$jd/extracted" \
+src_sum=$(runuser -u fsalice -- /usr/bin/fanstore extract "$DS" "$jd/extracted" -q && cd "$jd/extracted" \
   && find . -type f | LC_ALL=C sort | xargs md5sum | md5sum | cut -c1-32)
 echo "source: checksum of all files: $src_sum"
 rm -rf "$jd/extracted"
 echo "== at job end every node's agent saved its counters in $jd/fanstore-$j.stats:"
 for _ in $(seq 1 100); do [[ -f $jd/fanstore-$j.stats && $(wc -l <"$jd/fanstore-$j.stats") -ge 2 ]] && break; sleep 0.2; done
-"$BASE/opt/bin/fanstore" stats "$jd/fanstore-$j.stats" || true
+/usr/bin/fanstore stats "$jd/fanstore-$j.stats" || true
 [[ $st == COMPLETED ]] && [[ $(grep -c "checksum of all files: $src_sum" "$jd/out.$j") == 2 ]]

@@ -3,8 +3,8 @@
 # script sources this file first, with its own arguments: BUILD_DIR [...]. Run as root: start.sh
 # starts the cluster; every job runs as the test user fsalice, with datasets that fsalice packed.
 #
-# The agent and the interception library default to BUILD_DIR/bin/fanstore-agent and
-# BUILD_DIR/lib/libfanstore_preload.so; FANSTORE_TEST_AGENT / FANSTORE_TEST_PRELOAD override them.
+# The cluster runs FanStore's installed Debian packages: start.sh builds them from BUILD_DIR (cpack)
+# and installs them (dpkg -i), stop.sh purges them; the cases run the installed commands ($FS_BIN).
 # Exit status 77 (ctest: skipped) when not root.
 # shellcheck shell=bash
 # shellcheck disable=SC2015  # ok returns 0, so `[[ c ]] && ok .. || bad ..` is an if-else.
@@ -23,7 +23,11 @@ source "$HERE/../lib.sh"
 
 CLUSTER=$HERE/cluster.sh
 BASE=$(realpath -m "${FANSTORE_SLURM_BASE:-/var/tmp/fanstore-slurm}")
-OPT=$BASE/opt          # the build's artefacts, installed where the test user can use them
+FS_BIN=/usr/bin        # the installed fanstore and fanstore-agent (package fanstore)
+# shellcheck disable=SC2034  # SCRIPTS and PKG_DIR are for the case and fixture scripts.
+SCRIPTS=$BASE/scripts  # the Python job scripts of tests/slurm, where the test user can use them
+# shellcheck disable=SC2034
+PKG_DIR=$BASE/pkg      # start.sh's packages, dpkg's log, and what it installed (for stop.sh)
 PFS=$BASE/pfs          # datasets, as on a parallel file system; survives cluster restarts
 TUSER=fsalice
 PY=/usr/bin/python3
@@ -75,10 +79,10 @@ pack_dataset() {
   local src=$1 dst=$2
   shift 2
   if [[ -f $dst/manifest.json ]]; then
-    asu "$OPT/bin/fanstore" info "$dst" >/dev/null 2>&1 && return 0
+    asu "$FS_BIN/fanstore" info "$dst" >/dev/null 2>&1 && return 0
     rm -rf "$dst"
   fi
-  asu "$OPT/bin/fanstore" pack "$src" "$dst" --no-sync -q "$@"
+  asu "$FS_BIN/fanstore" pack "$src" "$dst" --no-sync -q "$@"
 }
 
 # Everything of job J that could remain on any node: live processes of the test user carrying the job's
@@ -165,7 +169,7 @@ expected_md5() { (cd "$1" && find . -type f | LC_ALL=C sort | while read -r f; d
 # [{"path", "shard", "file", "offset", "stored", "codec", "size"}]}; then {"nshards", "min_shard_raw",
 # "total_source"}.
 fstool() {
-  "$PY" - "$OPT/bin/fanstore" "$@" <<'PY'
+  "$PY" - "$FS_BIN/fanstore" "$@" <<'PY'
 import json, os, subprocess, sys
 fanstore, cmd, ds, src, size, r = sys.argv[1:7]
 size, r = int(size), int(r)

@@ -40,7 +40,7 @@ EOF
   # Job end: every node's agent appends its final counters to fanstore-JOB.stats.
   local sf="$jd/fanstore-$j.stats" sum
   for _ in $(seq 150); do [[ -f $sf && $(wc -l <"$sf") -ge 2 ]] && break; sleep 0.2; done
-  if [[ -f $sf && $(wc -l <"$sf") -eq 2 ]] && sum=$("$BUILD/bin/fanstore" stats "$sf" 2>&1) &&
+  if [[ -f $sf && $(wc -l <"$sf") -eq 2 ]] && sum=$("$FS_BIN/fanstore" stats "$sf" 2>&1) &&
      grep -q '^job total, 2 nodes' <<<"$sum" && [[ $(stat -c %U "$sf") == "$TUSER" ]]; then
     ok "job end: both agents saved their counters (owned by the job user); fanstore stats sums them: $(grep -A1 '^job total' <<<"$sum" | tail -1 | sed 's/^ *//')"
   else

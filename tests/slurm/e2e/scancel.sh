@@ -19,7 +19,7 @@ main() {
   for mb in ${FANSTORE_TEST_SCANCEL_MB:-384 1152}; do
     src=$PFS/bulk$mb
     ds=$PFS/bulk$mb.fs
-    if ! asu "$OPT/bin/fanstore" info "$ds" >/dev/null 2>&1; then
+    if ! asu "$FS_BIN/fanstore" info "$ds" >/dev/null 2>&1; then
       rm -rf "$src" "$ds"
       mkdir -p "$src"
       for ((i = 0; i < 12; i++)); do head -c $((mb * 1048576 / 12)) /dev/urandom >"$src/part$i.bin"; done

@@ -1,34 +1,95 @@
 #!/usr/bin/env bash
-# The ctest fixtures slurm_ports_start and slurm_netns_start: install the build's plugin, agent and
-# interception library under <base>/opt, then start a 2-node ports or a 4-node netns cluster with
-# them.
+# The ctest fixtures slurm_ports_start and slurm_netns_start: build the Debian packages of the build
+# (cpack -G DEB into <base>/pkg), install them (dpkg -i), then start a 2-node ports or a 4-node netns
+# cluster whose plugstack line is the package's conffile line, with the test cluster's node-local
+# directory, stage-in timeout and cache size.
 #
-# Usage: start.sh BUILD_DIR ports|netns. See lib.sh.
+# Usage: start.sh BUILD_DIR ports|netns. See lib.sh. A FanStore package of another version already
+# installed here is refused (the tests would not run this build); one of this version is used and
+# left installed by stop.sh, which purges only what start.sh installed.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=../../packaging/lib.sh
+source "$HERE/../packaging/lib.sh"
 STAGEIN_TIMEOUT=120
+# The conffile's keys that the test cluster sets itself (the plugin refuses a key given twice).
+TEST_KEYS=(local_dir stagein_timeout cache_size)
+
+# install_packages: builds and installs the packages; records in PKG_DIR/installed the ones that
+# were not installed before (and in PKG_DIR/PKG.list their files) for stop.sh to purge.
+install_packages() {
+  local p s v want mine=() kept=()
+  for p in cpack dpkg dpkg-deb dpkg-query; do
+    command -v "$p" >/dev/null || { bad "no $p: the cluster runs the installed packages"; return 1; }
+  done
+  build_debs "$BUILD" "$PKG_DIR/debs" \
+    || { bad "cpack -G DEB of $BUILD fails (build all its targets first)"; return 1; }
+  for p in "${FANSTORE_PKGS[@]}"; do
+    [[ -f ${DEB[$p]} ]] || { bad "cpack made no package $p"; return 1; }
+  done
+  want=$(dpkg-deb -f "${DEB[fanstore]}" Version)
+  for p in "${FANSTORE_PKGS[@]}"; do
+    s=$(pkg_state "$p")
+    v=$(pkg_version "$p")
+    if [[ -z $s || $s == un ]] || grep -qx "$p" "$PKG_DIR/installed" 2>/dev/null; then
+      mine+=("$p")  # not installed, or left by a start whose stop did not run: ours to purge
+    elif [[ $s == ii && $v == "$want" ]]; then
+      kept+=("$p")
+    else
+      bad "$p $v (dpkg state $s) is installed here, not this build's $want: the Slurm tests would" \
+        "not run this build. Remove it first: dpkg -P ${FANSTORE_PKGS[*]}"
+      return 1
+    fi
+  done
+  if [[ ${#mine[@]} -gt 0 && -e $FANSTORE_CONF ]] && ! dpkg -S "$FANSTORE_CONF" >/dev/null 2>&1; then
+    bad "$FANSTORE_CONF is here and no package owns it: move it away first (dpkg -i would ask about it)"
+    return 1
+  fi
+  # Recorded before dpkg -i, so that stop.sh purges a partial install too.
+  if [[ ${#mine[@]} -gt 0 ]]; then printf '%s\n' "${mine[@]}"; fi >"$PKG_DIR/installed"
+  DPKG_LOG=$PKG_DIR/dpkg.log
+  : >"$DPKG_LOG"
+  if ! install_debs; then
+    indent "  " <"$DPKG_LOG"
+    bad "dpkg -i ${DEB[*]} fails"
+    return 1
+  fi
+  for p in "${FANSTORE_PKGS[@]}"; do
+    [[ $(pkg_state "$p") == ii ]] || { bad "$p is not installed after dpkg -i"; return 1; }
+  done
+  rm -f "$PKG_DIR"/*.list
+  for p in "${mine[@]}"; do dpkg -L "$p" >"$PKG_DIR/$p.list"; done
+  ok "installed $want: ${mine[*]:-none}${kept:+ (already installed, kept: ${kept[*]})}"
+}
 
 start_cluster() {
-  local mode=$1 nodes=$2 tmpl
-  local agent=${FANSTORE_TEST_AGENT:-$BUILD/bin/fanstore-agent}
-  local preload=${FANSTORE_TEST_PRELOAD:-$BUILD/lib/libfanstore_preload.so}
-  local f
-  for f in "$BUILD/lib/spank_fanstore.so" "$BUILD/bin/fanstore" "$agent" "$preload"; do
-    [[ -f $f ]] || { bad "missing build artefact $f (build the targets spank_fanstore fanstore fanstore-agent fanstore_preload)"; return 1; }
+  local mode=$1 nodes=$2 tmpl line plugin rest kv args=() a f
+  # <base>/opt: where older versions of this script copied the build's files.
+  rm -rf "$PKG_DIR/debs" "$BASE/opt"
+  install -d -m 0755 "$PKG_DIR"
+  install_packages || return 1
+  # The package's conffile: `required PLUGIN agent=... preload=... local_dir=... ...`.
+  line=$(grep -v '^[[:space:]]*\(#\|$\)' "$FANSTORE_CONF")
+  read -r _ plugin rest <<<"$line"
+  read -ra kv <<<"$rest"
+  for a in "${kv[@]}"; do
+    [[ " ${TEST_KEYS[*]} " == *" ${a%%=*} "* ]] || args+=("$a")
   done
-  # The build tree may be private to root (e.g. under /root); install copies that every user can use.
-  rm -rf "$OPT"
-  install -d -m 0755 "$OPT" "$OPT/bin" "$OPT/lib"
-  install -m 0755 "$agent" "$OPT/bin/fanstore-agent"
-  install -m 0755 "$BUILD/bin/fanstore" "$OPT/bin/fanstore"
-  install -m 0644 "$preload" "$OPT/lib/libfanstore_preload.so"
-  install -m 0644 "$BUILD/lib/spank_fanstore.so" "$OPT/lib/spank_fanstore.so"
-  install -m 0755 "$HERE/make_images.py" "$HERE/torch_epoch.py" "$OPT/bin/"
+  [[ " ${args[*]} " == *" agent=$FS_BIN/fanstore-agent "* ]] \
+    || { bad "$FANSTORE_CONF names no agent=$FS_BIN/fanstore-agent: $line"; return 1; }
+  for f in "$plugin" "$FS_BIN/fanstore" "$FS_BIN/fanstore-agent" \
+    "$(sed -n 's/.* preload=\([^ ]*\).*/\1/p' <<<" $rest")"; do
+    [[ -f $f ]] || { bad "missing $f, which $FANSTORE_CONF names or the cases run"; return 1; }
+  done
+  # The job scripts of the torch case, where the test user can read them wherever the checkout is.
+  rm -rf "$SCRIPTS"
+  install -d -m 0755 "$SCRIPTS"
+  install -m 0755 "$HERE/make_images.py" "$HERE/torch_epoch.py" "$SCRIPTS/"
   install -d -m 1777 "$PFS"
   if [[ $mode == netns ]]; then tmpl=$BASE/local; else tmpl=$BASE/nodes/%n/local; fi
-  "$CLUSTER" start --base "$BASE" --mode "$mode" --nodes "$nodes" --plugin "$OPT/lib/spank_fanstore.so" \
-    --plugin-args "agent=$OPT/bin/fanstore-agent preload=$OPT/lib/libfanstore_preload.so local_dir=$tmpl stagein_timeout=$STAGEIN_TIMEOUT cache_size=1G" \
-    || { bad "cluster start ($mode, $nodes nodes)"; return 1; }
+  args+=("local_dir=$tmpl" "stagein_timeout=$STAGEIN_TIMEOUT" "cache_size=1G")
+  "$CLUSTER" start --base "$BASE" --mode "$mode" --nodes "$nodes" --plugin "$plugin" \
+    --plugin-args "${args[*]}" || { bad "cluster start ($mode, $nodes nodes)"; return 1; }
   ok "cluster up: $mode mode, $nodes nodes, plugin $(cat "$BASE/plugstack.conf.d/fanstore.conf")"
 }
 

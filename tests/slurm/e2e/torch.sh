@@ -12,16 +12,16 @@ main() {
   need_cluster ports
   local src=$PFS/images ds=$PFS/images.fs jd out ref st
   if [[ ! -d $src ]]; then
-    asu "$PY" "$OPT/bin/make_images.py" "$src" 3 16 || bad "make_images"
+    asu "$PY" "$SCRIPTS/make_images.py" "$src" 3 16 || bad "make_images"
   fi
   pack_dataset "$src" "$ds" --shard-size 64K || bad "pack $src"
   jd=$(job_dir)
-  ref=$(asu "$PY" "$OPT/bin/torch_epoch.py" "$src" 2>&1 | grep '^EPOCH') || true
+  ref=$(asu "$PY" "$SCRIPTS/torch_epoch.py" "$src" 2>&1 | grep '^EPOCH') || true
   say "reference on the source tree: $ref"
   [[ $ref == "EPOCH samples=48 classes=3 "* ]] || bad "reference epoch on the source: '$ref'"
   # shellcheck disable=SC2016  # the single-quoted script expands in the job's shell, not here.
   out=$(cd "$jd" && asu srun -N2 --ntasks-per-node=1 --fanstore="$ds" bash -c \
-          'r=$('"$PY $OPT/bin/torch_epoch.py"' "$FANSTORE_MOUNT" 2>&1); echo "$r" >&2; echo "RESULT $SLURMD_NODENAME $SLURM_JOB_ID $(grep ^EPOCH <<<"$r")"' 2>&1)
+          'r=$('"$PY $SCRIPTS/torch_epoch.py"' "$FANSTORE_MOUNT" 2>&1); echo "$r" >&2; echo "RESULT $SLURMD_NODENAME $SLURM_JOB_ID $(grep ^EPOCH <<<"$r")"' 2>&1)
   st=$?
   indent '  | ' <<<"$out"
   [[ $st -eq 0 ]] && ok "srun --fanstore torch epoch exited 0" || bad "srun exited $st"
