@@ -27,7 +27,9 @@ int CmdExtract(int argc, char** argv) {
   auto ds = format::Dataset::Open(path);
   if (!ds.ok()) return Fail(ds.status());
   Progress progress("extract", ProgressMode(quiet, force_progress));
-  o.progress = [&](uint64_t d, uint64_t t) { progress.Update(d, t); };
+  o.progress = [&](uint64_t d, uint64_t t, uint64_t f, uint64_t ft) {
+    progress.Update(d, t, f, ft);
+  };
   Status s = format::Extract(**ds, dest, o);
   progress.Done();
   if (!s.ok()) return Fail(s.Prefixed("extract"));

@@ -145,24 +145,39 @@ uint64_t TotalBytes(const Dataset& ds) {
   return t;
 }
 
-Status ScanAll(const Dataset& ds, size_t threads,
-               const std::function<void(uint64_t, uint64_t)>& progress, const FrameFn& fn,
+Status ScanAll(const Dataset& ds, size_t threads, const ProgressFn& progress, const FrameFn& fn,
                const StreamFn& stream) {
   ThreadPool pool(threads ? threads : ThreadPool::DefaultThreads());
   const uint64_t total = TotalBytes(ds);
+  uint64_t files_total = 0;
   std::vector<const ShardFile*> shards;
-  for (size_t i = 0; i < ds.shard_count(); i++) shards.push_back(&ds.shard(i));
-  std::atomic<uint64_t> done{0};
+  for (size_t i = 0; i < ds.shard_count(); i++) {
+    shards.push_back(&ds.shard(i));
+    for (const auto& e : ds.shard(i).entries) files_total += e.type == EntryType::kFile;
+  }
+  std::atomic<uint64_t> done{0}, files{0};
   std::mutex progress_mu;
-  return ScanShards(
-      ds.manifest(), shards, &pool,
-      [&](uint64_t bytes) {
-        uint64_t now = done.fetch_add(bytes) + bytes;
-        if (!progress) return;
-        std::lock_guard<std::mutex> l(progress_mu);
-        progress(now, total);
-      },
-      nullptr, fn, stream, &ds.dict());
+  auto report = [&](uint64_t bytes) {
+    if (!progress) return;
+    std::lock_guard<std::mutex> l(progress_mu);
+    progress(bytes, total, files.load(), files_total);
+  };
+  // Files are counted as their frames are handled (by either path).
+  auto counted = [&](const IndexEntry& e, std::string_view stored) {
+    Status st = fn(e, stored);
+    if (st.ok() && e.type == EntryType::kFile) files++;
+    return st;
+  };
+  auto counted_stream = [&](const IndexEntry& e, const DecodeFn& decode) {
+    Status st = stream(e, decode);
+    if (st.ok()) files++;
+    return st;
+  };
+  Status st = ScanShards(
+      ds.manifest(), shards, &pool, [&](uint64_t bytes) { report(done.fetch_add(bytes) + bytes); },
+      nullptr, counted, counted_stream, &ds.dict());
+  if (st.ok()) report(done.load());  // the last files, counted after the last read
+  return st;
 }
 
 }  // namespace

@@ -55,9 +55,14 @@ class Dataset {
   std::unordered_map<std::string, Ref, PathHash, std::equal_to<>> by_path_;
 };
 
+// Progress of a pass over every shard: bytes read of all the shards' bytes, and files done of
+// all the files. Called from one thread at a time, last with everything done.
+using ProgressFn = std::function<void(uint64_t bytes_read, uint64_t bytes_total, uint64_t files,
+                                      uint64_t files_total)>;
+
 struct VerifyOptions {
   size_t threads = 0;
-  std::function<void(uint64_t bytes_read, uint64_t total)> progress;
+  ProgressFn progress;
 };
 // Reads every shard completely and checks every hash and structure. The error names the first
 // bad shard, file and offset.
@@ -65,7 +70,7 @@ Status Verify(const Dataset& ds, const VerifyOptions& opts);
 
 struct ExtractOptions {
   size_t threads = 0;
-  std::function<void(uint64_t bytes_read, uint64_t total)> progress;
+  ProgressFn progress;
 };
 // Restores the tree under `dest` (created; must not exist or be empty): content, mode, mtime,
 // empty directories and symlinks. Never writes outside dest: paths are checked, every parent is

@@ -132,18 +132,23 @@ TEST_F(DatasetTest, VerifyReportsProgressUpToTheTotal) {
   auto ds = Open();
   ASSERT_TRUE(ds.ok());
   const uint64_t total = (*ds)->shard(0).size + (*ds)->shard(1).size;
-  uint64_t last = 0, calls = 0;
+  uint64_t last = 0, calls = 0, last_files = 0, files_total = 0;
   VerifyOptions o;
   o.threads = 2;
-  o.progress = [&](uint64_t done, uint64_t all) {
+  o.progress = [&](uint64_t done, uint64_t all, uint64_t files, uint64_t files_all) {
     EXPECT_EQ(all, total);
     EXPECT_GE(done, last);
+    EXPECT_GE(files, last_files);
     last = done;
+    last_files = files;
+    files_total = files_all;
     calls++;
   };
   ASSERT_TRUE(Verify(**ds, o).ok());
   EXPECT_GT(calls, 0u);
   EXPECT_EQ(last, total);
+  EXPECT_EQ(files_total, 3u);  // a/one, a/two, top
+  EXPECT_EQ(last_files, files_total);
 }
 
 TEST_F(DatasetTest, ExtractTakesAnEmptyDirectoryButNotAFullOne) {

@@ -49,7 +49,7 @@ for sub in verify extract; do
   args=(ds.fs); [[ $sub == extract ]] && args+=(prog-out)
   "$F" "$sub" "${args[@]}" --progress >/dev/null 2>prog.txt
   check "$sub --progress ends at 100% and a newline" bash -c \
-    "tail -n 1 prog.txt | tr '\r' '\n' | tail -n 1 | grep -qE '^$sub \[=+\] 100% .* ETA 0:00 *\$' && test \"\$(tail -c 1 prog.txt | od -An -c | tr -d ' ')\" = '\\n'"
+    "tail -n 1 prog.txt | tr '\r' '\n' | tail -n 1 | grep -qE '^$sub (\[=+\] )?100% .* ([0-9]+)/\\2 files .* ETA 0:00 *\$' && test \"\$(tail -c 1 prog.txt | od -An -c | tr -d ' ')\" = '\\n'"
 done
 "$F" verify ds.fs -q --progress 2>prog.txt
 check "-q silences --progress" test ! -s prog.txt
