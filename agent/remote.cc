@@ -84,6 +84,14 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
       mine->done = true;
       mine->cv.notify_all();
     };
+    // The first opener may have cached the file and left between our look at the cache and our
+    // claim: look again before fetching it a second time.
+    if (int again = cache_.Open(key); again >= 0) {
+      finish();
+      opens_cached_++;
+      bytes_cached_ += e.size;
+      return again;
+    }
     return FetchNew(shard, entry, key, finish);
   }
 }

@@ -187,15 +187,20 @@ std::optional<std::string> RunCapture(const std::vector<std::string>& argv, int 
   return out;
 }
 
-// "22.05.8" from srun --version ("slurm-wlm 22.05.8" or "slurm 23.02.1"); empty when unknown.
+// "22.05.8" from srun --version ("slurm-wlm 22.05.8" or "slurm 23.02.1", perhaps after error
+// lines of its own); empty when unknown.
 std::string SlurmVersion(const std::string& srun) {
   auto out = RunCapture({srun, "--version"}, 10);
   if (!out) return "";
-  const size_t sp = out->find(' ');
-  if (sp == std::string::npos) return "";
-  std::string v = out->substr(sp + 1);
-  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
-  return v;
+  for (const auto& line : Split(*out, '\n')) {
+    const std::string_view l(line);
+    const size_t sp = l.find(' ');
+    if (l.rfind("slurm", 0) != 0 || sp == std::string_view::npos) continue;
+    std::string v(l.substr(sp + 1));
+    while (!v.empty() && v.back() == ' ') v.pop_back();
+    return v;
+  }
+  return "";
 }
 
 // Loads the plugin in a child process (a plugin that crashes on load takes only the child down)

@@ -39,4 +39,8 @@ purge_packages() {
 left=$(find /dev/shm -maxdepth 1 -name "fanstore.$(uid_of).*" 2>/dev/null)
 [[ -z $left ]] && ok "cluster stopped; no FanStore run directory left in /dev/shm" || bad "left in /dev/shm: $left"
 purge_packages
+# The cluster's plugstack line names the purged plugin: srun would fail to load it (the generated
+# /etc/slurm/slurm.conf stays, pointing at <base>/plugstack.conf); start.sh writes it anew.
+rm -f "$BASE/plugstack.conf.d/fanstore.conf"
+check "srun works after the cluster stopped (no stale plugin line)" bash -c 'srun --version >/dev/null 2>&1 && ! srun --version 2>&1 | grep -q error'
 finish
