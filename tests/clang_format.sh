@@ -10,13 +10,9 @@ if [[ $mode != --check && $mode != --fix ]]; then
   echo "usage: clang_format.sh --check|--fix [SOURCE_DIR]" >&2
   exit 2
 fi
-if ! command -v clang-format >/dev/null; then
-  echo "clang_format: FAIL: clang-format is not installed (apt-get install clang-format, or" \
-    "tests/install-deps.sh)" >&2
-  exit 1
-fi
 # shellcheck source=tests/lint_lib.sh
 source "$root/tests/lint_lib.sh"
+require_tool clang_format clang-format
 
 files=()
 while IFS= read -r -d '' f; do

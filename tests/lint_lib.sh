@@ -11,3 +11,10 @@ list_files() {
     (cd "$1" && find . \( -name .git -o -name 'build*' \) -prune -o -type f -printf '%P\0')
   fi
 }
+
+# require_tool NAME TOOL: exits 1, naming the Debian package, when TOOL is not installed.
+require_tool() {
+  command -v "$2" >/dev/null && return 0
+  echo "$1: FAIL: $2 is not installed (apt-get install $2, or tests/install-deps.sh)" >&2
+  exit 1
+}

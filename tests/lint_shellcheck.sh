@@ -8,14 +8,9 @@
 set -uo pipefail
 root=$(realpath "${1:-$(dirname "$0")/..}")
 
-if ! command -v shellcheck >/dev/null; then
-  echo "lint_shellcheck: FAIL: shellcheck is not installed (apt-get install shellcheck, or" \
-    "tests/install-deps.sh)" >&2
-  exit 1
-fi
-
 # shellcheck source=tests/lint_lib.sh
 source "$root/tests/lint_lib.sh"
+require_tool lint_shellcheck shellcheck
 
 scripts=()
 while IFS= read -r -d '' f; do
