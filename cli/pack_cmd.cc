@@ -1,4 +1,4 @@
-// `fanstore pack SRC DST.fs`: packs a directory tree into a dataset.
+// `fanstore pack SRC... DST.fs`: packs a directory tree, or tar archives, into a dataset.
 #include <cstdio>
 #include <string>
 
@@ -26,23 +26,39 @@ void PrintSummary(const pack::Stats& st, const std::string& dst, double secs) {
 
 int CmdPack(int argc, char** argv) {
   CLI::App app(
-      "Packs the directory tree SRC into the new dataset directory DST.fs: manifest.json and\n"
-      "shard files balanced by bytes. Files, directories (also empty ones) and symlinks that\n"
-      "point inside SRC are stored; sockets, devices, FIFOs and symlinks pointing outside are\n"
-      "skipped with a warning. DST.fs is written under a temporary name and renamed into place\n"
-      "when complete, so an interrupted pack never leaves a dataset that looks valid.",
+      "Packs the directory tree SRC, or one or more tar archives, into the new dataset\n"
+      "directory DST.fs: manifest.json and shard files balanced by bytes. Files, directories\n"
+      "(also empty ones) and symlinks that point inside SRC are stored; sockets, devices, FIFOs,\n"
+      "hard links in archives and symlinks pointing outside are skipped with a warning.\n"
+      "Archives (plain or compressed tar, pax, WebDataset shards; - is standard input) are read\n"
+      "as a stream and never extracted. With one archive its members are the dataset's root;\n"
+      "with several, each archive's members go into a directory named after it, as do those of\n"
+      "an archive inside an archive (ImageNet's training tar holds one per class).\n"
+      "DST.fs is written under a temporary name and renamed into place when complete, so an\n"
+      "interrupted pack never leaves a dataset that looks valid.",
       "fanstore pack");
-  Configure(app);
+  Configure(app, " DST.fs");
   pack::Options o;
   bool no_sync = false, quiet = false, force_progress = false;
-  std::string src, dst;
-  app.add_option("SRC", src, "the directory tree to pack")->required();
-  app.add_option("DST.fs", dst, "the dataset directory to create (must not exist)")->required();
+  std::vector<std::string> srcs;
+  app.add_option("SRC", srcs,
+                 "the directory tree, or the archives, to pack; the last argument,\n"
+                 "DST.fs, is the dataset directory to create (must not exist)")
+      ->required();
   app.add_option("--shard-size", o.shard_size,
                  "target shard size, e.g. 64M, 1G (default 256M). More shards\n"
                  "spread better across nodes.")
       ->type_name("SIZE")
       ->transform(args::Size());
+  app.add_option("--shard-files", o.shard_files,
+                 "at most N files per shard (default 1048576), so that datasets of\n"
+                 "millions of tiny files still spread across nodes")
+      ->type_name("N")
+      ->check(args::IntRange(1, 1 << 24));
+  bool keep_inner = false;
+  app.add_flag("--keep-inner-archives", keep_inner,
+               "store an archive found inside an archive as a file, instead of its\n"
+               "members in a directory named after it");
   app.add_option("--level", o.level,
                  "zstd level 1-19, 0 to store raw (default 3). Each file is stored\n"
                  "compressed only when that makes it smaller.")
@@ -57,6 +73,10 @@ int CmdPack(int argc, char** argv) {
   AddProgress(app, &force_progress);
   if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
   o.sync = !no_sync;
+  o.inner_archives = !keep_inner;
+  if (srcs.size() < 2) return args::UsageError(app, "DST.fs is required");
+  const std::string dst = srcs.back();
+  srcs.pop_back();
 
   Progress progress("pack", ProgressMode(quiet, force_progress));
   o.progress = [&](uint64_t d, uint64_t t, uint64_t fd, uint64_t ft) {
@@ -68,7 +88,7 @@ int CmdPack(int argc, char** argv) {
   };
   o.cancel = &g_cancel;
   pack::Stats st;
-  Status s = pack::Pack(src, dst, o, &st);
+  Status s = pack::Pack(srcs, dst, o, &st);
   progress.Done();
   if (!s.ok()) {
     if (g_cancel) {

@@ -39,7 +39,7 @@ class Walker {
     root_mode_ = st.st_mode & 07777;
     root_mtime_ns_ = MtimeNs(st);
     FS_RETURN_IF_ERROR(Dir("", out));
-    DropEscapingLinks(out);
+    skipped_ += DropEscapingLinks(root_, out, opts_.warn);
     return Status::OK();
   }
   uint64_t skipped() const { return skipped_; }
@@ -104,43 +104,6 @@ class Walker {
     return Status::OK();
   }
 
-  // Each symlink was checked on its own (lexically); resolved through the others, a chain such
-  // as `x/esc -> up/../..` with `x/up -> .` still leaves the tree. Such links are skipped.
-  void DropEscapingLinks(std::vector<SrcEntry>* out) {
-    std::unordered_map<std::string_view, size_t> at;
-    bool any = false;
-    for (size_t i = 0; i < out->size(); i++) {
-      at.emplace((*out)[i].rel, i);
-      any |= (*out)[i].type == EntryType::kSymlink;
-    }
-    if (!any) return;
-    std::vector<bool> drop(out->size(), false);
-    const format::LookupFn lookup = [&](const std::string& p, std::string* target) {
-      auto it = at.find(p);
-      if (it == at.end() || drop[it->second]) return format::NodeKind::kOther;
-      const SrcEntry& e = (*out)[it->second];
-      if (e.type == EntryType::kDir) return format::NodeKind::kDir;
-      if (e.type != EntryType::kSymlink) return format::NodeKind::kOther;
-      *target = e.target;
-      return format::NodeKind::kLink;
-    };
-    for (size_t i = 0; i < out->size(); i++) {
-      const SrcEntry& e = (*out)[i];
-      if (e.type != EntryType::kSymlink || format::LinkStaysInside(e.rel, e.target, lookup))
-        continue;
-      Warn("skipping symlink " + Join(root_, e.rel) + " -> " + e.target +
-           ": points outside the dataset through other symlinks");
-      drop[i] = true;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < out->size(); i++)
-      if (!drop[i]) {
-        if (k != i) (*out)[k] = std::move((*out)[i]);
-        k++;
-      }
-    out->resize(k);
-  }
-
   Status Link(const std::string& cpath, SrcEntry e, std::vector<SrcEntry>* out) {
     char buf[format::kMaxPath + 1];
     ssize_t n = ::readlink(cpath.c_str(), buf, sizeof buf);
@@ -190,6 +153,45 @@ Status WalkSource(const std::string& root, const Options& opts, SourceTree* out)
   out->root_mode = w.root_mode();
   out->root_mtime_ns = w.root_mtime_ns();
   return Status::OK();
+}
+
+uint64_t DropEscapingLinks(const std::string& root, std::vector<SrcEntry>* entries,
+                           const std::function<void(const std::string&)>& warn) {
+  std::unordered_map<std::string_view, size_t> at;
+  bool any = false;
+  for (size_t i = 0; i < entries->size(); i++) {
+    at.emplace((*entries)[i].rel, i);
+    any |= (*entries)[i].type == EntryType::kSymlink;
+  }
+  if (!any) return 0;
+  std::vector<bool> drop(entries->size(), false);
+  const format::LookupFn lookup = [&](const std::string& p, std::string* target) {
+    auto it = at.find(p);
+    if (it == at.end() || drop[it->second]) return format::NodeKind::kOther;
+    const SrcEntry& e = (*entries)[it->second];
+    if (e.type == EntryType::kDir) return format::NodeKind::kDir;
+    if (e.type != EntryType::kSymlink) return format::NodeKind::kOther;
+    *target = e.target;
+    return format::NodeKind::kLink;
+  };
+  uint64_t dropped = 0;
+  for (size_t i = 0; i < entries->size(); i++) {
+    const SrcEntry& e = (*entries)[i];
+    if (e.type != EntryType::kSymlink || format::LinkStaysInside(e.rel, e.target, lookup)) continue;
+    if (warn)
+      warn("skipping symlink " + Join(root, e.rel) + " -> " + e.target +
+           ": points outside the dataset through other symlinks");
+    drop[i] = true;
+    dropped++;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < entries->size(); i++)
+    if (!drop[i]) {
+      if (k != i) (*entries)[k] = std::move((*entries)[i]);
+      k++;
+    }
+  entries->resize(k);
+  return dropped;
 }
 
 std::string Join(const std::string& a, const std::string& b) {

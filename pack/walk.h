@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,12 @@ struct SourceTree {
 
 // Lists the tree under `root`; opts.warn hears about what is skipped.
 Status WalkSource(const std::string& root, const Options& opts, SourceTree* out);
+
+// Each symlink is checked on its own (lexically) when it is listed; resolved through the others,
+// a chain such as `x/esc -> up/../..` with `x/up -> .` still leaves the tree. Removes such links
+// from `entries` (warning about each, named under `root`) and returns how many.
+uint64_t DropEscapingLinks(const std::string& root, std::vector<SrcEntry>* entries,
+                           const std::function<void(const std::string&)>& warn);
 
 // a/b, where either may be empty.
 std::string Join(const std::string& a, const std::string& b);

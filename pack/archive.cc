@@ -1,0 +1,460 @@
+// The archive packer (see archive.h). libarchive reads the tar formats and decompresses; members
+// are collected into batches compressed on the pool, and the writer fills shards one after the
+// other to the target size, in archive order.
+#include "pack/archive.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <locale.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <deque>
+#include <future>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/hash.h"
+#include "common/io.h"
+#include "common/thread_pool.h"
+#include "pack/core.h"
+
+namespace fanstore::pack {
+namespace {
+
+using format::EntryType;
+
+constexpr int kMaxNesting = 4;  // archives inside archives, deeper ones are stored as files
+constexpr size_t kBatchBytes = 4u << 20, kBatchFiles = 256;
+constexpr size_t kReadBlock = 1u << 20;
+
+struct ArchiveFree {
+  void operator()(archive* a) const { archive_read_free(a); }
+};
+using ArchivePtr = std::unique_ptr<archive, ArchiveFree>;
+
+ArchivePtr NewReader() {
+  ArchivePtr a(archive_read_new());
+  if (a) {
+    archive_read_support_filter_all(a.get());
+    archive_read_support_format_tar(a.get());
+    archive_read_support_format_gnutar(a.get());
+  }
+  return a;
+}
+
+// An archive inside an archive reads the outer one's current member.
+struct InnerSource {
+  archive* outer;
+  std::unique_ptr<char[]> buf{new char[kReadBlock]};
+};
+la_ssize_t InnerRead(archive*, void* client, const void** buf) {
+  auto* s = static_cast<InnerSource*>(client);
+  *buf = s->buf.get();
+  return archive_read_data(s->outer, s->buf.get(), kReadBlock);
+}
+
+// 128 bits of path hash: the set of file paths without keeping the paths (a collision between
+// two of 14 million paths has a chance of about 1e-25).
+struct PathKey {
+  uint64_t lo, hi;
+  bool operator==(const PathKey& o) const { return lo == o.lo && hi == o.hi; }
+};
+struct PathKeyHash {
+  size_t operator()(const PathKey& k) const { return k.lo; }
+};
+PathKey KeyOf(const std::string& p) {
+  XXH128_hash_t h = XXH3_128bits(p.data(), p.size());
+  return {h.low64, h.high64};
+}
+
+std::string Parent(const std::string& p) {
+  size_t s = p.rfind('/');
+  return s == std::string::npos ? std::string() : p.substr(0, s);
+}
+
+std::string BaseName(const std::string& p) {
+  size_t s = p.rfind('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+// The member name as a path under `prefix`: leading `/`, empty and `.` components dropped.
+// False when it holds `..`.
+bool MemberPath(const std::string& prefix, const char* name, std::string* out) {
+  std::string p = prefix;
+  const char* c = name;
+  while (*c) {
+    const char* e = c;
+    while (*e && *e != '/') e++;
+    std::string_view comp(c, e - c);
+    if (comp == "..") return false;
+    if (!comp.empty() && comp != ".") {
+      if (!p.empty()) p += '/';
+      p.append(comp);
+    }
+    c = *e ? e + 1 : e;
+  }
+  *out = std::move(p);
+  return true;
+}
+
+struct PendingBatch {
+  std::vector<SrcEntry> files;
+  std::string data;  // the files' contents back to back
+};
+
+class ArchivePacker : PackCore {
+ public:
+  ArchivePacker(std::string tmp, const Options& o, mode_t dir_mode)
+      : PackCore(std::move(tmp), o, dir_mode),
+        pool_(o.threads ? o.threads : ThreadPool::DefaultThreads()) {}
+
+  Status Run(const std::vector<std::string>& srcs, Stats* stats);
+
+ private:
+  Status ReadTop(const std::string& src, const std::string& prefix);
+  Status ReadArchive(archive* a, const std::string& label, const std::string& prefix, int depth);
+  Status Member(archive* a, archive_entry* ent, const std::string& label, const std::string& prefix,
+                int depth);
+  void Warn(const std::string& msg) {
+    meta_.skipped++;
+    if (opts_.warn) opts_.warn(msg);
+  }
+  // Checks that `rel` is new and that its parents are directories (making missing ones).
+  Status Claim(const std::string& rel, EntryType type, int64_t mtime_ns);
+  Status AddDir(const std::string& rel, uint32_t mode, int64_t mtime_ns);
+  Status AddFile(archive* a, const std::string& label, SrcEntry e);
+  Status Spool(archive* a, const std::string& label, const SrcEntry& e, BigSource* src);
+  void Dispatch();
+  Status WriteOne();
+  Status Drain();
+  Status Rotate(uint64_t bytes, uint64_t files);
+
+  ThreadPool pool_;
+  std::deque<std::future<BatchOut>> pending_;
+  std::shared_ptr<PendingBatch> cur_ = std::make_shared<PendingBatch>();
+  ShardOut shard_;
+  uint32_t shard_id_ = 0;
+  uint64_t shard_raw_ = 0, shard_files_ = 0;
+  std::vector<SrcEntry> nonfiles_;                      // directories and symlinks
+  std::unordered_map<std::string, size_t> nonfile_at_;  // path -> index in nonfiles_
+  std::unordered_set<PathKey, PathKeyHash> files_;
+  SourceTree meta_;  // root mode and mtime, skipped entries
+};
+
+// Member names are bytes, as in a directory tree. libarchive converts pax's UTF-8 names to the
+// thread's locale, and warns in the C locale; under C.UTF-8 they pass through as they are.
+class Utf8Names {
+ public:
+  Utf8Names() : loc_(::newlocale(LC_CTYPE_MASK, "C.UTF-8", nullptr)) {
+    if (loc_) old_ = ::uselocale(loc_);
+  }
+  ~Utf8Names() {
+    if (!loc_) return;
+    ::uselocale(old_);
+    ::freelocale(loc_);
+  }
+  Utf8Names(const Utf8Names&) = delete;
+  Utf8Names& operator=(const Utf8Names&) = delete;
+
+ private:
+  locale_t loc_;
+  locale_t old_ = LC_GLOBAL_LOCALE;
+};
+
+Status ArchivePacker::Run(const std::vector<std::string>& srcs, Stats* stats) {
+  Utf8Names utf8;
+  FS_RETURN_IF_ERROR(OpenShard(&shard_, 0));
+  for (const std::string& src : srcs) {
+    std::string prefix;
+    if (srcs.size() > 1) {
+      const std::string base = BaseName(src);
+      prefix = base.substr(0, base.size() - ArchiveSuffix(base));
+      struct stat st;
+      const int64_t mtime =
+          ::stat(src.c_str(), &st) == 0
+              ? static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec
+              : 0;
+      if (prefix.empty() || !format::IsSafePath(prefix))
+        return Status::InvalidArgument(src + ": cannot name a directory after this archive");
+      if (nonfile_at_.count(prefix))
+        return Status::InvalidArgument(src + ": another archive's members already went into " +
+                                       prefix + "/; give the archives different names");
+      FS_RETURN_IF_ERROR(AddDir(prefix, 0755, mtime));
+    }
+    FS_RETURN_IF_ERROR(ReadTop(src, prefix));
+  }
+  if (!cur_->files.empty()) Dispatch();
+  FS_RETURN_IF_ERROR(Drain());
+  meta_.skipped += DropEscapingLinks("", &nonfiles_, opts_.warn);
+  FS_RETURN_IF_ERROR(AppendNonFiles(shard_, nonfiles_));
+  FS_RETURN_IF_ERROR(FinishShard(shard_, shard_id_));
+  uint64_t dirs = 0, links = 0;
+  for (const auto& e : nonfiles_) {
+    dirs += e.type == EntryType::kDir;
+    links += e.type == EntryType::kSymlink;
+  }
+  return WriteManifest(meta_, done_files_, dirs, links, stats);
+}
+
+Status ArchivePacker::ReadTop(const std::string& src, const std::string& prefix) {
+  UniqueFD fd(src == "-" ? ::dup(0) : ::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno("cannot read " + src, errno);
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  const std::string label = src == "-" ? "standard input" : src;
+  ArchivePtr a = NewReader();
+  if (!a) return Status::IOError("libarchive: out of memory");
+  if (archive_read_open_fd(a.get(), fd.get(), kReadBlock) != ARCHIVE_OK)
+    return Status::InvalidArgument(label + " is not a tar archive (" +
+                                   archive_error_string(a.get()) + ")");
+  return ReadArchive(a.get(), label, prefix, 0);
+}
+
+Status ArchivePacker::ReadArchive(archive* a, const std::string& label, const std::string& prefix,
+                                  int depth) {
+  bool first = true;
+  while (true) {
+    if (Cancelled()) return Status::Aborted("interrupted");
+    archive_entry* ent = nullptr;
+    int r = archive_read_next_header(a, &ent);
+    if (r == ARCHIVE_EOF) break;
+    if (r == ARCHIVE_WARN) {
+      Warn(label + ": " + archive_error_string(a));
+    } else if (r != ARCHIVE_OK) {
+      const char* why = archive_error_string(a);
+      return Status::InvalidArgument(label + (first ? " is not a tar archive (" : ": damaged (") +
+                                     (why ? why : "unknown error") + ")");
+    }
+    first = false;
+    FS_RETURN_IF_ERROR(Member(a, ent, label, prefix, depth));
+  }
+  return Status::OK();
+}
+
+Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& label,
+                             const std::string& prefix, int depth) {
+  const char* name = archive_entry_pathname(ent);
+  if (!name) name = "";
+  const std::string where = label + ": " + name;
+  std::string rel;
+  if (!MemberPath(prefix, name, &rel)) {
+    Warn("skipping " + where + ": the name contains '..'");
+    return Status::OK();
+  }
+  const mode_t type = archive_entry_filetype(ent);
+  const auto mode = static_cast<uint32_t>(archive_entry_perm(ent) & 07777);
+  const int64_t mtime =
+      static_cast<int64_t>(archive_entry_mtime(ent)) * 1000000000 + archive_entry_mtime_nsec(ent);
+  if (rel.empty()) {  // "./": the root directory itself
+    if (type == AE_IFDIR && prefix.empty() && depth == 0) {
+      meta_.root_mode = mode;
+      meta_.root_mtime_ns = mtime;
+    }
+    return Status::OK();
+  }
+  if (!format::IsSafePath(rel)) {
+    Warn("skipping " + where + ": name is too long");
+    return Status::OK();
+  }
+  if (archive_entry_hardlink(ent)) {
+    Warn("skipping " + where + ": hard links are not stored (pack the extracted tree instead)");
+    return Status::OK();
+  }
+  if (type == AE_IFDIR) return AddDir(rel, mode, mtime);
+  if (type == AE_IFLNK) {
+    const char* t = archive_entry_symlink(ent);
+    const std::string target = t ? t : "";
+    if (target.empty() || target.size() > format::kMaxPath || target.front() == '/' ||
+        !format::IsContainedLink(rel, target)) {
+      Warn("skipping symlink " + where + " -> " + target + ": points outside the dataset");
+      return Status::OK();
+    }
+    FS_RETURN_IF_ERROR(Claim(rel, EntryType::kSymlink, mtime));
+    nonfile_at_.emplace(rel, nonfiles_.size());
+    nonfiles_.push_back({rel, EntryType::kSymlink, 0777, target.size(), mtime, target});
+    return Status::OK();
+  }
+  if (type != AE_IFREG) {
+    Warn("skipping " + where + ": not a file, directory or symlink");
+    return Status::OK();
+  }
+  if (const size_t suffix = ArchiveSuffix(rel);
+      suffix && opts_.inner_archives && rel[rel.size() - suffix - 1] != '/') {
+    if (depth + 1 < kMaxNesting) {
+      const std::string dir = rel.substr(0, rel.size() - suffix);
+      FS_RETURN_IF_ERROR(AddDir(dir, 0755, mtime));
+      ArchivePtr inner = NewReader();
+      InnerSource src{a};
+      if (!inner) return Status::IOError("libarchive: out of memory");
+      if (archive_read_open(inner.get(), &src, nullptr, InnerRead, nullptr) != ARCHIVE_OK)
+        return Status::InvalidArgument(where + " is not a tar archive (" +
+                                       archive_error_string(inner.get()) + ")");
+      return ReadArchive(inner.get(), where, dir, depth + 1);
+    }
+    Warn(where + ": archive nested too deeply, stored as a file");
+  }
+  return AddFile(a, where,
+                 {rel,
+                  EntryType::kFile,
+                  mode,
+                  static_cast<uint64_t>(std::max<la_int64_t>(archive_entry_size(ent), 0)),
+                  mtime,
+                  {}});
+}
+
+Status ArchivePacker::Claim(const std::string& rel, EntryType type, int64_t mtime_ns) {
+  auto twice = [&](const std::string& p) {
+    return Status::InvalidArgument(p + " appears twice in the archive (as a " +
+                                   (type == EntryType::kDir ? "directory" : "file or symlink") +
+                                   " too); a dataset stores each path once");
+  };
+  if (files_.count(KeyOf(rel)) || nonfile_at_.count(rel)) return twice(rel);
+  for (std::string p = Parent(rel); !p.empty(); p = Parent(p)) {
+    auto it = nonfile_at_.find(p);
+    if (it != nonfile_at_.end()) {
+      if (nonfiles_[it->second].type == EntryType::kDir) break;
+      return Status::InvalidArgument(rel + ": its parent " + p + " is a symlink in the archive");
+    }
+    if (files_.count(KeyOf(p)))
+      return Status::InvalidArgument(rel + ": its parent " + p + " is a file in the archive");
+    nonfile_at_.emplace(p, nonfiles_.size());
+    nonfiles_.push_back({p, EntryType::kDir, 0755, 0, mtime_ns, {}});
+  }
+  return Status::OK();
+}
+
+Status ArchivePacker::AddDir(const std::string& rel, uint32_t mode, int64_t mtime_ns) {
+  auto it = nonfile_at_.find(rel);
+  if (it != nonfile_at_.end() && nonfiles_[it->second].type == EntryType::kDir) {
+    // Made for a child before the archive listed it: the archive's attributes win.
+    nonfiles_[it->second].mode = mode;
+    nonfiles_[it->second].mtime_ns = mtime_ns;
+    return Status::OK();
+  }
+  FS_RETURN_IF_ERROR(Claim(rel, EntryType::kDir, mtime_ns));
+  nonfile_at_.emplace(rel, nonfiles_.size());
+  nonfiles_.push_back({rel, EntryType::kDir, mode, 0, mtime_ns, {}});
+  return Status::OK();
+}
+
+// Reads exactly n bytes of the current member.
+Status ReadMember(archive* a, const std::string& where, char* dst, uint64_t n) {
+  while (n > 0) {
+    la_ssize_t r = archive_read_data(a, dst, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)));
+    if (r < 0) return Status::IOError(where + ": " + archive_error_string(a));
+    if (r == 0) return Status::IOError(where + ": the archive ends inside this member");
+    dst += r;
+    n -= static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+Status ArchivePacker::AddFile(archive* a, const std::string& where, SrcEntry e) {
+  FS_RETURN_IF_ERROR(Claim(e.rel, EntryType::kFile, e.mtime_ns));
+  files_.insert(KeyOf(e.rel));
+  if (e.size > format::kStreamAbove) {
+    BigSource src;
+    FS_RETURN_IF_ERROR(Spool(a, where, e, &src));
+    if (!cur_->files.empty()) Dispatch();
+    FS_RETURN_IF_ERROR(Drain());
+    FS_RETURN_IF_ERROR(Rotate(e.size, 1));
+    shard_raw_ += e.size;
+    shard_files_++;
+    return AppendBig(shard_, src, e);
+  }
+  const size_t at = cur_->data.size();
+  cur_->data.resize(at + e.size);
+  FS_RETURN_IF_ERROR(ReadMember(a, where, cur_->data.data() + at, e.size));
+  cur_->files.push_back(std::move(e));
+  if (cur_->data.size() >= kBatchBytes || cur_->files.size() >= kBatchFiles) Dispatch();
+  while (pending_.size() > 3 * pool_.size()) FS_RETURN_IF_ERROR(WriteOne());
+  return Status::OK();
+}
+
+// A large member goes to an unnamed file beside the shards, from which WriteBig reads it.
+Status ArchivePacker::Spool(archive* a, const std::string& where, const SrcEntry& e,
+                            BigSource* src) {
+  src->path = where;
+  src->fd = UniqueFD(::open(tmp_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!src->fd.valid()) {
+    std::string name = tmp_ + "/.spool-XXXXXX";
+    src->fd = UniqueFD(::mkostemp(name.data(), O_CLOEXEC));
+    if (!src->fd.valid()) return Status::FromErrno("create a spool file in " + tmp_, errno);
+    ::unlink(name.c_str());
+  }
+  for (uint64_t off = 0; off < e.size;) {
+    if (Cancelled()) return Status::Aborted("interrupted");
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(BigSource::kPiece, e.size - off));
+    FS_RETURN_IF_ERROR(ReadMember(a, where, src->in.get(), n));
+    FS_RETURN_IF_ERROR(WriteFull(src->fd.get(), src->in.get(), n, tmp_));
+    off += n;
+  }
+  return Status::OK();
+}
+
+void ArchivePacker::Dispatch() {
+  auto batch = std::move(cur_);
+  cur_ = std::make_shared<PendingBatch>();
+  auto done = std::make_shared<std::promise<BatchOut>>();
+  pending_.push_back(done->get_future());
+  pool_.Submit([this, batch, done] {
+    BatchOut out;
+    std::string comp;
+    size_t at = 0;
+    for (const SrcEntry& e : batch->files) {
+      CompressFile(e, std::string_view(batch->data).substr(at, e.size), &comp, &out);
+      at += e.size;
+    }
+    done->set_value(std::move(out));
+  });
+}
+
+Status ArchivePacker::WriteOne() {
+  BatchOut out = pending_.front().get();
+  pending_.pop_front();
+  FS_RETURN_IF_ERROR(out.status);
+  uint64_t bytes = 0;
+  for (const auto& e : out.entries) bytes += e.size;
+  FS_RETURN_IF_ERROR(Rotate(bytes, out.entries.size()));
+  shard_raw_ += bytes;
+  shard_files_ += out.entries.size();
+  return AppendBatch(shard_, std::move(out));
+}
+
+Status ArchivePacker::Drain() {
+  while (!pending_.empty()) FS_RETURN_IF_ERROR(WriteOne());
+  return Status::OK();
+}
+
+// Starts the next shard when the open one would pass its target size or file count.
+Status ArchivePacker::Rotate(uint64_t bytes, uint64_t files) {
+  if (shard_files_ == 0 || (shard_raw_ + bytes <= std::max<uint64_t>(opts_.shard_size, 1) &&
+                            shard_files_ + files <= std::max<uint64_t>(opts_.shard_files, 1)))
+    return Status::OK();
+  FS_RETURN_IF_ERROR(FinishShard(shard_, shard_id_));
+  shard_raw_ = shard_files_ = 0;
+  return OpenShard(&shard_, ++shard_id_);
+}
+
+}  // namespace
+
+size_t ArchiveSuffix(const std::string& name) {
+  for (const char* s : {".tar", ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2"}) {
+    const size_t n = std::char_traits<char>::length(s);
+    if (name.size() > n && name.compare(name.size() - n, n, s) == 0) return n;
+  }
+  return 0;
+}
+
+Status PackArchives(const std::vector<std::string>& srcs, const std::string& tmp,
+                    const Options& opts, mode_t dir_mode, Stats* stats) {
+  if (opts.dict)
+    return Status::InvalidArgument("--dict needs a directory as the source, not an archive");
+  ArchivePacker p(tmp, opts, dir_mode);
+  return p.Run(srcs, stats);
+}
+
+}  // namespace fanstore::pack
