@@ -13,6 +13,9 @@
 #   --cache DIR  generated datasets, kept between runs and keyed by their parameters
 #                (default: $FANSTORE_BENCH_CACHE, else /var/tmp/fanstore-bench-cache)
 #   --no-docs    a full run regenerates docs/benchmarks.md and docs/bench/*.png; this skips it
+#   --scale      instead of the suite: the ImageNet-scale runs of scale.py (1.33M files and 14.2M
+#                entries, about 15 minutes and 15 GB of memory); results-scale.json and scale.md
+#                in OUT, and with docs, docs/bench/scale.md (a section of docs/benchmarks.md)
 #
 # Needs the packages of tests/install-deps.sh; run as root (sshd for the remote file system
 # stand-in, mpirun --allow-run-as-root). Results: OUT/results.json (every raw sample, the
@@ -21,7 +24,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 quick=0 out="" build="${FANSTORE_BUILD:-$repo/build}" cache="${FANSTORE_BENCH_CACHE:-/var/tmp/fanstore-bench-cache}"
-docs=1 pass=()
+docs=1 pass=() scale=0
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
@@ -31,6 +34,7 @@ while (($#)); do
     --only) pass+=(--only "$2"); shift ;;
     --skip-j1) pass+=(--skip-j1) ;;
     --no-docs) docs=0 ;;
+    --scale) scale=1 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -59,6 +63,19 @@ cc -O2 -Wall -Wextra -o "$out/fsbench" "$here/fsbench.c" -lxxhash -lzstd -lm
 
 start=$(date +%s)
 rc=0
+if ((scale)); then
+  /usr/bin/python3 "$here/scale.py" --out "$out" --build "$build" --fsbench "$out/fsbench" --cache "$cache" || rc=$?
+  if ((rc == 0)); then
+    /usr/bin/python3 "$here/report.py" "$out/results-scale.json" --scale --md "$out/scale.md" || rc=1
+    if ((docs && rc == 0)); then
+      cp "$out/results-scale.json" "$out/scale.md" "$repo/docs/bench/"
+      /usr/bin/python3 "$here/report.py" "$repo/docs/bench/results.json" --md "$repo/docs/benchmarks.md" --plots "$repo/docs/bench" || rc=1
+      echo "run.sh: regenerated docs/bench/scale.md and docs/benchmarks.md"
+    fi
+  fi
+  echo "run.sh: scale run $( ((rc == 0)) && echo passed || echo FAILED) in $(($(date +%s) - start)) s; results in $out"
+  exit $rc
+fi
 /usr/bin/python3 "$here/bench.py" "${mode[@]}" --out "$out" --build "$build" --fsbench "$out/fsbench" \
   --cache "$cache" "${pass[@]}" || rc=$?
 if [[ -f $out/results.json ]]; then

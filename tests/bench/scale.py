@@ -1,0 +1,300 @@
+#!/usr/bin/python3
+"""The scale benchmarks (issue 13): ImageNet-sized datasets from the user's first command.
+
+Run by `tests/bench/run.sh --scale`. Datasets (mkimagenet.py, cached by generator version):
+  imagenet1k        1,331,167 files (1,000 class tars inside a tar, plus 50,000 validation files)
+  imagenet22k-meta  14,197,122 empty files, packed from a tar stream, never on disk as files
+
+Measured side by side in one run (every figure in results-scale.json, the section in scale.md):
+  F6  `fanstore pack` of the archive and of the extracted tree, against zstd -T0 -3 of the same
+  F1  first epoch: from `fanstore run`'s start to the end of one random pass over every file,
+      against T_min = cat of the shards + one warm native pass over the extracted tree
+  F2  the second pass in the same session, against the warm native pass
+  F3  teardown: from the command's end to `fanstore run`'s exit, everything removed
+  F4  the agent's peak RSS + the shared table, per file
+  F5  J2: /bin/true with the preload library and the live mount, against without
+  M1, M3 at 1.33M entries; X1 exchange bytes per entry, and the model at 512 and 4,096 nodes
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = "/usr/bin/python3"
+
+
+def log(msg):
+    print(f"[scale {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    r = fn()
+    return time.perf_counter() - t0, r
+
+
+def gen_key():
+    with open(os.path.join(HERE, "mkimagenet.py"), "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()[:8]
+
+
+def drop(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        os.unlink(path)
+
+
+class Scale:
+    def __init__(self, a):
+        self.a = a
+        self.build = os.path.abspath(a.build)
+        self.fanstore = os.path.join(self.build, "bin", "fanstore")
+        self.fsbench = a.fsbench
+        self.cache = os.path.join(a.cache, "scale")
+        self.work = os.path.join(a.work_base, f"fanstore-scale.{os.getpid()}")
+        self.disk_work = os.path.join(self.cache, f"work.{os.getpid()}")
+        self.res = {"rows": [], "phases": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "scale_divisor": a.divisor}
+        for d in (self.cache, self.work, self.disk_work):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+
+    def row(self, wid, what, baseline, fanstore, unit, target, ratio=None, met=None, note=""):
+        r = dict(id=wid, workload=what, baseline=baseline, fanstore=fanstore, unit=unit, ratio=ratio,
+                 target=target, met=met, note=note)
+        self.res["rows"].append(r)
+        log(f"{wid}: {what}: baseline {baseline}, FanStore {fanstore} {unit}, ratio {ratio} ({target}) "
+            f"{'' if met is None else ('met' if met else 'MISSED')} {note}")
+
+    # --- datasets -------------------------------------------------------------------------------
+
+    def tar_1k(self):
+        path = os.path.join(self.cache, f"imagenet1k-d{self.a.divisor}-{gen_key()}.tar")
+        if not os.path.exists(path):
+            log(f"generating {path}")
+            sh([PY, os.path.join(HERE, "mkimagenet.py"), "1k", path, "--scale", str(self.a.divisor)])
+        return path
+
+    def meta_22k(self):
+        path = os.path.join(self.cache, f"imagenet22k-meta-d{self.a.divisor}-{gen_key()}.fs")
+        if not os.path.isdir(path):
+            log(f"packing imagenet22k-meta from a tar stream into {path}")
+            tmp = path[:-3] + f".tmp-{os.getpid()}.fs"
+            gen = subprocess.Popen([PY, os.path.join(HERE, "mkimagenet.py"), "22k-meta", "-", "--scale",
+                                    str(self.a.divisor)], stdout=subprocess.PIPE)
+            t, _ = timed(lambda: subprocess.run([self.fanstore, "pack", "-q", "-", tmp], stdin=gen.stdout,
+                                                check=True))
+            gen.stdout.close()
+            if gen.wait() != 0:
+                raise RuntimeError("mkimagenet.py 22k-meta failed")
+            os.rename(tmp, path)
+            self.res["phases"]["22k_pack_from_stream_seconds"] = t
+        return path
+
+    def info(self, ds):
+        return json.loads(sh([self.fanstore, "info", "--json", ds]).stdout)
+
+    # --- F6: pack ---------------------------------------------------------------------------------
+
+    def pack(self, tar):
+        ds = os.path.join(self.disk_work, "imagenet1k.fs")
+        tree = os.path.join(self.work, "native")
+        t_zstd_tar, _ = timed(lambda: sh(["bash", "-c", f"zstd -q -T0 -3 -c < {tar} > /dev/null"]))
+        t_pack_tar, _ = timed(lambda: sh([self.fanstore, "pack", "-q", tar, ds]))
+        t_extract, _ = timed(lambda: sh([self.fanstore, "extract", "-q", ds, tree]))
+        t_zstd_tree, _ = timed(lambda: sh(["bash", "-c", f"tar -C {tree} -cf - . | zstd -q -T0 -3 -c > /dev/null"]))
+        ds2 = os.path.join(self.disk_work, "tree.fs")
+        t_pack_tree, _ = timed(lambda: sh([self.fanstore, "pack", "-q", tree, ds2]))
+        drop(ds2)
+        size = os.path.getsize(tar)
+        self.res["phases"].update(pack_archive_seconds=t_pack_tar, zstd_archive_seconds=t_zstd_tar,
+                                  extract_seconds=t_extract, pack_tree_seconds=t_pack_tree,
+                                  tar_zstd_tree_seconds=t_zstd_tree, archive_bytes=size)
+        self.row("F6-archive", "`fanstore pack` of the archive (1,000 class tars in a tar)", t_zstd_tar, t_pack_tar, "s",
+                 "≥ 1.0× `zstd -T0 -3` of the same archive", t_zstd_tar / t_pack_tar, t_pack_tar <= t_zstd_tar,
+                 f"{size / t_pack_tar / 1e6:.0f} MB/s of archive")
+        self.row("F6", "`fanstore pack` of the extracted tree", t_zstd_tree, t_pack_tree, "s",
+                 "≥ 1.0× `tar -c | zstd -T0 -3`", t_zstd_tree / t_pack_tree, t_pack_tree <= t_zstd_tree)
+        return ds, tree
+
+    # --- F1-F5, M1, M3: one session of `fanstore run` -----------------------------------------------
+
+    def session(self, ds, files_list, native_tree, nfiles):
+        info = self.info(ds)
+        self.exchange_bytes(ds, info, "1k")
+        shards = [os.path.join(ds, s["file"]) for s in info["shards"]]
+        mount = "/fanstore/imagenet1k"
+        # T_min: the shards read once, plus one warm native pass (after a warm-up pass).
+        t_cat, _ = timed(lambda: sh(["bash", "-c", "cat \"$@\" > /dev/null", "cat"] + shards))
+        sh([self.fsbench, "read", native_tree, files_list, "1"])
+        native = json.loads(sh([self.fsbench, "read", native_tree, files_list, "1"]).stdout)
+        nat_stat = json.loads(sh([self.fsbench, "stat", native_tree, files_list, "1"]).stdout)
+        nat_enoent = json.loads(sh([self.fsbench, "enoent", native_tree, files_list, "200000"]).stdout)
+        out = os.path.join(self.work, "session")
+        os.makedirs(out)
+        local = os.path.join(self.work, "local")
+        os.makedirs(local)
+        script = os.path.join(HERE, "scale_session.sh")
+        t0 = time.time()
+        p = subprocess.run([self.fanstore, "run", "-v", "--local-dir", local, "--mount", mount, ds, "--",
+                            "bash", script, out, self.fsbench, mount, files_list, "200000"],
+                           text=True, capture_output=True)
+        t_end = time.time()
+        if p.returncode != 0:
+            raise RuntimeError(f"fanstore run failed ({p.returncode}): {p.stderr[-3000:]}")
+        r = {k: json.load(open(os.path.join(out, f"{k}.json")))
+             for k in ("pass1", "pass2", "stat", "enoent", "agent", "j2_plain", "j2_preload", "stats_after_pass1")}
+        t = {k: float(open(os.path.join(out, k)).read()) for k in ("t_cmd_start", "t_pass1_end", "t_cmd_end")}
+        left = os.listdir(local)
+        stats = [json.loads(l.split("stats: ", 1)[1]) for l in p.stderr.splitlines() if "stats: {" in l]
+        for k in ("pass1", "pass2"):
+            if r[k]["hash"] != native["hash"] or r[k]["errors"]:
+                raise RuntimeError(f"{k}: read other data than the native tree ({r[k]}, native {native})")
+        f1 = t["t_pass1_end"] - t0
+        tmin = t_cat + native["seconds"]
+        ready = t["t_cmd_start"] - t0
+        unpack = r["stats_after_pass1"].get("unpack", {})
+        self.res["phases"].update(
+            f1_total_seconds=f1, f1_ready_seconds=ready, f1_pass_seconds=r["pass1"]["seconds"], cat_shards_seconds=t_cat,
+            native_pass_seconds=native["seconds"], unpack_after_pass1=unpack, teardown_seconds=t_end - t["t_cmd_end"],
+            agent=r["agent"], agent_stats=stats[-1] if stats else None, left_behind=left)
+        self.row("F1", f"first epoch from `fanstore run` start, default mode, {nfiles:,} files", tmin, f1, "s",
+                 "T_min / T ≥ 0.5", tmin / f1, tmin / f1 >= 0.5,
+                 f"ready {ready:.1f} s + pass {r['pass1']['seconds']:.1f} s; T_min = cat {t_cat:.1f} s + native warm pass "
+                 f"{native['seconds']:.1f} s; on-demand unpacks {unpack.get('on_demand', '?')}")
+        n2 = r["pass2"]["files"] / r["pass2"]["seconds"]
+        nn = native["files"] / native["seconds"]
+        self.row("F2", "second pass, same session", nn, n2, "files/s", "≥ 0.95× warm native", n2 / nn, n2 / nn >= 0.95)
+        td = t_end - t["t_cmd_end"]
+        self.row("F3", f"teardown, {nfiles:,} files", None, td, "s", "≤ 10 s, nothing left", None,
+                 td <= 10 and not left, f"left in the local directory: {left or 'nothing'}")
+        per_file = (r["agent"]["vm_hwm_kib"] * 1024 + r["agent"]["table_bytes"]) / nfiles
+        self.row("F4", f"agent peak RSS + table per file, {nfiles:,} files", None, per_file, "B/file", "≤ 200 B/file",
+                 None, per_file <= 200, f"peak RSS {r['agent']['vm_hwm_kib'] / 1024:.0f} MiB, table "
+                 f"{r['agent']['table_bytes'] / 2**20:.0f} MiB")
+        added = r["j2_preload"]["median_ms"] - r["j2_plain"]["median_ms"]
+        self.row("F5", f"J2: /bin/true start with the live mount, {nfiles:,} entries", r["j2_plain"]["median_ms"],
+                 r["j2_preload"]["median_ms"], "ms", "≤ 1 ms added", None, added <= 1.0, f"added {added:.2f} ms")
+        ms = r["stat"]["stats"] / r["stat"]["seconds"]
+        mn = nat_stat["stats"] / nat_stat["seconds"]
+        self.row("M1", f"stat of every file, {nfiles:,} files", mn, ms, "stat/s", "≥ 3× native", ms / mn, ms / mn >= 3)
+        es = r["enoent"]["opens"] / r["enoent"]["seconds"]
+        en = nat_enoent["opens"] / nat_enoent["seconds"]
+        self.row("M3", f"open of a missing path, {nfiles:,} entries", en, es, "opens/s", "≥ 3× native", es / en, es / en >= 3)
+
+    def meta_session(self, ds):
+        """imagenet22k-meta: start to ready, the agent's memory, J2 and teardown at 14.2M entries."""
+        info = self.info(ds)
+        n = info["files"] + info["dirs"]
+        out = os.path.join(self.work, "session22k")
+        os.makedirs(out)
+        # Node-local disk, not tmpfs: 14 million inodes would take ~13 GB of this machine's memory.
+        local = os.path.join(self.disk_work, "local22k")
+        os.makedirs(local)
+        t0 = time.time()
+        p = subprocess.run([self.fanstore, "run", "-v", "--local-dir", local, "--mount", "/fanstore/in22k", ds, "--",
+                            "bash", os.path.join(HERE, "scale_session.sh"), out, "-", "/fanstore/in22k", "-", "0"],
+                           text=True, capture_output=True)
+        t_end = time.time()
+        if p.returncode != 0:
+            raise RuntimeError(f"fanstore run (22k) failed ({p.returncode}): {p.stderr[-3000:]}")
+        ag = json.load(open(os.path.join(out, "agent.json")))
+        j2p, j2 = (json.load(open(os.path.join(out, f"{k}.json"))) for k in ("j2_plain", "j2_preload"))
+        t = {k: float(open(os.path.join(out, k)).read()) for k in ("t_cmd_start", "t_cmd_end")}
+        stats = [json.loads(l.split("stats: ", 1)[1]) for l in p.stderr.splitlines() if "stats: {" in l]
+        left = os.listdir(local)
+        ready = t["t_cmd_start"] - t0
+        td = t_end - t["t_cmd_end"]
+        self.res["phases"].update(meta_ready_seconds=ready, meta_teardown_seconds=td, meta_agent=ag,
+                                  meta_agent_stats=stats[-1] if stats else None, meta_entries=n)
+        per_file = (ag["vm_hwm_kib"] * 1024 + ag["table_bytes"]) / n
+        self.row("F4-22k", f"agent peak RSS + table per entry, {n:,} entries", None, per_file, "B/entry", "≤ 200 B",
+                 None, per_file <= 200, f"peak RSS {ag['vm_hwm_kib'] / 1024:.0f} MiB, table "
+                 f"{ag['table_bytes'] / 2**20:.0f} MiB; start to ready {ready:.1f} s")
+        added = j2["median_ms"] - j2p["median_ms"]
+        self.row("F5-22k", f"J2 with {n:,} entries", j2p["median_ms"], j2["median_ms"], "ms", "≤ 1 ms added", None,
+                 added <= 1.0, f"added {added:.2f} ms")
+        self.row("F3-22k", f"teardown, {n:,} entries (session of {t['t_cmd_end'] - t['t_cmd_start']:.0f} s)", None, td,
+                 "s", "bounded, nothing left", None, not left, f"left: {left or 'nothing'}")
+        self.exchange_bytes(ds, info, "meta")
+        self.x1_model(n)
+
+    def exchange_bytes(self, ds, info, tag):
+        """What every node receives in the exchange for this dataset: each shard's footer and
+        compressed index (agent/exchange.cc), read from the shards' footers."""
+        total = 0
+        for s in info["shards"]:
+            with open(os.path.join(ds, s["file"]), "rb") as f:
+                f.seek(-64, os.SEEK_END)
+                total += 64 + int.from_bytes(f.read(16)[8:16], "little")
+        entries = info["files"] + info["dirs"] + info["symlinks"]
+        self.res["phases"][f"exchange_{tag}"] = {"bytes": total, "entries": entries, "per_entry": total / entries}
+
+    def x1_model(self, entries):
+        """X1 for ImageNet-22k: bytes per entry of imagenet1k (real names, sizes and hashes; the
+        empty files of the meta dataset compress far better), over an allgather on Slurm's
+        fan-out-50 tree at 1.25 GB/s per node, the model of the main suite's X1."""
+        ex = self.res["phases"].get("exchange_1k")
+        if not ex:
+            return
+        b = ex["per_entry"]
+        meta = self.res["phases"].get("exchange_meta", {}).get("per_entry", 0)
+        for nodes in (512, 4096):
+            depth = max(1, math.ceil(math.log(nodes, 50)))
+            secs = depth * b * entries / 1.25e9
+            self.row(f"X1-{nodes}", f"metadata exchange, {entries:,} entries, model at {nodes} nodes", None, secs, "s",
+                     "≤ 10 s at 4,096 nodes", None, secs <= 10 if nodes == 4096 else None,
+                     f"{b:.1f} B/entry (imagenet1k's indexes; the empty-file meta dataset: {meta:.1f}), "
+                     f"{b * entries / 2**20:.0f} MiB per node, {depth} tree levels")
+
+    def run(self):
+        try:
+            tar = self.tar_1k()
+            ds, tree = self.pack(tar)
+            files = []
+            for root, _, names in os.walk(tree):
+                files += [os.path.relpath(os.path.join(root, n), tree) for n in names]
+            random.Random(13).shuffle(files)
+            lst = os.path.join(self.work, "files.list")
+            with open(lst, "w") as f:
+                f.write("\n".join(files) + "\n")
+            self.session(ds, lst, tree, len(files))
+            drop(tree)
+            drop(ds)
+            if not self.a.skip_22k:
+                self.meta_session(self.meta_22k())
+        finally:
+            drop(self.work)
+            drop(self.disk_work)
+        return self.res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--fsbench", required=True)
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work-base", default="/dev/shm")
+    ap.add_argument("--divisor", type=int, default=1, help="divide the file counts (tests of this script)")
+    ap.add_argument("--skip-22k", action="store_true")
+    a = ap.parse_args()
+    res = Scale(a).run()
+    with open(os.path.join(a.out, "results-scale.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    log(f"wrote {os.path.join(a.out, 'results-scale.json')}")
+
+
+if __name__ == "__main__":
+    main()
