@@ -228,7 +228,7 @@ Status Agent::StageAndPublish(Status st) {
   Status stage_st = StageWait();
   if (st.ok()) st = stop_requested_ ? Status::Aborted("stage-in cancelled") : stage_st;
   if (st.ok() && lazy_) {
-    st = stage::UseCopies(manifest_, *shards, copy_dir_);
+    st = stage::UseCopies(*shards, copy_dir_);
     for (auto& sh : *shards) unpacker_.Adopt(std::move(sh));
   }
   // Peers may ask for files the moment the second round ends: everything they need is in

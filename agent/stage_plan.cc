@@ -47,7 +47,7 @@ Status Agent::ChooseUnpack() {
           HumanBytes(files_estimate + stored).c_str());
     return Status::OK();
   }
-  copy_dir_ = cfg_.local_dir + "/shards";
+  copy_dir_ = cfg_.local_dir + "/" + table::kCopyDir;
   if (::mkdir(copy_dir_.c_str(), 0700) != 0)
     return Status::FromErrno("local directory: create " + copy_dir_, errno);
   return Status::OK();

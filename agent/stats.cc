@@ -135,6 +135,7 @@ std::string Agent::StatsJson(bool series) const {
   table::ClientCounters c{};
   if (table::ClientCounters* cc = client_counters_.load()) {
     c.local_opens = __atomic_load_n(&cc->local_opens, __ATOMIC_RELAXED);
+    c.self_unpacks = __atomic_load_n(&cc->self_unpacks, __ATOMIC_RELAXED);
     c.cached_opens = __atomic_load_n(&cc->cached_opens, __ATOMIC_RELAXED);
   }
   const RemoteFiles::Counters r = remote_.counters();
@@ -154,6 +155,7 @@ std::string Agent::StatsJson(bool series) const {
   j["unpack"] = {{"mode", lazy_ ? "lazy" : "eager"},
                  {"done", unpacker_.done()},
                  {"on_demand", unpacker_.on_demand()},
+                 {"by_clients", c.self_unpacks},
                  {"seconds", unpacker_.seconds()}};
   j["prefetch"] = {{"shards", r.prefetched_shards},
                    {"files", r.prefetched_files},

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent/testing.h"
+#include "common/table.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::agent {
@@ -50,7 +51,7 @@ class UnpackTest : public ::testing::Test {
     ASSERT_TRUE(shards.ok()) << shards.status().ToString();
     st = stage::MakeParentDirs(data_root_fd_.get(), data_root_, *shards);
     ASSERT_TRUE(st.ok()) << st.ToString();
-    st = stage::UseCopies(ds_.manifest(), *shards, copy_dir_);
+    st = stage::UseCopies(*shards, copy_dir_);
     ASSERT_TRUE(st.ok()) << st.ToString();
 
     Unpacker::Context ctx;
@@ -199,7 +200,7 @@ TEST_F(UnpackTest, DamagedCopyFailsWithoutPartialFile) {
   ASSERT_GE(ds_.Files(s).size(), 3u);
   const uint32_t i = ds_.Files(s)[2];
   const auto& e = ds_.Entry(s, i);
-  testing::DamageFrame(copy_dir_ + "/" + ds_.manifest().shards[s].file, e);
+  testing::DamageFrame(copy_dir_ + "/" + table::CopyName(s), e);
   for (int attempt = 0; attempt < 2; attempt++) {  // a failed file stays packed: retried, fails
     Status st = unpacker_.EnsureUnpacked(s, i);
     ASSERT_FALSE(st.ok()) << "attempt " << attempt;

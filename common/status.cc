@@ -18,6 +18,8 @@ Status Status::FromErrno(std::string_view context, int err) {
     case ENOSPC:
     case EDQUOT:
       return Status(Code::kNoSpace, msg);
+    case EEXIST:
+      return Status(Code::kExists, msg);
     case EINVAL:
       return Status(Code::kInvalidArgument, msg);
     default:
@@ -46,6 +48,8 @@ int Status::ToErrno() const {
       return ENOTSUP;
     case Code::kTimeout:
       return ETIMEDOUT;
+    case Code::kExists:
+      return EEXIST;
     default:
       return EIO;
   }

@@ -23,7 +23,8 @@ class [[nodiscard]] Status {
     kNoSpace,
     kPermission,
     kTimeout,
-    kAborted
+    kAborted,
+    kExists
   };
 
   Status() = default;

@@ -227,8 +227,13 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
     }
   }
   LinkChildren(h, base);
-  for (uint32_t i = 0; i < n; i++)  // a file has no children: first_child holds its source index
-    if (S_ISREG(entries[i].mode)) entries[i].first_child = nodes[order[i]].source_index;
+  // A file has no children: first_child holds its source index, child_count its frame's offset
+  // in the shard copy (kRawCopy).
+  for (uint32_t i = 0; i < n; i++)
+    if (S_ISREG(entries[i].mode)) {
+      entries[i].first_child = nodes[order[i]].source_index;
+      entries[i].child_count = nodes[order[i]].copy_offset;
+    }
   if (entry_of) entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(given));
   return image;
 }
@@ -373,7 +378,7 @@ Status TableView::Validate(size_t len, bool check_entries) {
     const Entry& e = entries_[i];
     if (uint64_t{e.path_off} + e.path_len > h.strings_size || e.parent >= h.entry_count ||
         (!S_ISREG(e.mode) && uint64_t{e.first_child} + e.child_count > h.children_count) ||
-        (S_ISREG(e.mode) && e.child_count != 0) ||
+        (S_ISREG(e.mode) && e.child_count != 0 && !(e.flags & kRawCopy)) ||
         (S_ISLNK(e.mode) && uint64_t{e.aux} + e.size > h.strings_size))
       return Status::Corruption("table: entry out of bounds");
   }

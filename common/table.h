@@ -32,6 +32,10 @@ inline constexpr uint32_t kNone = 0xffffffffu;
 
 enum EntryFlags : uint32_t {
   kLocal = 1u << 0,  // file is materialised at <local_root>/<path>
+  // Lazy unpack, until kLocal: the file's bytes are stored raw in this node's verified copy of
+  // its shard, <local_root>/../shards/<shard file> (shard in `aux`), at offset `child_count`,
+  // so a client may unpack it itself (CopyPathOf) instead of asking the agent.
+  kRawCopy = 1u << 1,
 };
 
 struct Header {
@@ -94,6 +98,7 @@ struct Node {
   std::string_view link_target;   // symlinks only
   uint32_t source_shard = kNone;  // files: where the dataset holds them
   uint32_t source_index = kNone;
+  uint32_t copy_offset = 0;  // files with kRawCopy: the frame's offset in the shard copy
 };
 
 struct BuildOptions {
@@ -142,10 +147,16 @@ void CacheName(uint64_t path_hash, char out[16]);
 // Opens counted by the clients themselves: opens of staged and cached files never reach the
 // agent, so each client adds to these shared counters (one atomic add per open). The agent
 // creates the file (kCountersName next to the table, mode 0600) and reads it for its stats.
+// Lazy unpack's shard copies are <local_root>/../<kCopyDir>/<shard id in decimal>: the agent
+// writes them there and clients read raw frames from them (kRawCopy).
+inline constexpr char kCopyDir[] = "shards";
+inline std::string CopyName(uint32_t shard) { return std::to_string(shard); }
+
 struct ClientCounters {
   uint64_t local_opens, local_bytes;    // staged on this node
   uint64_t cached_opens, cached_bytes;  // fetched from a peer earlier, opened from the cache
-  uint64_t reserved[12];
+  uint64_t self_unpacks;                // kRawCopy files a client unpacked itself
+  uint64_t reserved[11];
 };
 inline constexpr char kCountersName[] = "counters";
 // Maps <dir>/counters read-write (creating it when `create`); nullptr on failure.

@@ -2,11 +2,14 @@
 // word and path location.
 #include "interceptor/state.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <new>
@@ -413,6 +416,78 @@ int OpenLocalCopy(const table::Entry& e, int flags) noexcept {
     return OpenLocalCopy(e, flags);
   }
   return fd >= 0 ? fd : -errno;
+}
+
+namespace {
+
+// Copies n bytes at offset off of `src` to the start of `dst`.
+bool CopyRange(int src, loff_t off, int dst, size_t n) noexcept {
+  while (n > 0) {
+    ssize_t k = ::copy_file_range(src, &off, dst, nullptr, n, 0);
+    if (k > 0) {
+      n -= static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0 || (errno != EXDEV && errno != ENOSYS && errno != EOPNOTSUPP && errno != EINVAL))
+      return false;
+    char buf[16384];  // no in-kernel copy here: through a buffer
+    while (n > 0) {
+      ssize_t r = ::pread(src, buf, std::min(n, sizeof buf), off);
+      if (r <= 0) return false;
+      for (ssize_t w = 0; w < r;) {
+        ssize_t x = ::write(dst, buf + w, static_cast<size_t>(r - w));
+        if (x < 0 && errno == EINTR) continue;
+        if (x <= 0) return false;
+        w += x;
+      }
+      off += r;
+      n -= static_cast<size_t>(r);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int SelfUnpack(const table::Entry& e, int flags) noexcept {
+  const int rfd = LocalRootFd();
+  std::string_view rel = Table().Path(e);
+  const char* slash = static_cast<const char*>(memrchr(g_cfg.local_root, '/', g_cfg.local_root_len));
+  if (rfd < 0 || rel.empty() || rel.size() >= PATH_MAX || !slash) return -ENOENT;
+  char path[PATH_MAX];
+  const int n = snprintf(path, sizeof path, "%.*s/%s/%u", static_cast<int>(slash - g_cfg.local_root),
+                         g_cfg.local_root, table::kCopyDir, e.aux);
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof path) return -ENAMETOOLONG;
+  const int src = Real().open(path, O_RDONLY | O_CLOEXEC);
+  if (src < 0) return -errno;
+  // The unnamed file goes in the file's own directory (it exists under the local root).
+  const size_t cut = rel.rfind('/');
+  if (cut == std::string_view::npos) {
+    path[0] = '.';
+    path[1] = '\0';
+  } else {
+    memcpy(path, rel.data(), cut);
+    path[cut] = '\0';
+  }
+  int err = 0;
+  const int tmp = Real().openat(rfd, path, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0400);
+  if (tmp < 0) {
+    err = errno;
+  } else {
+    if (!CopyRange(src, static_cast<loff_t>(e.child_count), tmp, e.size)) {
+      err = errno ? errno : EIO;
+    } else {
+      char self[40];
+      snprintf(self, sizeof self, "/proc/self/fd/%d", tmp);
+      memcpy(path, rel.data(), rel.size());
+      path[rel.size()] = '\0';
+      if (Real().linkat(AT_FDCWD, self, rfd, path, AT_SYMLINK_FOLLOW) != 0) err = errno;
+    }
+    Real().close(tmp);
+  }
+  Real().close(src);
+  return err ? -err : OpenLocalCopy(e, flags);
 }
 
 bool LocalPath(const table::Entry& e, char* out) noexcept {

@@ -154,6 +154,12 @@ bool LocalPath(const table::Entry& e, char* out) noexcept;
 // Opens the local copy of regular file e read-only (flags: O_CLOEXEC and the like): relative
 // to LocalRootFd() when there is one, else by LocalPath. Returns fd or -errno.
 int OpenLocalCopy(const table::Entry& e, int flags) noexcept;
+// Unpacks a table::kRawCopy file from this node's shard copy itself, about ten times as fast
+// as asking the agent: an unnamed file in its directory, linked into place once complete (so
+// nobody opens a partial file), then opened as OpenLocalCopy does. A negative errno when the
+// copy is gone (the agent finished and removed it) or the name exists (the agent or another
+// process is unpacking it): the caller then asks the agent, which knows.
+int SelfUnpack(const table::Entry& e, int flags) noexcept;
 // <cache root>/<CacheName(e.hash)>: where the agent keeps e once fetched from a peer.
 bool CachePath(const table::Entry& e, char* out) noexcept;
 

@@ -52,6 +52,18 @@ int OpenFileData(const Entry& e, int flags) {
   }
   // A path-only descriptor needs no data: do not fetch the file for it.
   if (flags & O_PATH) return OpenDirStandIn(t.at(0), O_PATH | (flags & O_CLOEXEC));
+  // Lazy unpack has not reached it yet, and its bytes lie raw in this node's shard copy.
+  if ((eflags & (table::kRawCopy | table::kLocal)) == table::kRawCopy) {
+    int fd = SelfUnpack(e, keep);
+    if (fd >= 0) {
+      if (g_cfg.counters) {
+        table::CountOpen(&g_cfg.counters->local_opens, &g_cfg.counters->local_bytes, e.size);
+        __atomic_fetch_add(&g_cfg.counters->self_unpacks, 1, __ATOMIC_RELAXED);
+      }
+      return fd;
+    }
+    if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM || fd == -EINTR) return fd;
+  }
   // Fetched from a peer before: the agent's cache file, opened directly (a miss costs one
   // failed open; eviction only unlinks, so a descriptor we get stays valid).
   if (!(eflags & table::kLocal) && CachePath(e, path)) {

@@ -14,6 +14,7 @@
 
 #include "common/hash.h"
 #include "common/io.h"
+#include "common/table.h"
 #include "common/thread_pool.h"
 #include "common/unique_fd.h"
 
@@ -156,7 +157,8 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
       return;
     }
     const format::ShardRef& ref = m.shards[ids[k]];
-    const std::string src = dataset_dir + "/" + ref.file, dst = copy_dir + "/" + ref.file;
+    const std::string name = table::CopyName(ids[k]);
+    const std::string src = dataset_dir + "/" + ref.file, dst = copy_dir + "/" + name;
     Status& st = results[k];
     if (cancelled()) {
       st = Status::Aborted("stage-in cancelled");
@@ -178,7 +180,7 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
       st = Status::Corruption(src + ": truncated shard (" + std::to_string(ref.bytes) + " bytes)");
       return;
     }
-    UniqueFD out(::openat(dir.get(), ref.file.c_str(),
+    UniqueFD out(::openat(dir.get(), name.c_str(),
                           O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
     if (!out.valid()) {
       st = Status::FromErrno("create " + dst, errno);
@@ -229,11 +231,10 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
   return Status::OK();
 }
 
-Status UseCopies(const format::Manifest& m, std::vector<std::unique_ptr<format::ShardFile>>& shards,
+Status UseCopies(std::vector<std::unique_ptr<format::ShardFile>>& shards,
                  const std::string& copy_dir) {
   for (auto& sh : shards) {
-    const std::string path =
-        copy_dir + "/" + m.shards[sh->header.shard_id].file;  // ids checked at open
+    const std::string path = copy_dir + "/" + table::CopyName(sh->header.shard_id);
     UniqueFD fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!fd.valid()) return Status::FromErrno("open " + path, errno);
     sh->fd = std::move(fd);

@@ -60,7 +60,7 @@ Status WriteStagedStream(int root_fd, const std::string& local_root, const forma
                          const format::DecodeFn& decode);
 
 // Lazy stage-in, first half: copies shards `ids` of the dataset as they are into `copy_dir`
-// (sequential reads, parallel over shards), checking the manifest's size and whole-shard hash
+// (named table::CopyName(id); sequential reads, parallel over shards), checking the manifest's size and whole-shard hash
 // on the way. It needs only the manifest, so it can start before the indexes are read. A copy
 // whose hash does not match is reported like StageShards reports it: the bad file and frame
 // when one is, else the shard. stats->raw_bytes stays 0.
@@ -70,7 +70,7 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
 
 // Points each ShardFile (opened in the dataset directory) at its copy in `copy_dir`, so that
 // its files are unpacked later from local storage.
-Status UseCopies(const format::Manifest& m, std::vector<std::unique_ptr<format::ShardFile>>& shards,
+Status UseCopies(std::vector<std::unique_ptr<format::ShardFile>>& shards,
                  const std::string& copy_dir);
 
 }  // namespace fanstore::stage

@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 
+#include "common/table.h"
 #include "common/thread_pool.h"
 #include "format/dataset.h"
 #include "format/testing.h"
@@ -274,7 +275,7 @@ TEST_F(CopyTest, CopiesAreByteForByteAndServeALaterStage) {
   // Open in the dataset, unpack from the copies: the dataset's shards may be gone by then.
   auto shards = OpenShards(ds_, m_, AllIds());
   ASSERT_TRUE(shards.ok());
-  ASSERT_TRUE(UseCopies(m_, *shards, copies_).ok());
+  ASSERT_TRUE(UseCopies(*shards, copies_).ok());
   for (uint32_t i = 0; i < m_.shards.size(); i++) ASSERT_EQ(::unlink(ShardPath(i).c_str()), 0);
   EXPECT_EQ((*shards)[0]->path, copies_ + "/" + m_.shards[0].file);
   s = StageShards(m_, dict_, *shards, local_, {}, nullptr);
@@ -301,7 +302,7 @@ TEST_F(CopyTest, AShortShardOrAnUnknownIdIsRefused) {
 }
 
 TEST_F(CopyTest, AnExistingCopyIsNeverOverwritten) {
-  const std::string planted = copies_ + "/" + m_.shards[0].file;
+  const std::string planted = copies_ + "/" + table::CopyName(0);
   WriteFile(planted, "planted");
   Status s = CopyShards(ds_, m_, dict_, {0}, copies_, {}, nullptr);
   EXPECT_FALSE(s.ok());

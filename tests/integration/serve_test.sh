@@ -231,6 +231,20 @@ out=$("$F" run ds.fs --unpack lazy --mount $M -- bash -c "$PY waitunpack.py $F &
 check "lazy, background pass: every file unpacked" test "$(head -1 <<<"$out")" = "lazy $nfiles"
 check "lazy, background pass: md5sum of every file matches" diff <(hashes src) <(tail -n +2 <<<"$out")
 check "lazy: nothing left in /dev/shm or the local dir" bash -c "! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
+# Raw frames (--level 0, as JPEGs end up): a client unpacks a file the pass has not reached
+# yet itself, from the node's shard copy, instead of asking the agent; the agent's pass then
+# finds those files in place.
+"$F" pack src raw.fs -q --level 0 --shard-size 4M
+raw_md5=$(FANSTORE_TEST_UNPACK_DELAY_MS=600000 "$F" run raw.fs --unpack lazy --mount $M -- bash -c \
+  "cd $M && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum && $B/bin/fanstore stats --json >&2" 2>raw.json)
+check "lazy, raw frames: md5sum of every file unpacked by the clients matches" diff <(hashes src) <(echo "$raw_md5")
+check "lazy, raw frames: the clients unpacked every file, the agent none" \
+  $PY -c "import json,sys; u=json.load(open('raw.json'))['unpack']; sys.exit(not (u['by_clients']==$nfiles and u['on_demand']==0))"
+out=$("$F" run raw.fs --unpack lazy --mount $M -- bash -c "cd $M && find . -type f -print0 | xargs -0 cat >/dev/null && \
+  $PY $T/waitunpack.py $F && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum")
+check "lazy, raw frames, clients racing the pass: every file unpacked once, all intact" \
+  bash -c "test '$(head -1 <<<"$out")' = 'lazy $nfiles' && diff <(cd src && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 md5sum) <(tail -n +2 <<<'$out' )"
+check "lazy, raw frames: nothing left behind" bash -c "! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
 
 echo "== SIGTERM during stage-in"
 # Whether the signal lands during the copy (the usual case) or just after ready, the agent
