@@ -11,9 +11,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -46,15 +49,28 @@ ArchivePtr NewReader() {
   return a;
 }
 
-// An archive inside an archive reads the outer one's current member.
+// An archive inside an archive reads the outer one's current member, block by block as the
+// outer reader holds them (no copy; each stays valid until the next call).
 struct InnerSource {
   archive* outer;
-  std::unique_ptr<char[]> buf{new char[kReadBlock]};
+  la_int64_t next = 0;
 };
-la_ssize_t InnerRead(archive*, void* client, const void** buf) {
+la_ssize_t InnerRead(archive* inner, void* client, const void** buf) {
   auto* s = static_cast<InnerSource*>(client);
-  *buf = s->buf.get();
-  return archive_read_data(s->outer, s->buf.get(), kReadBlock);
+  size_t size = 0;
+  la_int64_t offset = 0;
+  const int r = archive_read_data_block(s->outer, buf, &size, &offset);
+  if (r == ARCHIVE_EOF) return 0;
+  if (r < ARCHIVE_WARN) {
+    archive_set_error(inner, EIO, "%s", archive_error_string(s->outer));
+    return -1;
+  }
+  if (offset != s->next) {  // a hole: not an archive anyone wrote on purpose
+    archive_set_error(inner, EINVAL, "sparse member");
+    return -1;
+  }
+  s->next += static_cast<la_int64_t>(size);
+  return static_cast<la_ssize_t>(size);
 }
 
 // 128 bits of path hash: the set of file paths without keeping the paths (a collision between
@@ -106,11 +122,21 @@ struct PendingBatch {
   std::string data;  // the files' contents back to back
 };
 
+// What the writer thread appends next, in archive order: a batch being compressed on the pool,
+// or one large file spooled to disk.
+struct Work {
+  std::future<BatchOut> batch;
+  std::unique_ptr<BigSource> big;
+  SrcEntry big_entry;
+};
+
 class ArchivePacker : PackCore {
  public:
   ArchivePacker(std::string tmp, const Options& o, mode_t dir_mode)
       : PackCore(std::move(tmp), o, dir_mode),
-        pool_(o.threads ? o.threads : ThreadPool::DefaultThreads()) {}
+        pool_(o.threads ? o.threads : ThreadPool::DefaultThreads()),
+        writer_([this] { WriteLoop(); }) {}
+  ~ArchivePacker() { (void)CloseQueue(); }
 
   Status Run(const std::vector<std::string>& srcs, Stats* stats);
 
@@ -128,13 +154,20 @@ class ArchivePacker : PackCore {
   Status AddDir(const std::string& rel, uint32_t mode, int64_t mtime_ns);
   Status AddFile(archive* a, const std::string& label, SrcEntry e);
   Status Spool(archive* a, const std::string& label, const SrcEntry& e, BigSource* src);
-  void Dispatch();
-  Status WriteOne();
-  Status Drain();
+  // The reading thread hands work to the writer thread, which owns the open shard.
+  Status Dispatch();
+  Status Enqueue(Work w);
+  Status CloseQueue();
+  void WriteLoop();
+  Status Write(Work& w);
   Status Rotate(uint64_t bytes, uint64_t files);
 
   ThreadPool pool_;
-  std::deque<std::future<BatchOut>> pending_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Work> queue_;
+  bool closed_ = false;
+  Status writer_status_;
   std::shared_ptr<PendingBatch> cur_ = std::make_shared<PendingBatch>();
   ShardOut shard_;
   uint32_t shard_id_ = 0;
@@ -142,7 +175,9 @@ class ArchivePacker : PackCore {
   std::vector<SrcEntry> nonfiles_;                      // directories and symlinks
   std::unordered_map<std::string, size_t> nonfile_at_;  // path -> index in nonfiles_
   std::unordered_set<PathKey, PathKeyHash> files_;
-  SourceTree meta_;  // root mode and mtime, skipped entries
+  std::string last_dir_;  // the last file's directory, known to exist
+  SourceTree meta_;       // root mode and mtime, skipped entries
+  std::thread writer_;    // last: started once everything it uses exists
 };
 
 // Member names are bytes, as in a directory tree. libarchive converts pax's UTF-8 names to the
@@ -187,8 +222,8 @@ Status ArchivePacker::Run(const std::vector<std::string>& srcs, Stats* stats) {
     }
     FS_RETURN_IF_ERROR(ReadTop(src, prefix));
   }
-  if (!cur_->files.empty()) Dispatch();
-  FS_RETURN_IF_ERROR(Drain());
+  if (!cur_->files.empty()) FS_RETURN_IF_ERROR(Dispatch());
+  FS_RETURN_IF_ERROR(CloseQueue());
   meta_.skipped += DropEscapingLinks("", &nonfiles_, opts_.warn);
   FS_RETURN_IF_ERROR(AppendNonFiles(shard_, nonfiles_));
   FS_RETURN_IF_ERROR(FinishShard(shard_, shard_id_));
@@ -312,6 +347,11 @@ Status ArchivePacker::Claim(const std::string& rel, EntryType type, int64_t mtim
                                    " too); a dataset stores each path once");
   };
   if (files_.count(KeyOf(rel)) || nonfile_at_.count(rel)) return twice(rel);
+  // Archives list a directory's files together: its parents were checked for the file before.
+  const size_t slash = rel.rfind('/');
+  if (slash != std::string::npos && type == EntryType::kFile &&
+      std::string_view(rel).substr(0, slash) == last_dir_)
+    return Status::OK();
   for (std::string p = Parent(rel); !p.empty(); p = Parent(p)) {
     auto it = nonfile_at_.find(p);
     if (it != nonfile_at_.end()) {
@@ -323,6 +363,7 @@ Status ArchivePacker::Claim(const std::string& rel, EntryType type, int64_t mtim
     nonfile_at_.emplace(p, nonfiles_.size());
     nonfiles_.push_back({p, EntryType::kDir, 0755, 0, mtime_ns, {}});
   }
+  if (type == EntryType::kFile) last_dir_ = Parent(rel);
   return Status::OK();
 }
 
@@ -356,21 +397,18 @@ Status ArchivePacker::AddFile(archive* a, const std::string& where, SrcEntry e) 
   FS_RETURN_IF_ERROR(Claim(e.rel, EntryType::kFile, e.mtime_ns));
   files_.insert(KeyOf(e.rel));
   if (e.size > format::kStreamAbove) {
-    BigSource src;
-    FS_RETURN_IF_ERROR(Spool(a, where, e, &src));
-    if (!cur_->files.empty()) Dispatch();
-    FS_RETURN_IF_ERROR(Drain());
-    FS_RETURN_IF_ERROR(Rotate(e.size, 1));
-    shard_raw_ += e.size;
-    shard_files_++;
-    return AppendBig(shard_, src, e);
+    Work w;
+    w.big = std::make_unique<BigSource>();
+    FS_RETURN_IF_ERROR(Spool(a, where, e, w.big.get()));
+    if (!cur_->files.empty()) FS_RETURN_IF_ERROR(Dispatch());
+    w.big_entry = std::move(e);
+    return Enqueue(std::move(w));
   }
   const size_t at = cur_->data.size();
   cur_->data.resize(at + e.size);
   FS_RETURN_IF_ERROR(ReadMember(a, where, cur_->data.data() + at, e.size));
   cur_->files.push_back(std::move(e));
-  if (cur_->data.size() >= kBatchBytes || cur_->files.size() >= kBatchFiles) Dispatch();
-  while (pending_.size() > 3 * pool_.size()) FS_RETURN_IF_ERROR(WriteOne());
+  if (cur_->data.size() >= kBatchBytes || cur_->files.size() >= kBatchFiles) return Dispatch();
   return Status::OK();
 }
 
@@ -395,11 +433,12 @@ Status ArchivePacker::Spool(archive* a, const std::string& where, const SrcEntry
   return Status::OK();
 }
 
-void ArchivePacker::Dispatch() {
+Status ArchivePacker::Dispatch() {
   auto batch = std::move(cur_);
   cur_ = std::make_shared<PendingBatch>();
   auto done = std::make_shared<std::promise<BatchOut>>();
-  pending_.push_back(done->get_future());
+  Work w;
+  w.batch = done->get_future();
   pool_.Submit([this, batch, done] {
     BatchOut out;
     std::string comp;
@@ -410,11 +449,60 @@ void ArchivePacker::Dispatch() {
     }
     done->set_value(std::move(out));
   });
+  return Enqueue(std::move(w));
 }
 
-Status ArchivePacker::WriteOne() {
-  BatchOut out = pending_.front().get();
-  pending_.pop_front();
+// Waits while the writer is a window behind (which bounds the memory held by read batches).
+Status ArchivePacker::Enqueue(Work w) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return queue_.size() < 3 * pool_.size() || !writer_status_.ok(); });
+  if (!writer_status_.ok()) return writer_status_;
+  queue_.push_back(std::move(w));
+  cv_.notify_all();
+  return Status::OK();
+}
+
+// Lets the writer finish what is queued, and waits for it.
+Status ArchivePacker::CloseQueue() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  return writer_status_;
+}
+
+void ArchivePacker::WriteLoop() {
+  while (true) {
+    Work w;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return !queue_.empty() || closed_; });
+      if (queue_.empty()) return;
+      w = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    cv_.notify_all();
+    Status st = writer_status_.ok() ? Write(w) : Status::OK();
+    if (w.batch.valid()) w.batch.wait();  // the pool task must not outlive what it uses
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> l(mu_);
+      writer_status_ = std::move(st);
+      cv_.notify_all();
+    }
+  }
+}
+
+Status ArchivePacker::Write(Work& w) {
+  if (Cancelled()) return Status::Aborted("interrupted");
+  if (w.big) {
+    FS_RETURN_IF_ERROR(Rotate(w.big_entry.size, 1));
+    shard_raw_ += w.big_entry.size;
+    shard_files_++;
+    return AppendBig(shard_, *w.big, w.big_entry);
+  }
+  BatchOut out = w.batch.get();
   FS_RETURN_IF_ERROR(out.status);
   uint64_t bytes = 0;
   for (const auto& e : out.entries) bytes += e.size;
@@ -422,11 +510,6 @@ Status ArchivePacker::WriteOne() {
   shard_raw_ += bytes;
   shard_files_ += out.entries.size();
   return AppendBatch(shard_, std::move(out));
-}
-
-Status ArchivePacker::Drain() {
-  while (!pending_.empty()) FS_RETURN_IF_ERROR(WriteOne());
-  return Status::OK();
 }
 
 // Starts the next shard when the open one would pass its target size or file count.

@@ -262,7 +262,7 @@ TEST_F(CopyTest, CopiesAreByteForByteAndServeALaterStage) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   uint64_t total = 0;
   for (uint32_t i = 0; i < m_.shards.size(); i++) {
-    const std::string copy = copies_ + "/" + m_.shards[i].file;
+    const std::string copy = copies_ + "/" + table::CopyName(i);
     EXPECT_EQ(ReadFile(copy), ReadFile(ShardPath(i)));
     struct stat st;
     ASSERT_EQ(::stat(copy.c_str(), &st), 0);

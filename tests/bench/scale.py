@@ -108,24 +108,45 @@ class Scale:
     # --- F6: pack ---------------------------------------------------------------------------------
 
     def pack(self, tar):
+        """Both arms write their result beside each other on the same disk (the parallel file
+        system's stand-in), from a warm archive, in alternating order, twice; the means."""
         ds = os.path.join(self.disk_work, "imagenet1k.fs")
         tree = os.path.join(self.work, "native")
-        t_zstd_tar, _ = timed(lambda: sh(["bash", "-c", f"zstd -q -T0 -3 -c < {tar} > /dev/null"]))
-        t_pack_tar, _ = timed(lambda: sh([self.fanstore, "pack", "-q", tar, ds]))
+        zst = os.path.join(self.disk_work, "out.zst")
+        sh(["bash", "-c", f"cat {tar} > /dev/null"])
+        t_zstd_tar, t_pack_tar = [], []
+        for rep in range(2):
+            for arm in ((0, 1) if rep == 0 else (1, 0)):
+                if arm == 0:
+                    t_zstd_tar.append(timed(lambda: sh(["zstd", "-q", "-f", "-T0", "-3", tar, "-o", zst]))[0])
+                    drop(zst)
+                else:
+                    drop(ds)
+                    t_pack_tar.append(timed(lambda: sh([self.fanstore, "pack", "-q", tar, ds]))[0])
         t_extract, _ = timed(lambda: sh([self.fanstore, "extract", "-q", ds, tree]))
-        t_zstd_tree, _ = timed(lambda: sh(["bash", "-c", f"tar -C {tree} -cf - . | zstd -q -T0 -3 -c > /dev/null"]))
         ds2 = os.path.join(self.disk_work, "tree.fs")
-        t_pack_tree, _ = timed(lambda: sh([self.fanstore, "pack", "-q", tree, ds2]))
-        drop(ds2)
+        t_zstd_tree, t_pack_tree = [], []
+        for rep in range(2):
+            for arm in ((0, 1) if rep == 0 else (1, 0)):
+                if arm == 0:
+                    t_zstd_tree.append(timed(lambda: sh(["bash", "-c", f"tar -C {tree} -cf - . | zstd -q -f -T0 -3 -o {zst}"]))[0])
+                    drop(zst)
+                else:
+                    t_pack_tree.append(timed(lambda: sh([self.fanstore, "pack", "-q", tree, ds2]))[0])
+                    drop(ds2)
+        mean = lambda xs: sum(xs) / len(xs)
+        t_zstd_tar, t_pack_tar, t_zstd_tree, t_pack_tree = map(mean, (t_zstd_tar, t_pack_tar, t_zstd_tree, t_pack_tree))
         size = os.path.getsize(tar)
         self.res["phases"].update(pack_archive_seconds=t_pack_tar, zstd_archive_seconds=t_zstd_tar,
                                   extract_seconds=t_extract, pack_tree_seconds=t_pack_tree,
                                   tar_zstd_tree_seconds=t_zstd_tree, archive_bytes=size)
         self.row("F6-archive", "`fanstore pack` of the archive (1,000 class tars in a tar)", t_zstd_tar, t_pack_tar, "s",
                  "≥ 1.0× `zstd -T0 -3` of the same archive", t_zstd_tar / t_pack_tar, t_pack_tar <= t_zstd_tar,
-                 f"{size / t_pack_tar / 1e6:.0f} MB/s of archive")
+                 f"{size / t_pack_tar / 1e6:.0f} MB/s of archive; both write their output to the same disk")
         self.row("F6", "`fanstore pack` of the extracted tree", t_zstd_tree, t_pack_tree, "s",
-                 "≥ 1.0× `tar -c | zstd -T0 -3`", t_zstd_tree / t_pack_tree, t_pack_tree <= t_zstd_tree)
+                 "≥ 1.0× `tar -c | zstd -T0 -3`", t_zstd_tree / t_pack_tree, t_pack_tree <= t_zstd_tree,
+                 f"extracting the tree to tmpfs took {t_extract:.1f} s (`fanstore extract`, the cost of "
+                 "creating every file on this machine: the floor of any first epoch that materialises files)")
         return ds, tree
 
     # --- F1-F5, M1, M3: one session of `fanstore run` -----------------------------------------------
