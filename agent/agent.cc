@@ -292,8 +292,9 @@ Status Agent::Start() {
 }
 
 void Agent::RemoveOwnFiles(bool keep_status) {
+  // A million files take seconds to unlink: on every core (the job is over).
   auto remove = [](const std::string& path) {
-    Status s = RemoveTree(path);
+    Status s = RemoveTree(path, ThreadPool::DefaultThreads());
     if (!s.ok()) LOG_ERROR("%s", s.ToString().c_str());
   };
   if (created_local_) {

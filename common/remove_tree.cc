@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "common/unique_fd.h"
 
 namespace fanstore {
@@ -37,12 +39,20 @@ struct Walk {
     if (!d) return Fail("read", ".", errno);
     dup.Release();
     ::rewinddir(d);  // the duplicate shares the offset an earlier pass left at the end
-    std::vector<std::string> names;
+    // Names with their type from readdir: a file is unlinked with one system call.
+    std::vector<std::pair<std::string, unsigned char>> names;
     while (struct dirent* e = ::readdir(d))
       if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
-        names.emplace_back(e->d_name);
+        names.emplace_back(e->d_name, e->d_type);
     ::closedir(d);
-    for (const std::string& name : names) {
+    for (const auto& [name, type] : names) {
+      if (type != DT_DIR && type != DT_UNKNOWN) {
+        if (::unlinkat(fd, name.c_str(), 0) == 0 || errno == ENOENT) continue;
+        if (errno != EISDIR) {
+          Fail("unlink in", name.c_str(), errno);
+          continue;
+        }  // replaced by a directory since: looked at below
+      }
       struct stat st;
       if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       if (!S_ISDIR(st.st_mode)) {
@@ -90,9 +100,54 @@ bool IsEmpty(int fd) {
   return empty;
 }
 
+// The directories one and two levels below `top` (on its file system), emptied and removed on
+// `threads` threads: a tree of a million files spread over class directories goes about as
+// many times faster. What is left (files at the top, errors) is for the sequential pass.
+void RemoveSubtreesInParallel(int top, dev_t dev, const std::string& path, size_t threads) {
+  struct Sub {
+    std::shared_ptr<UniqueFD> parent;
+    std::string name;
+  };
+  std::vector<Sub> subs;
+  auto list_dirs = [](int fd, std::vector<std::string>* out) {
+    UniqueFD dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    DIR* d = dup.valid() ? ::fdopendir(dup.get()) : nullptr;
+    if (!d) return;
+    dup.Release();
+    ::rewinddir(d);
+    while (struct dirent* e = ::readdir(d))
+      if (e->d_type == DT_DIR && std::strcmp(e->d_name, ".") != 0 &&
+          std::strcmp(e->d_name, "..") != 0)
+        out->emplace_back(e->d_name);
+    ::closedir(d);
+  };
+  std::vector<std::string> first;
+  list_dirs(top, &first);
+  for (const std::string& name : first) {
+    auto fd = std::make_shared<UniqueFD>(
+        ::openat(top, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st;
+    if (!fd->valid() || ::fstat(fd->get(), &st) != 0 || st.st_dev != dev) continue;
+    std::vector<std::string> second;
+    list_dirs(fd->get(), &second);
+    for (std::string& n : second) subs.push_back({fd, std::move(n)});
+  }
+  if (subs.size() < 2) return;
+  ParallelFor(subs.size(), threads, [&](size_t i) {
+    const Sub& s = subs[i];
+    UniqueFD fd(::openat(s.parent->get(), s.name.c_str(),
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st;
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || st.st_dev != dev) return;
+    Walk w{fd.get(), dev, path, 0, Status::OK()};
+    w.Empty(fd.get(), 0);
+    (void)::unlinkat(s.parent->get(), s.name.c_str(), AT_REMOVEDIR);
+  });
+}
+
 }  // namespace
 
-Status RemoveTree(const std::string& path) {
+Status RemoveTree(const std::string& path, size_t threads) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0)
     return errno == ENOENT ? Status::OK() : Status::FromErrno("stat " + path, errno);
@@ -104,6 +159,7 @@ Status RemoveTree(const std::string& path) {
   UniqueFD top(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!top.valid()) return Status::FromErrno("open " + path, errno);
   if (::fstat(top.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
+  if (threads > 1) RemoveSubtreesInParallel(top.get(), st.st_dev, path, threads);
   Walk w{top.get(), st.st_dev, path, 0, Status::OK()};
   // Each pass removes up to kMaxDepth levels; what was deeper now sits at the top.
   for (int pass = 0; pass < 100000 && w.first.ok(); pass++) {

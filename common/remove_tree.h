@@ -11,7 +11,8 @@ namespace fanstore {
 // follows a symlink (a symlink is removed, not its target), never leaves the file system
 // `path` is on, and builds no path strings, so a tree thousands of levels deep costs neither
 // memory nor descriptors (directories deeper than a bound are moved up and removed from
-// there). A missing path is success. Errors name `path` and one entry name at most.
-Status RemoveTree(const std::string& path);
+// there). A missing path is success. Errors name `path` and one entry name at most. With
+// `threads` above 1, the directories one and two levels down are removed in parallel first.
+Status RemoveTree(const std::string& path, size_t threads = 1);
 
 }  // namespace fanstore

@@ -54,6 +54,32 @@ TEST_F(RemoveTreeTest, RemovesReadOnlyTreesAndLinksButNotTheirTargets) {
   EXPECT_TRUE(RemoveTree(t).ok());  // missing is fine
 }
 
+TEST_F(RemoveTreeTest, InParallelTheSameTreeGoesAndLinksStillAreNotFollowed) {
+  const std::string t = base_ + "/t", victim = base_ + "/victim";
+  ASSERT_EQ(::mkdir(victim.c_str(), 0700), 0);
+  Touch(victim + "/keep");
+  ASSERT_EQ(::mkdir(t.c_str(), 0700), 0);
+  Touch(t + "/top-file");
+  for (int a = 0; a < 3; a++) {
+    const std::string d = t + "/d" + std::to_string(a);
+    ASSERT_EQ(::mkdir(d.c_str(), 0700), 0);
+    Touch(d + "/f");
+    ASSERT_EQ(::symlink(victim.c_str(), (d + "/to-victim").c_str()), 0);
+    for (int b = 0; b < 5; b++) {
+      const std::string e = d + "/e" + std::to_string(b);
+      ASSERT_EQ(::mkdir(e.c_str(), 0700), 0);
+      ASSERT_EQ(::mkdir((e + "/deeper").c_str(), 0700), 0);
+      for (int f = 0; f < 20; f++) Touch(e + "/deeper/f" + std::to_string(f), 0400);
+      ASSERT_EQ(::chmod(e.c_str(), 0500), 0);  // read-only directories are emptied too
+    }
+  }
+  ASSERT_EQ(::symlink(victim.c_str(), (t + "/d9").c_str()), 0);  // a link where a directory was
+  ASSERT_TRUE(RemoveTree(t, 4).ok());
+  struct stat st;
+  EXPECT_NE(::lstat(t.c_str(), &st), 0);
+  EXPECT_EQ(::stat((victim + "/keep").c_str(), &st), 0);
+}
+
 TEST_F(RemoveTreeTest, ASymlinkAtTheTopIsRemovedNotFollowed) {
   const std::string victim = base_ + "/victim", link = base_ + "/link";
   ASSERT_EQ(::mkdir(victim.c_str(), 0700), 0);
