@@ -174,7 +174,7 @@ TEST_F(UnpackTest, BackgroundPassUnpacksEverythingThenRemovesTheCopies) {
   EXPECT_EQ(TotalCalls(), files);
   EXPECT_EQ(total_files_, files);
   for (uint32_t s = 0; s < ds_.nshards(); s++)
-    EXPECT_FALSE(Exists(copy_dir_ + "/" + ds_.manifest().shards[s].file));
+    EXPECT_FALSE(Exists(copy_dir_ + "/" + table::CopyName(s)));
   EXPECT_FALSE(Exists(copy_dir_));
   // Once done, opens find the file in place.
   ASSERT_TRUE(unpacker_.EnsureUnpacked(s0, i0).ok());

@@ -277,7 +277,7 @@ TEST_F(CopyTest, CopiesAreByteForByteAndServeALaterStage) {
   ASSERT_TRUE(shards.ok());
   ASSERT_TRUE(UseCopies(*shards, copies_).ok());
   for (uint32_t i = 0; i < m_.shards.size(); i++) ASSERT_EQ(::unlink(ShardPath(i).c_str()), 0);
-  EXPECT_EQ((*shards)[0]->path, copies_ + "/" + m_.shards[0].file);
+  EXPECT_EQ((*shards)[0]->path, copies_ + "/" + table::CopyName(0));
   s = StageShards(m_, dict_, *shards, local_, {}, nullptr);
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (const auto& [rel, data] : files_) EXPECT_EQ(ReadFile(local_ + "/" + rel), data) << rel;
