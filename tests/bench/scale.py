@@ -175,11 +175,13 @@ class Scale:
         if p.returncode != 0:
             raise RuntimeError(f"fanstore run failed ({p.returncode}): {p.stderr[-3000:]}")
         r = {k: json.load(open(os.path.join(out, f"{k}.json")))
-             for k in ("pass1", "pass2", "stat", "enoent", "agent", "j2_plain", "j2_preload", "stats_after_pass1")}
+             for k in ("pass1", "pass2", "pass3", "stat", "enoent", "agent", "j2_plain", "j2_preload",
+                       "stats_after_pass1")}
         t = {k: float(open(os.path.join(out, k)).read()) for k in ("t_cmd_start", "t_pass1_end", "t_cmd_end")}
         left = os.listdir(local)
         stats = [json.loads(l.split("stats: ", 1)[1]) for l in p.stderr.splitlines() if "stats: {" in l]
-        for k in ("pass1", "pass2"):
+        native2 = json.loads(sh([self.fsbench, "read", native_tree, files_list, "1"]).stdout)
+        for k in ("pass1", "pass2", "pass3"):
             if r[k]["hash"] != native["hash"] or r[k]["errors"]:
                 raise RuntimeError(f"{k}: read other data than the native tree ({r[k]}, native {native})")
         f1 = t["t_pass1_end"] - t0
@@ -194,9 +196,10 @@ class Scale:
                  "T_min / T ≥ 0.5", tmin / f1, tmin / f1 >= 0.5,
                  f"ready {ready:.1f} s + pass {r['pass1']['seconds']:.1f} s; T_min = cat {t_cat:.1f} s + native warm pass "
                  f"{native['seconds']:.1f} s; on-demand unpacks {unpack.get('on_demand', '?')}")
-        n2 = r["pass2"]["files"] / r["pass2"]["seconds"]
-        nn = native["files"] / native["seconds"]
-        self.row("F2", "second pass, same session", nn, n2, "files/s", "≥ 0.95× warm native", n2 / nn, n2 / nn >= 0.95)
+        n2 = sum(r[k]["files"] / r[k]["seconds"] for k in ("pass2", "pass3")) / 2
+        nn = sum(x["files"] / x["seconds"] for x in (native, native2)) / 2
+        self.row("F2", "second and third pass, same session", nn, n2, "files/s", "≥ 0.95× warm native", n2 / nn,
+                 n2 / nn >= 0.95, "means: native warm passes before and after the session, FanStore's 2nd and 3rd")
         td = t_end - t["t_cmd_end"]
         self.row("F3", f"teardown, {nfiles:,} files", None, td, "s", "≤ 10 s, nothing left", None,
                  td <= 10 and not left, f"left in the local directory: {left or 'nothing'}")
@@ -209,10 +212,10 @@ class Scale:
                  r["j2_preload"]["median_ms"], "ms", "≤ 1 ms added", None, added <= 1.0, f"added {added:.2f} ms")
         ms = r["stat"]["stats"] / r["stat"]["seconds"]
         mn = nat_stat["stats"] / nat_stat["seconds"]
-        self.row("M1", f"stat of every file, {nfiles:,} files", mn, ms, "stat/s", "≥ 3× native", ms / mn, ms / mn >= 3)
+        self.row("M1-1.3M", f"stat of every file, {nfiles:,} files", mn, ms, "stat/s", "≥ 3× native", ms / mn, ms / mn >= 3)
         es = r["enoent"]["opens"] / r["enoent"]["seconds"]
         en = nat_enoent["opens"] / nat_enoent["seconds"]
-        self.row("M3", f"open of a missing path, {nfiles:,} entries", en, es, "opens/s", "≥ 3× native", es / en, es / en >= 3)
+        self.row("M3-1.3M", f"open of a missing path, {nfiles:,} entries", en, es, "opens/s", "≥ 3× native", es / en, es / en >= 3)
 
     def meta_session(self, ds):
         """imagenet22k-meta: start to ready, the agent's memory, J2 and teardown at 14.2M entries."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The command scale.py runs inside `fanstore run`: two random passes over every file (the first
+# The command scale.py runs inside `fanstore run`: three random passes over every file (the first
 # ends the first epoch), stat and ENOENT loops, the agent's memory, and J2 with this mount.
 # Usage: scale_session.sh OUT FSBENCH MOUNT LIST ENOENT_OPENS (FSBENCH "-": no reads)
 set -euo pipefail
@@ -24,6 +24,7 @@ while chunk := s.recv(1 << 20):
 print(data[16:].decode())
 PYEOF
   "$fsbench" read "$mount" "$list" 1 >"$out/pass2.json"
+  "$fsbench" read "$mount" "$list" 1 >"$out/pass3.json"
   "$fsbench" stat "$mount" "$list" 1 >"$out/stat.json"
   "$fsbench" enoent "$mount" "$list" "$enoent" >"$out/enoent.json"
 fi
