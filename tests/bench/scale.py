@@ -282,6 +282,39 @@ class Scale:
                      f"{b:.1f} B/entry (imagenet1k's indexes; the empty-file meta dataset: {meta:.1f}), "
                      f"{b * entries / 2**20:.0f} MiB per node, {depth} tree levels")
 
+    def slurm_job(self, tar):
+        """The scale job on the test cluster (tests/slurm/e2e/scale.sh), replicas 1 and all."""
+        e2e = os.path.join(HERE, "..", "slurm", "e2e")
+        if os.getuid() != 0:
+            self.row("J1-scale", "Slurm job at scale", None, None, "s", "report", note="not measured: needs root")
+            return
+        up = subprocess.run([os.path.join(e2e, "start.sh"), self.build, "ports"], text=True, capture_output=True)
+        try:
+            if up.returncode != 0:
+                raise RuntimeError(f"test cluster did not start: {up.stdout[-1500:]}{up.stderr[-1500:]}")
+            p = subprocess.run([os.path.join(e2e, "scale.sh"), self.build, tar], text=True, capture_output=True,
+                               timeout=3600)
+        finally:
+            subprocess.run([os.path.join(e2e, "stop.sh"), self.build], capture_output=True)
+        log(p.stdout[-3000:])
+        if p.returncode != 0:
+            raise RuntimeError(f"scale.sh failed: {p.stdout[-3000:]}{p.stderr[-1500:]}")
+        for line in p.stdout.splitlines():
+            if not line.startswith("scale-result: "):
+                continue
+            r = json.loads(line.split(": ", 1)[1])
+            tag = f"r{r['replicas']}"
+            self.res["phases"][f"slurm_{tag}"] = {k: v for k, v in r.items() if k != "samples"}
+            j1, st = r.get("j1_seconds"), r.get("stage_in_seconds")
+            self.row(f"J1-scale-{tag}", f"Slurm job, 2 nodes, --fanstore-replicas={r['replicas']}: job start to "
+                     f"first read", None if st is None else st + 1, j1, "s", "≤ stage-in + 1 s", None,
+                     None if j1 is None or st is None else j1 <= st + 1,
+                     f"stage-in {st} s; each node then read all {r['files'].get('node1')} files in "
+                     f"{', '.join(f'{v:.0f} s' for v in r['pass_seconds'].values())}")
+            td = r.get("teardown_seconds")
+            self.row(f"F3-slurm-{tag}", f"Slurm job teardown, --fanstore-replicas={r['replicas']} (job end to clean "
+                     f"nodes)", None, td, "s", "≤ 10 s, nothing left", None, td is not None and td <= 10)
+
     def run(self):
         try:
             tar = self.tar_1k()
@@ -298,6 +331,8 @@ class Scale:
             drop(ds)
             if not self.a.skip_22k:
                 self.meta_session(self.meta_22k())
+            if not self.a.skip_slurm:
+                self.slurm_job(tar)
         finally:
             drop(self.work)
             drop(self.disk_work)
@@ -313,6 +348,7 @@ def main():
     ap.add_argument("--work-base", default="/dev/shm")
     ap.add_argument("--divisor", type=int, default=1, help="divide the file counts (tests of this script)")
     ap.add_argument("--skip-22k", action="store_true")
+    ap.add_argument("--skip-slurm", action="store_true")
     a = ap.parse_args()
     res = Scale(a).run()
     with open(os.path.join(a.out, "results-scale.json"), "w") as f:
