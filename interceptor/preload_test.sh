@@ -24,6 +24,7 @@ fi
 WORK=$(mktemp -d /tmp/fanstore-preload-test.XXXXXX)
 SRC=$WORK/src
 MNT=$WORK/mnt/ds  # its parent exists; the mount itself does not
+NL=$'\n'
 TABLE=$WORK/table
 RO=$WORK/ro
 HOLD_PIDS=()
@@ -113,6 +114,27 @@ check "cat of the large file" cmp "$SRC/a/b/big.bin" <(fs cat "$MNT/a/b/big.bin"
 check "dd with skip" cmp <(dd if="$SRC/a/b/big.bin" bs=4096 skip=100 count=10 2>/dev/null) \
   <(fs dd if="$MNT/a/b/big.bin" bs=4096 skip=100 count=10 2>/dev/null)
 check "cat through a symlinked directory" test "$(fs cat "$MNT/link/c/deep.txt")" = deep
+check "other spellings of the mount: //, /./ and a trailing /" test \
+  "$(fs cat "/$MNT//a/./x.txt" "${MNT%/ds}/./ds/a/x.txt" "${MNT%/ds}//ds//a/x.txt")" = "hello${NL}hello${NL}hello"
+cat >"$WORK/rofs.py" <<'PY'
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def err(rc):
+    return "ok" if rc == 0 else os.strerror(ctypes.get_errno())
+class Ts(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+omit = (Ts * 2)(Ts(0, (1 << 30) - 2), Ts(0, (1 << 30) - 2))
+f = sys.argv[1]
+print(err(libc.remove(f.encode())), err(libc.remove((f + "-missing").encode())),
+      err(libc.utimensat(-100, f.encode(), omit, 0)), err(libc.utimensat(-100, f.encode(), None, 0)))
+PY
+check "remove(), utimensat(UTIME_OMIT x2) and utimensat(now) as on a read-only mount" test \
+  "$(fs /usr/bin/python3 "$WORK/rofs.py" "$MNT/a/x.txt")" = \
+  "Read-only file system Read-only file system ok Read-only file system"
+check "ls of the mount spelled with //" test "$(fs ls "/${MNT}/" | head -1)" = "$(fs ls "$MNT" | head -1)"
+long=$MNT/$(printf 'a%.0s' $(seq 4100))
+check "a path of PATH_MAX bytes or more: ENAMETOOLONG, as the kernel says" \
+  bash -c "LD_PRELOAD='$PRELOAD' FANSTORE_MOUNT='$MNT' FANSTORE_TABLE='$TABLE' stat '$long' 2>&1 | grep -q 'File name too long'"
 check "bash redirection from the mount" test "$(fs bash -c "read l < '$MNT/a/x.txt'; echo \$l")" = hello
 
 # ---- Listings --------------------------------------------------------------------------------

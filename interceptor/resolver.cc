@@ -224,6 +224,31 @@ bool NormalizeMount(const char* in, char* out) {
   return n > 0;  // "/" is not a usable mount
 }
 
+const char* UnderMountSpelled(std::string_view mount, const char* path) {
+  if (path[0] != '/') return nullptr;
+  size_t m = 0;  // mount[0, m) is matched
+  const char* p = path;
+  while (true) {
+    while (*p == '/') p++;
+    if (!*p) return nullptr;  // the path ends above the mount
+    const char* end = p;
+    while (*end && *end != '/') end++;
+    const size_t len = static_cast<size_t>(end - p);
+    if (len == 1 && p[0] == '.') {
+      p = end;
+      continue;
+    }
+    if (len == 2 && p[0] == '.' && p[1] == '.') return nullptr;
+    if (m >= mount.size() || mount[m] != '/' || mount.size() < m + 1 + len ||
+        memcmp(mount.data() + m + 1, p, len) != 0)
+      return nullptr;
+    m += 1 + len;
+    if (m == mount.size()) return end;
+    if (mount[m] != '/') return nullptr;
+    p = end;
+  }
+}
+
 int AncestorLength(std::string_view mount, std::string_view dir) {
   if (dir == "/") return 1;
   if (dir.size() < mount.size() && mount.substr(0, dir.size()) == dir && mount[dir.size()] == '/')

@@ -81,6 +81,13 @@ inline const char* UnderMount(std::string_view mount, const char* path) {
   return c == '/' || c == '\0' ? path + mount.size() : nullptr;
 }
 
+// UnderMount for the other spellings the kernel accepts of the mount's own components
+// ("//fanstore//ds/./x" is "/fanstore/ds/x"): called when UnderMount said no. Compares
+// component by component and stops at the first that differs (so a path elsewhere, "/usr/...",
+// costs one short compare); ".." before the mount's end is left to the kernel (nullptr).
+// Returns the rest after the mount's last component, as UnderMount does.
+const char* UnderMountSpelled(std::string_view mount, const char* path);
+
 // Length of `dir` when it is a strict ancestor of `mount` ("/" or a component-wise prefix),
 // else -1. `dir` is an absolute, normalised directory path (a getcwd result).
 int AncestorLength(std::string_view mount, std::string_view dir);

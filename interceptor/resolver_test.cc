@@ -183,6 +183,17 @@ TEST(MountPath, Normalize) {
   EXPECT_FALSE(NormalizeMount(nullptr, out));
 }
 
+TEST(MountPath, UnderMountSpelled) {
+  EXPECT_STREQ(UnderMountSpelled("/fanstore/ds", "//fanstore//ds/./x"), "/./x");
+  EXPECT_STREQ(UnderMountSpelled("/fanstore/ds", "/./fanstore/./ds"), "");
+  EXPECT_STREQ(UnderMountSpelled("/fanstore/ds", "/fanstore/ds//"), "//");
+  EXPECT_EQ(UnderMountSpelled("/fanstore/ds", "/fanstore/../fanstore/ds/x"), nullptr);
+  EXPECT_EQ(UnderMountSpelled("/fanstore/ds", "//fanstore//dsx"), nullptr);
+  EXPECT_EQ(UnderMountSpelled("/fanstore/ds", "//fanstore"), nullptr);
+  EXPECT_EQ(UnderMountSpelled("/fanstore/ds", "/usr/lib"), nullptr);
+  EXPECT_EQ(UnderMountSpelled("/fanstore/ds", "fanstore/ds"), nullptr);
+}
+
 TEST(MountPath, UnderMount) {
   EXPECT_STREQ(UnderMount("/fanstore/ds", "/fanstore/ds"), "");
   EXPECT_STREQ(UnderMount("/fanstore/ds", "/fanstore/ds/x/y"), "/x/y");

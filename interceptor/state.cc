@@ -231,7 +231,8 @@ void StoreCwd(CwdKind kind, uint32_t value) noexcept {
 
 bool MaybeOurs(int dirfd, const char* path) noexcept {
   if (!path) return false;
-  if (path[0] == '/') return UnderMount(Mount(), path) != nullptr;
+  if (path[0] == '/')
+    return UnderMount(Mount(), path) != nullptr || UnderMountSpelled(Mount(), path) != nullptr;
   if (dirfd == AT_FDCWD)
     return static_cast<CwdKind>(g_cwd.load(std::memory_order_relaxed) >> 32) != CwdKind::kOther;
   return g_fds.Get(dirfd) != 0;
@@ -253,6 +254,7 @@ Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
     const char* rel = nullptr;
     if (path[0] == '/') {
       rel = UnderMount(Mount(), path);
+      if (!rel) rel = UnderMountSpelled(Mount(), path);
       if (rel) start = &t.at(0);
     } else if (path[0] == '\0') {
       if (empty_path) {
@@ -294,6 +296,12 @@ Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
       loc.virt = false;
       loc.dirfd = dirfd;
       loc.path = path;
+      return loc;
+    }
+    if (hop == 0 && strnlen(path, PATH_MAX) >= PATH_MAX) {  // the kernel's first check
+      loc.virt = true;
+      loc.walk = Walk();
+      loc.walk.err = ENAMETOOLONG;
       return loc;
     }
     char* out = scratch->buf[hop & 1];

@@ -17,6 +17,7 @@ enum class Mod {
   kRmdir,     // rmdir: "." is EINVAL, ".." ENOTEMPTY
   kAttr,      // chmod, chown, utimes, setxattr, removexattr: the path must resolve
   kTruncate,  // truncate: EISDIR for a directory, EINVAL for other non-files
+  kNothing,   // utimensat with both times UTIME_OMIT: the kernel returns 0 without a lookup
 };
 
 long Denied(const Walk& w, Mod m) {
@@ -38,6 +39,8 @@ long Denied(const Walk& w, Mod m) {
       if (w.err) return -w.err;
       if (table::IsDir(*w.entry)) return -EISDIR;
       return table::IsReg(*w.entry) ? -EROFS : -EINVAL;
+    case Mod::kNothing:
+      return 0;
   }
   return -EROFS;
 }
@@ -97,6 +100,11 @@ int TwoPaths(int olddirfd, const char* oldpath, int newdirfd, const char* newpat
 using namespace fanstore::interceptor;  // NOLINT: the wrappers below are the C entry points
 namespace table = fanstore::table;
 
+// glibc's remove() calls its internal unlink and rmdir, which no wrapper sees.
+extern "C" int fanstore_remove(const char* path) noexcept {
+  return ModifyAt(AT_FDCWD, path, false, false, Mod::kUnlink,
+                  [&](int, const char* p) { return Real().remove(p); });
+}
 extern "C" int fanstore_unlink(const char* path) noexcept {
   return ModifyAt(AT_FDCWD, path, false, false, Mod::kUnlink,
                   [&](int, const char* p) { return Real().unlink(p); });
@@ -234,13 +242,24 @@ extern "C" int fanstore_futimesat(int dirfd, const char* path,
   return ModifyAt(dirfd, path, true, false, Mod::kAttr,
                   [&](int d, const char* p) { return Real().futimesat(d, p, times); });
 }
+namespace {
+// Both times UTIME_OMIT: nothing to change, which even a read-only file system allows.
+bool ChangesNothing(const struct timespec times[2]) {
+  return times && times[0].tv_nsec == UTIME_OMIT && times[1].tv_nsec == UTIME_OMIT;
+}
+}  // namespace
+
 extern "C" int fanstore_utimensat(int dirfd, const char* path, const struct timespec times[2],
                                   int flags) noexcept {
-  if (!path) return ModifyFd(dirfd, [&] { return Real().utimensat(dirfd, path, times, flags); });
-  return ModifyAt(dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH, Mod::kAttr,
+  if (!path) return fanstore_futimens(dirfd, times);
+  return ModifyAt(dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), flags & AT_EMPTY_PATH,
+                  ChangesNothing(times) ? Mod::kNothing : Mod::kAttr,
                   [&](int d, const char* p) { return Real().utimensat(d, p, times, flags); });
 }
 extern "C" int fanstore_futimens(int fd, const struct timespec times[2]) noexcept {
+  if (ChangesNothing(times))
+    return AsInt(OnFd(fd, [&] { return Real().futimens(fd, times); },
+                      [](const table::Entry&) { return 0L; }));
   return ModifyFd(fd, [&] { return Real().futimens(fd, times); });
 }
 
