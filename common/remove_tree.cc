@@ -135,8 +135,8 @@ void RemoveSubtreesInParallel(int top, dev_t dev, const std::string& path, size_
   if (subs.size() < 2) return;
   ParallelFor(subs.size(), threads, [&](size_t i) {
     const Sub& s = subs[i];
-    UniqueFD fd(::openat(s.parent->get(), s.name.c_str(),
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFD fd(
+        ::openat(s.parent->get(), s.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     struct stat st;
     if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || st.st_dev != dev) return;
     Walk w{fd.get(), dev, path, 0, Status::OK()};

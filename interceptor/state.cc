@@ -461,11 +461,13 @@ bool CopyRange(int src, loff_t off, int dst, size_t n) noexcept {
 int SelfUnpack(const table::Entry& e, int flags) noexcept {
   const int rfd = LocalRootFd();
   std::string_view rel = Table().Path(e);
-  const char* slash = static_cast<const char*>(memrchr(g_cfg.local_root, '/', g_cfg.local_root_len));
+  const char* slash =
+      static_cast<const char*>(memrchr(g_cfg.local_root, '/', g_cfg.local_root_len));
   if (rfd < 0 || rel.empty() || rel.size() >= PATH_MAX || !slash) return -ENOENT;
   char path[PATH_MAX];
-  const int n = snprintf(path, sizeof path, "%.*s/%s/%u", static_cast<int>(slash - g_cfg.local_root),
-                         g_cfg.local_root, table::kCopyDir, e.aux);
+  const int n =
+      snprintf(path, sizeof path, "%.*s/%s/%u", static_cast<int>(slash - g_cfg.local_root),
+               g_cfg.local_root, table::kCopyDir, e.aux);
   if (n <= 0 || static_cast<size_t>(n) >= sizeof path) return -ENAMETOOLONG;
   const int src = Real().open(path, O_RDONLY | O_CLOEXEC);
   if (src < 0) return -errno;

@@ -258,8 +258,8 @@ extern "C" int fanstore_utimensat(int dirfd, const char* path, const struct time
 }
 extern "C" int fanstore_futimens(int fd, const struct timespec times[2]) noexcept {
   if (ChangesNothing(times))
-    return AsInt(OnFd(fd, [&] { return Real().futimens(fd, times); },
-                      [](const table::Entry&) { return 0L; }));
+    return AsInt(OnFd(
+        fd, [&] { return Real().futimens(fd, times); }, [](const table::Entry&) { return 0L; }));
   return ModifyFd(fd, [&] { return Real().futimens(fd, times); });
 }
 

@@ -60,10 +60,10 @@ Status WriteStagedStream(int root_fd, const std::string& local_root, const forma
                          const format::DecodeFn& decode);
 
 // Lazy stage-in, first half: copies shards `ids` of the dataset as they are into `copy_dir`
-// (named table::CopyName(id); sequential reads, parallel over shards), checking the manifest's size and whole-shard hash
-// on the way. It needs only the manifest, so it can start before the indexes are read. A copy
-// whose hash does not match is reported like StageShards reports it: the bad file and frame
-// when one is, else the shard. stats->raw_bytes stays 0.
+// (named table::CopyName(id); sequential reads, parallel over shards), checking the manifest's size
+// and whole-shard hash on the way. It needs only the manifest, so it can start before the indexes
+// are read. A copy whose hash does not match is reported like StageShards reports it: the bad file
+// and frame when one is, else the shard. stats->raw_bytes stays 0.
 Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
                   const format::Dictionary& dict, const std::vector<uint32_t>& ids,
                   const std::string& copy_dir, const Options& opts, Stats* stats);
