@@ -458,7 +458,12 @@ bool CopyRange(int src, loff_t off, int dst, size_t n) noexcept {
 
 }  // namespace
 
+// Set once the local tree refuses our files (the job's read-only view of it, docs/security.md):
+// from then on this process asks the agent at once.
+std::atomic<bool> g_no_self_unpack{false};
+
 int SelfUnpack(const table::Entry& e, int flags) noexcept {
+  if (g_no_self_unpack.load(std::memory_order_relaxed)) return -EROFS;
   const int rfd = LocalRootFd();
   std::string_view rel = Table().Path(e);
   const char* slash =
@@ -484,6 +489,8 @@ int SelfUnpack(const table::Entry& e, int flags) noexcept {
   const int tmp = Real().openat(rfd, path, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0400);
   if (tmp < 0) {
     err = errno;
+    if (err == EROFS || err == EACCES || err == EPERM)
+      g_no_self_unpack.store(true, std::memory_order_relaxed);
   } else {
     if (!CopyRange(src, static_cast<loff_t>(e.child_count), tmp, e.size)) {
       err = errno ? errno : EIO;

@@ -1,7 +1,9 @@
 #include "spank-plugin/dirs.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -94,6 +96,43 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
   const int err = errno;
   drop_tmp();
   return Status::FromErrno("claim " + path, err);
+}
+
+}  // namespace fanstore::spank
+
+namespace fanstore::spank {
+
+Status ReadOnlyView(const std::string& dir, uid_t uid) {
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return Status::FromErrno("stat " + dir, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != uid)
+    return Status::Permission(dir + " is not a directory of the job user");
+  if (::unshare(CLONE_NEWNS) != 0) return Status::FromErrno("unshare(CLONE_NEWNS)", errno);
+  // Nothing mounted here may reach the node's namespace (whose / is usually shared), while the
+  // node's later mounts still reach the task.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+    return Status::FromErrno("make / a slave mount", errno);
+  // Opened in the new namespace (a bind takes its source from there), without following a
+  // link, and checked to be the directory seen above.
+  UniqueFD fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat fst;
+  if (!fd.valid() || ::fstat(fd.get(), &fst) != 0 || fst.st_ino != st.st_ino ||
+      fst.st_dev != st.st_dev)
+    return Status::IOError(dir + " changed while it was being mounted");
+  const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
+  if (::mount(self.c_str(), self.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+    return Status::FromErrno("bind mount " + dir, errno);
+  // The new mount's root, by name again; it must be the directory bound above.
+  UniqueFD top(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat tst;
+  if (!top.valid() || ::fstat(top.get(), &tst) != 0 || tst.st_ino != st.st_ino ||
+      tst.st_dev != st.st_dev)
+    return Status::IOError(dir + " changed while it was being mounted");
+  const std::string bound = "/proc/self/fd/" + std::to_string(top.get());
+  if (::mount(nullptr, bound.c_str(), nullptr,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+    return Status::FromErrno("remount " + dir + " read-only", errno);
+  return Status::OK();
 }
 
 }  // namespace fanstore::spank

@@ -21,4 +21,11 @@ namespace fanstore::spank {
 
 using fanstore::EnsureOwnDir;  // as the user: common/private_dir.h
 
+// In the calling process's own mount namespace (a task and its children; the rest of the node,
+// the agents included, keep theirs), makes `dir` a read-only bind mount of itself, so that no
+// process of the job, root or not, changes the staged copy by any route (a write to the local
+// path, a shell in a directory of it, a static binary): EROFS. `dir` must be a directory owned
+// by `uid`; it is opened without following a symlink and mounted through its descriptor.
+Status ReadOnlyView(const std::string& dir, uid_t uid);
+
 }  // namespace fanstore::spank

@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -107,6 +109,43 @@ TEST(EnsureOwnDir, RefusesWhatIsNotTheUsers) {
     EXPECT_NE(st.message().find("uid " + std::to_string(kOther)), std::string::npos)
         << st.ToString();
   }
+}
+
+}  // namespace
+}  // namespace fanstore::spank
+
+namespace fanstore::spank {
+namespace {
+
+// In a child (the namespace is the process's own): the copy is read-only there, by every route,
+// and stays writable for the parent, as for the agent on a node.
+TEST(ReadOnlyView, TheTaskCannotWriteTheNodeStillCan) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mount namespaces need root";
+  test::TempDir t("rov");
+  const std::string dir = t.path() + "/local", file = dir + "/data/f";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir((dir + "/data").c_str(), 0700), 0);
+  { UniqueFD fd(::open(file.c_str(), O_WRONLY | O_CREAT, 0400)); }
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int bad = 0;
+    Status st = ReadOnlyView(dir, ::getuid());
+    if (!st.ok()) {
+      std::fprintf(stderr, "ReadOnlyView: %s\n", st.ToString().c_str());
+      ::_exit(10);
+    }
+    bad += ::open(file.c_str(), O_WRONLY) >= 0 || errno != EROFS;
+    bad += ::unlink(file.c_str()) == 0 || errno != EROFS;
+    bad += ::open((dir + "/data/new").c_str(), O_WRONLY | O_CREAT, 0600) >= 0 || errno != EROFS;
+    bad += ::chmod(file.c_str(), 0600) == 0 || errno != EROFS;
+    ::_exit(bad);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  UniqueFD fd(::open((dir + "/data/new").c_str(), O_WRONLY | O_CREAT, 0600));
+  EXPECT_TRUE(fd.valid()) << "the parent's view must stay writable";
+  EXPECT_FALSE(ReadOnlyView(dir, ::getuid() + 1).ok());  // not the job user's
 }
 
 }  // namespace

@@ -24,6 +24,8 @@ struct PluginState {
   bool enabled = false;  // set in init_post_opt (or the job-script hook) once the options are known
   bool agent_step = false;     // remote context: this step runs the agents
   std::string deferred_error;  // from user_init, reported by task_init_privileged (Slurm bug 7573)
+  std::string local_dir;       // this node's staged copy, made read-only for the tasks
+  uint32_t uid = 0;            // the job user, who must own it
 };
 PluginState& State();
 

@@ -86,7 +86,7 @@ Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& 
 }
 
 Status ServeStep(spank_t sp) {
-  const PluginState& s = State();
+  PluginState& s = State();
   auto id = GetJobIdentity(sp);
   if (!id.ok()) return id.status();
   auto creds = GetJobCredentials(sp);
@@ -125,6 +125,8 @@ Status ServeStep(spank_t sp) {
   const std::string step = stepid == SLURM_BATCH_SCRIPT ? "batch" : std::to_string(stepid);
   LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + step + " on " + id->node +
                       ": agent ready after " + secs + " s");
+  s.local_dir = LocalDir(s.config, id.value());
+  s.uid = id->uid;
 
   const std::string preload =
       PrependPreload(JobGetenv(sp, "LD_PRELOAD").value_or(""), s.config.preload);
@@ -171,9 +173,16 @@ int StepdUserInit(spank_t sp, int /*ac*/, char** /*av*/) {
 int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   if (!s.enabled) return 0;
-  if (s.deferred_error.empty()) return 0;
-  LogError("task_init", s.deferred_error);
-  return -1;
+  if (!s.deferred_error.empty()) {
+    LogError("task_init", s.deferred_error);
+    return -1;
+  }
+  if (s.agent_step || s.local_dir.empty()) return 0;
+  // Defence in depth, not a condition of serving: a node that cannot do it still serves.
+  Status st = ReadOnlyView(s.local_dir, s.uid);
+  if (!st.ok())
+    LogError("task_init", "the staged copy stays writable for this task: " + st.message());
+  return 0;
 }
 
 }  // namespace fanstore::spank
