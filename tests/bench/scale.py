@@ -21,13 +21,13 @@ import json
 import math
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
 
+from bench import PY, drop_tree as drop  # bench.py, next to this script
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = "/usr/bin/python3"
 
 
 def log(msg):
@@ -47,13 +47,6 @@ def timed(fn):
 def gen_key():
     with open(os.path.join(HERE, "mkimagenet.py"), "rb") as f:
         return hashlib.sha1(f.read()).hexdigest()[:8]
-
-
-def drop(path):
-    if os.path.isdir(path):
-        shutil.rmtree(path, ignore_errors=True)
-    elif os.path.exists(path):
-        os.unlink(path)
 
 
 class Scale:
