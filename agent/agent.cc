@@ -245,7 +245,8 @@ Status Agent::PublishTable() {
   const std::string path = cfg_.run_dir + "/" + kTableName;
   client_counters_ = table::MapCounters(cfg_.run_dir, /*create=*/true);
   if (!client_counters_) LOG_WARN("client counters unavailable: %s", std::strerror(errno));
-  FS_RETURN_IF_ERROR(table::WriteFile(path, table_image_));
+  if (::rename((cfg_.run_dir + "/" + kTableTmpName).c_str(), path.c_str()) != 0)
+    return Status::FromErrno("table: rename to " + path, errno);
   return alive_.Acquire(path);
 }
 
@@ -305,7 +306,7 @@ void Agent::RemoveOwnFiles(bool keep_status) {
   if (created_run_ && !keep_status) {
     remove(cfg_.run_dir);
   } else if (have_run_) {
-    for (const char* name : {kTableName, table::kCountersName, kSocketName})
+    for (const char* name : {kTableName, kTableTmpName, table::kCountersName, kSocketName})
       ::unlink((cfg_.run_dir + "/" + name).c_str());
     if (!keep_status) ::unlink((cfg_.run_dir + "/" + kStatusName).c_str());
   }

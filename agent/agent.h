@@ -59,6 +59,7 @@ struct Config {
 using run_dir::kSocketName;
 using run_dir::kStatusName;
 using run_dir::kTableName;
+inline constexpr char kTableTmpName[] = "table.tmp";  // the table while it is built
 
 class Agent {
  public:
@@ -173,7 +174,7 @@ class Agent {
   // What the exchange said, and the table built from it.
   std::vector<std::vector<format::IndexEntry>> index_;  // every shard's entries
   std::unordered_map<std::string, std::string> links_;  // symlink targets by path
-  std::string table_image_;                             // the published table, and the
+  table::FileImage table_image_;                        // the published table, and the
   table::TableView view_;                               // agent's own view of it
   std::vector<FileRef> file_refs_;                      // by table entry; shard UINT32_MAX: no file
   table::AgentLock alive_;  // held while serving; clients see its release or our death

@@ -76,12 +76,14 @@ Status Agent::BuildTable() {
   std::vector<table::Node> nodes;
   FS_RETURN_IF_ERROR(TableNodes(&nodes));
   std::vector<uint32_t> entry_of;
-  auto image = table::Build(std::move(nodes), TableOptions(), &entry_of);
-  if (!image.ok()) return image.status().Prefixed("metadata table");
+  // Written straight into its file (renamed into place when published): no copy in the heap.
+  const std::string tmp = cfg_.run_dir + "/" + kTableTmpName;
+  Status built = table::BuildInto(std::move(nodes), TableOptions(), &entry_of,
+                                  [&](size_t n) { return table_image_.Create(tmp, n); });
+  if (!built.ok()) return built.Prefixed("metadata table");
   // The agent's own view of the table answers its opens by path: the shard and entry of every
   // file by table entry (and, for lazy unpack, the table entry of each file to mark later).
-  table_image_ = std::move(image).value();
-  FS_RETURN_IF_ERROR(view_.Attach(table_image_));
+  FS_RETURN_IF_ERROR(view_.Attach(table_image_.view()));
   file_refs_.assign(view_.size(), FileRef{UINT32_MAX, 0, false});
   for (uint32_t s = 0, k = 0; s < index_.size(); s++)
     for (uint32_t i = 0; i < index_[s].size(); i++, k++) {

@@ -170,6 +170,33 @@ void LinkChildren(const Header& h, char* base) {
 
 Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
                           std::vector<uint32_t>* entry_of) {
+  std::string image;
+  FS_RETURN_IF_ERROR(BuildInto(std::move(nodes), opts, entry_of, [&](size_t n) -> Result<char*> {
+    image.assign(n, '\0');
+    return image.data();
+  }));
+  return image;
+}
+
+FileImage::~FileImage() {
+  if (map_) ::munmap(map_, len_);
+}
+
+Result<char*> FileImage::Create(const std::string& path, size_t size) {
+  UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!fd.valid()) return Status::FromErrno("table: create " + path, errno);
+  if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
+    return Status::FromErrno("table: size " + path, errno);
+  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (m == MAP_FAILED) return Status::FromErrno("table: mmap " + path, errno);
+  if (map_) ::munmap(map_, len_);
+  map_ = m;
+  len_ = size;
+  return static_cast<char*>(m);
+}
+
+Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
+                 const AllocFn& alloc) {
   const size_t given = nodes.size();
   for (const Node& nd : nodes)
     if (!nd.path.empty() && !IsCanonicalPath(nd.path))
@@ -187,8 +214,9 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
     string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
   if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
   const Header h = Layout(n, string_bytes, opts);
-  std::string image(h.total_size, '\0');
-  char* base = image.data();
+  auto mem = alloc(h.total_size);
+  if (!mem.ok()) return mem.status();
+  char* base = mem.value();
   std::memcpy(base, &h, sizeof h);
   auto* entries = reinterpret_cast<Entry*>(base + h.entries_off);
   char* strings = base + h.strings_off;
@@ -235,7 +263,7 @@ Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
       entries[i].child_count = nodes[order[i]].copy_offset;
     }
   if (entry_of) entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(given));
-  return image;
+  return Status::OK();
 }
 
 Status WriteFile(const std::string& path, std::string_view image) {

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -113,8 +114,30 @@ struct BuildOptions {
   std::string tool;     // reads one file of it (see Header::tool_off)
 };
 
-// Serialises `nodes` into a table image. Fails on duplicate or non-canonical paths, or a
-// parent that is not a directory. With `entry_of`, (*entry_of)[k] is the table entry of nodes[k].
+// A table image written straight into its file, mapped read-write, so that the agent keeps no
+// second copy of it in its heap (issue 13: 115 bytes per file).
+class FileImage {
+ public:
+  FileImage() = default;
+  ~FileImage();
+  FileImage(const FileImage&) = delete;
+  FileImage& operator=(const FileImage&) = delete;
+  // Creates (or truncates) `path`, mode 0600, of `size` zero bytes, mapped shared.
+  Result<char*> Create(const std::string& path, size_t size);
+  std::string_view view() const { return {static_cast<const char*>(map_), len_}; }
+
+ private:
+  void* map_ = nullptr;
+  size_t len_ = 0;
+};
+
+// Serialises `nodes` into a table image in the memory `alloc` gives for its size (zeroed).
+// Fails on duplicate or non-canonical paths, or a parent that is not a directory. With
+// `entry_of`, (*entry_of)[k] is the table entry of nodes[k].
+using AllocFn = std::function<Result<char*>(size_t)>;
+Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
+                 const AllocFn& alloc);
+// The same into a string.
 Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
                           std::vector<uint32_t>* entry_of = nullptr);
 

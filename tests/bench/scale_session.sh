@@ -31,8 +31,9 @@ fi
 pid=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$rundir/status.json")
 hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
 rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
+shmem=$(awk '/^RssShmem/ {print $2}' "/proc/$pid/status")
 table=$(stat -c %s "$FANSTORE_TABLE")
-echo "{\"pid\": $pid, \"vm_hwm_kib\": $hwm, \"vm_rss_kib\": $rss, \"table_bytes\": $table}" >"$out/agent.json"
+echo "{\"pid\": $pid, \"vm_hwm_kib\": $hwm, \"vm_rss_kib\": $rss, \"rss_shmem_kib\": $shmem, \"table_bytes\": $table}" >"$out/agent.json"
 j2() {
   local name=$1
   shift
