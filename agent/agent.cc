@@ -247,7 +247,7 @@ Status Agent::PublishTable() {
   if (!client_counters_) LOG_WARN("client counters unavailable: %s", std::strerror(errno));
   if (::rename((cfg_.run_dir + "/" + kTableTmpName).c_str(), path.c_str()) != 0)
     return Status::FromErrno("table: rename to " + path, errno);
-  return alive_.Acquire(path);
+  return alive_.Acquire(table_image_.data(), table_image_.view().size());
 }
 
 Status Agent::Start() {

@@ -295,7 +295,14 @@ AgentLock::~AgentLock() {
   if (!map_) return;
   auto* h = static_cast<Header*>(map_);
   pthread_mutex_unlock(reinterpret_cast<pthread_mutex_t*>(h->agent_lock));
-  ::munmap(map_, len_);
+  if (owned_) ::munmap(map_, len_);
+}
+
+Status AgentLock::Acquire(char* map, size_t len) {
+  if (!map || len < sizeof(Header)) return Status::Corruption("table: truncated image");
+  map_ = map;
+  len_ = len;
+  return Lock();
 }
 
 Status AgentLock::Acquire(const std::string& table_path) {
@@ -311,6 +318,11 @@ Status AgentLock::Acquire(const std::string& table_path) {
     map_ = nullptr;
     return Status::FromErrno("table: mmap " + table_path, errno);
   }
+  owned_ = true;
+  return Lock();
+}
+
+Status AgentLock::Lock() {
   auto* m = reinterpret_cast<pthread_mutex_t*>(static_cast<Header*>(map_)->agent_lock);
   pthread_mutexattr_t a;
   pthread_mutexattr_init(&a);

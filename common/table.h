@@ -125,6 +125,7 @@ class FileImage {
   // Creates (or truncates) `path`, mode 0600, of `size` zero bytes, mapped shared.
   Result<char*> Create(const std::string& path, size_t size);
   std::string_view view() const { return {static_cast<const char*>(map_), len_}; }
+  char* data() const { return static_cast<char*>(map_); }
 
  private:
   void* map_ = nullptr;
@@ -154,13 +155,19 @@ class AgentLock {
   AgentLock(const AgentLock&) = delete;
   AgentLock& operator=(const AgentLock&) = delete;
   Status Acquire(const std::string& table_path);
+  // The same on a read-write mapping of the table that the caller keeps (FileImage): no second
+  // mapping of its pages.
+  Status Acquire(char* map, size_t len);
   // Sets kLocal on entry `index` once its file is complete under the local root (lazy
   // unpack); clients that load the flag afterwards open the file directly.
   void MarkLocal(uint32_t index);
 
  private:
+  Status Lock();
+
   void* map_ = nullptr;
   size_t len_ = 0;
+  bool owned_ = false;  // mapped by Acquire(path), unmapped here
 };
 
 // The cache file name of an entry: its path hash as 16 lowercase hex digits, written into

@@ -126,6 +126,26 @@ TEST(TableLock, AgentAliveFollowsTheLockHolder) {
   EXPECT_FALSE(v.AgentAlive());
 }
 
+TEST(TableBuild, IntoItsFileTheSameImageAsInMemory) {
+  const std::vector<Node> nodes = {{"d/f", S_IFREG | 0644, 5, 7, 0, {}},
+                                   {"d/l", S_IFLNK | 0777, 0, 7, 0, "f"}};
+  auto img = Build(nodes, {});
+  ASSERT_TRUE(img.ok());
+  test::TempDir tmp("table-test");
+  const std::string path = tmp.path() + "/table.tmp";
+  FileImage file;
+  ASSERT_TRUE(BuildInto(nodes, {}, nullptr, [&](size_t n) { return file.Create(path, n); }).ok());
+  EXPECT_EQ(file.view(), *img);
+  TableView v;
+  ASSERT_TRUE(v.Open(path).ok());  // what clients map is what the agent wrote in place
+  EXPECT_NE(v.Lookup("d/f"), nullptr);
+  // A failed allocation fails the build, naming it.
+  Status s = BuildInto(nodes, {}, nullptr, [&](size_t) -> Result<char*> {
+    return file.Create(tmp.path() + "/missing/table", 1);
+  });
+  EXPECT_NE(s.message().find("missing/table"), std::string::npos) << s.ToString();
+}
+
 TEST(TableBuild, RejectsBadInput) {
   EXPECT_FALSE(Build({{"../x", S_IFREG, 0, 0, 0, {}}}, {}).ok());
   EXPECT_FALSE(Build({{"/x", S_IFREG, 0, 0, 0, {}}}, {}).ok());

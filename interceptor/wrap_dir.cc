@@ -32,6 +32,10 @@ DIR* OpenVirtualDir(const Walk& w, int* err) {
     *err = ENOTDIR;
     return nullptr;
   }
+  if (!Permitted(*w.entry, R_OK)) {  // listing needs read permission, as opendir's open does
+    *err = EACCES;
+    return nullptr;
+  }
   VDir* v = NewVDir(Table().IndexOf(*w.entry), -1);
   if (!v) *err = ENOMEM;
   return reinterpret_cast<DIR*>(v);

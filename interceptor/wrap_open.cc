@@ -261,6 +261,12 @@ int OpenVirtual(const Walk& w, int flags) noexcept {
   }
   const Entry& e = *w.entry;
   if (!path_only && (flags & (O_CREAT | O_EXCL)) == (O_CREAT | O_EXCL)) return -EEXIST;
+  // The mode bits, before EROFS, as a read-only mount checks them: a 0000 file is EACCES.
+  const int need = (flags & O_ACCMODE) == O_RDONLY   ? R_OK
+                   : (flags & O_ACCMODE) == O_WRONLY ? W_OK
+                                                     : R_OK | W_OK;
+  if (!path_only && !(table::IsDir(e) && writes) && !table::IsLink(e) && !Permitted(e, need))
+    return -EACCES;
   int fd;
   if (table::IsLink(e)) {  // a final symlink that was not followed (O_NOFOLLOW)
     if (!path_only) return -ELOOP;

@@ -60,4 +60,17 @@ as_alice touch alice/existing/keep
 run_agent existing --local-dir "$T/alice/l5" --run-dir "$T/alice/existing"
 check "a run directory that existed before is not deleted (F5)" test -e alice/existing/keep
 check "the agent removed its own files from it" test -z "$(find alice/existing -mindepth 1 -maxdepth 1 ! -name '.*' ! -name '*keep*')"
+
+echo "== mode bits, for a user other than root"
+# A file and a directory the dataset records as 0000: the job user reads neither, as on a
+# read-only mount of the tree (root, who packed it, may).
+mkdir -p modes/src/closed modes/src/open
+echo secret >modes/src/none && echo x >modes/src/closed/f && echo y >modes/src/open/g
+chmod 0000 modes/src/none modes/src/closed
+"$F" pack -q modes/src modes/ds.fs && chmod -R a+rX modes/ds.fs && chmod 0755 modes
+out=$(as_alice "$F" run "$T/modes/ds.fs" --local-dir "$T/alice" --mount /fanstore/modes -- bash -c \
+  'cat /fanstore/modes/none; echo "rc=$?"; ls /fanstore/modes/closed; echo "rc=$?"; cat /fanstore/modes/open/g' 2>&1)
+check "a 0000 file cannot be read by the job user (EACCES)" grep -q "none: Permission denied" <<<"$out"
+check "a 0000 directory cannot be listed by the job user (EACCES)" grep -q "closed': Permission denied" <<<"$out"
+check "other files still read" grep -qx y <<<"$out"
 finish
