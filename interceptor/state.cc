@@ -245,6 +245,56 @@ const table::Entry* TrackedEntry(int fd) noexcept {
   return i < Table().size() ? &Table().at(i) : nullptr;
 }
 
+namespace {
+
+bool InGroup(gid_t gid, bool effective) {
+  if (gid == (effective ? getegid() : getgid())) return true;
+  gid_t groups[256];
+  int n = getgroups(256, groups);
+  for (int i = 0; i < n; i++)
+    if (groups[i] == gid) return true;
+  return false;
+}
+
+// The kernel needs search (x) permission on every directory a path crosses. Checked along the
+// parents of what the walk reached (the directories a canonical path crosses); nothing to ask
+// (no system call) when every class may search them, as datasets' directories usually allow.
+void CheckSearch(Walk* w) noexcept {
+  const table::TableView& t = Table();
+  const table::Entry* d = nullptr;
+  if (w->err == 0 && w->entry && &t.at(w->entry->parent) != w->entry)
+    d = &t.at(w->entry->parent);
+  else if (w->err == ENOENT && w->parent)
+    d = w->parent;
+  for (uint32_t depth = 0; d && depth < t.size(); depth++) {
+    if ((d->mode & 0111) != 0111 && !Permitted(*d, X_OK)) {
+      w->err = EACCES;
+      w->entry = w->parent = nullptr;
+      return;
+    }
+    const table::Entry* up = &t.at(d->parent);
+    d = up == d ? nullptr : up;
+  }
+}
+
+}  // namespace
+
+bool Permitted(const table::Entry& e, int mode, bool effective) noexcept {
+  const unsigned need = static_cast<unsigned>(mode) & 7;
+  // Bits every class of user has need no question about who asks (a system call here).
+  if (((e.mode >> 6) & (e.mode >> 3) & e.mode & need) == need) return true;
+  const table::Header& h = Table().header();
+  uid_t uid = effective ? geteuid() : getuid();
+  if (uid == 0) {
+    bool any_x = table::IsDir(e) || (e.mode & 0111);
+    return !(need & X_OK) || any_x;
+  }
+  unsigned perm = uid == h.uid                ? (e.mode >> 6) & 7
+                  : InGroup(h.gid, effective) ? (e.mode >> 3) & 7
+                                              : e.mode & 7;
+  return (perm & need) == need;
+}
+
 Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
                PathScratch* scratch) noexcept {
   Located loc;
@@ -308,6 +358,7 @@ Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
     loc.walk = Ns().Resolve(*start, rel, follow_last, out);
     if (!loc.walk.escaped) {
       loc.virt = true;
+      CheckSearch(&loc.walk);
       return loc;
     }
     path = out;

@@ -145,6 +145,10 @@ bool MaybeOurs(int dirfd, const char* path) noexcept;
 Located Locate(int dirfd, const char* path, bool follow_last, bool empty_path,
                PathScratch* scratch) noexcept;
 
+// Whether the mode bits the table reports (owner: the job user) let the caller have `mode`
+// (R_OK, W_OK, X_OK), as the kernel checks them; root may read and search anything.
+bool Permitted(const table::Entry& e, int mode, bool effective = true) noexcept;
+
 // The entry a tracked descriptor refers to, or nullptr.
 const table::Entry* TrackedEntry(int fd) noexcept;
 

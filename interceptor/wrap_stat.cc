@@ -50,35 +50,6 @@ void StatxFromStat(const struct stat& st, struct statx* stx) {
   stx->stx_dev_minor = minor(st.st_dev);
 }
 
-bool InGroup(gid_t gid, bool effective) {
-  if (gid == (effective ? getegid() : getgid())) return true;
-  gid_t groups[256];
-  int n = getgroups(256, groups);
-  for (int i = 0; i < n; i++)
-    if (groups[i] == gid) return true;
-  return false;
-}
-
-}  // namespace
-
-bool Permitted(const Entry& e, int mode, bool effective) noexcept {
-  const unsigned need = static_cast<unsigned>(mode) & 7;
-  // Bits every class of user has need no question about who asks (a system call here).
-  if (((e.mode >> 6) & (e.mode >> 3) & e.mode & need) == need) return true;
-  const table::Header& h = Table().header();
-  uid_t uid = effective ? geteuid() : getuid();
-  if (uid == 0) {
-    bool any_x = table::IsDir(e) || (e.mode & 0111);
-    return !(need & X_OK) || any_x;
-  }
-  unsigned perm = uid == h.uid                ? (e.mode >> 6) & 7
-                  : InGroup(h.gid, effective) ? (e.mode >> 3) & 7
-                                              : e.mode & 7;
-  return (perm & need) == need;
-}
-
-namespace {
-
 void FillStatx(const Entry& e, struct statx* stx) {
   struct stat st;
   Table().FillStat(e, &st);

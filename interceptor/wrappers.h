@@ -97,9 +97,7 @@ inline int AsInt(long r) { return static_cast<int>(r); }
 // ---- Shared virtual operations (defined in the wrap_*.cc files) ----
 // open(2) of a located virtual path: a tracked descriptor or -errno.
 int OpenVirtual(const Walk& w, int flags) noexcept;
-// Whether the mode bits the table reports (owner: the job user) let the caller have `mode`
-// (R_OK, W_OK, X_OK), as the kernel checks them; root may read and search anything.
-bool Permitted(const table::Entry& e, int mode, bool effective = true) noexcept;
+
 // Makes the virtual directory `dir` the working directory. 0 or -errno.
 int ChdirVirtual(const table::Entry& dir) noexcept;
 

@@ -69,8 +69,13 @@ echo secret >modes/src/none && echo x >modes/src/closed/f && echo y >modes/src/o
 chmod 0000 modes/src/none modes/src/closed
 "$F" pack -q modes/src modes/ds.fs && chmod -R a+rX modes/ds.fs && chmod 0755 modes
 out=$(as_alice "$F" run "$T/modes/ds.fs" --local-dir "$T/alice" --mount /fanstore/modes -- bash -c \
-  'cat /fanstore/modes/none; echo "rc=$?"; ls /fanstore/modes/closed; echo "rc=$?"; cat /fanstore/modes/open/g' 2>&1)
+  'cat /fanstore/modes/none; ls /fanstore/modes/closed; stat /fanstore/modes/closed/f /fanstore/modes/closed/nope
+   cat /fanstore/modes/open/g; stat -c %a /fanstore/modes/closed' 2>&1)
 check "a 0000 file cannot be read by the job user (EACCES)" grep -q "none: Permission denied" <<<"$out"
 check "a 0000 directory cannot be listed by the job user (EACCES)" grep -q "closed': Permission denied" <<<"$out"
-check "other files still read" grep -qx y <<<"$out"
+echo "$out" >modes/out.txt
+check "nothing is found under a 0000 directory, existing or not (no search permission: EACCES)" \
+  bash -c "grep -q \"closed/f': Permission denied\" modes/out.txt && grep -q \"closed/nope': Permission denied\" modes/out.txt"
+check "other files still read, and the directory itself still stats" \
+  bash -c "grep -qx y modes/out.txt && grep -qx 0 modes/out.txt"
 finish
