@@ -1,7 +1,6 @@
 // The packer: walk, plan balanced shards, compress and hash on all cores, write atomically.
 #include "pack/pack.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,13 +9,11 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <queue>
 #include <thread>
-#include <unordered_map>
 
 #include "common/hash.h"
 #include "common/io.h"
@@ -32,9 +29,7 @@
 namespace fanstore::pack {
 namespace {
 
-using format::Codec;
 using format::EntryType;
-using format::IndexEntry;
 
 struct Batch {
   uint32_t shard;
