@@ -86,7 +86,9 @@ Status Agent::Prepare() {
   FS_RETURN_IF_ERROR(dict_.Load(cfg_.dataset, manifest_.dict));
   pool_ = std::make_unique<ThreadPool>(cfg_.threads ? cfg_.threads : ThreadPool::DefaultThreads());
   return server_.Start(cfg_.run_dir + "/" + kSocketName,
-                       [this](proto::Op op, const std::string& p) { return Handle(op, p); });
+                       [this](proto::Op op, const std::string& p, UniqueFD passed) {
+                         return Handle(op, p, std::move(passed));
+                       });
 }
 
 // Tests hold the agent at a phase (FANSTORE_TEST_PAUSE=staging:MS or exchange:MS) to kill it or
@@ -314,6 +316,7 @@ void Agent::RemoveOwnFiles(bool keep_status) {
 
 void Agent::Shutdown() {
   StopTicker();
+  kernel_view_.Stop();  // its requests use the unpacker and the remote files
   unpacker_.Stop();
   remote_.Stop();
   server_.Stop();

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/bootstrap.h"
+#include "agent/kernel_view.h"
 #include "agent/peer.h"
 #include "agent/remote.h"
 #include "agent/server.h"
@@ -132,7 +133,8 @@ class Agent {
   table::BuildOptions TableOptions() const;
 
   // Serving (serve.cc): the local service's requests, and peers' requests for local files.
-  Reply Handle(proto::Op op, const std::string& payload);
+  Reply Handle(proto::Op op, const std::string& payload, UniqueFD passed);
+  Reply ServeView(UniqueFD dev);
   Reply Open(const std::string& path);
   int ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size);
   std::vector<uint32_t> ShardFiles(uint32_t shard);
@@ -221,6 +223,9 @@ class Agent {
   // Last, so that they stop first: their threads use the members above.
   RemoteFiles remote_;
   Unpacker unpacker_;
+  // The FUSE mounts of the tasks' kernel-visible views; first to stop: it opens files through
+  // the two above.
+  KernelView kernel_view_{view_, [this](const std::string& rel) { return Open(rel); }};
 };
 
 }  // namespace fanstore::agent

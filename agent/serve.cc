@@ -9,7 +9,7 @@ namespace fanstore::agent {
 using format::EntryType;
 using format::IndexEntry;
 
-Reply Agent::Handle(proto::Op op, const std::string& payload) {
+Reply Agent::Handle(proto::Op op, const std::string& payload, UniqueFD passed) {
   switch (op) {
     case proto::kStatus:
       return Reply{0, StatusJson(), -1};
@@ -17,6 +17,8 @@ Reply Agent::Handle(proto::Op op, const std::string& payload) {
       return Reply{0, StatsJson(payload == proto::kStatsSeries), -1};
     case proto::kOpen:
       return Open(payload);
+    case proto::kServeView:
+      return ServeView(std::move(passed));
   }
   return Reply{EINVAL, "", -1};
 }
@@ -49,6 +51,20 @@ Reply Agent::Open(const std::string& path) {
   }
   opens_local_++;
   return Reply{0, "", fd};
+}
+
+Reply Agent::ServeView(UniqueFD dev) {
+  {
+    std::lock_guard<std::mutex> l(state_mu_);
+    if (state_ != "ready") return Reply{EAGAIN, "the agent is not serving yet", -1};
+  }
+  Status st = kernel_view_.Serve(std::move(dev));
+  if (!st.ok()) {
+    LOG_ERROR("kernel-visible view: %s", st.ToString().c_str());
+    return Reply{st.ToErrno(), st.message(), -1};
+  }
+  LOG_INFO("kernel-visible view: serving a task's mount (%zu now)", kernel_view_.mounts());
+  return Reply{0, "", -1};
 }
 
 int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {

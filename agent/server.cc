@@ -116,9 +116,10 @@ void LocalServer::Serve(int conn) {
     struct timeval tv = {5, 0};
     ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     proto::Frame f;
-    // Clients never send descriptors: without room for one, the kernel drops any.
-    if (proto::Recv(conn, &f, buf.data(), buf.size(), nullptr) != 0) return;
-    Reply r = handler_(static_cast<proto::Op>(f.op), std::string(buf.data(), f.len));
+    int passed = -1;
+    if (proto::Recv(conn, &f, buf.data(), buf.size(), &passed) != 0) return;
+    Reply r =
+        handler_(static_cast<proto::Op>(f.op), std::string(buf.data(), f.len), UniqueFD(passed));
     const UniqueFD reply_fd(r.fd);  // ours to close once sent
     proto::Frame out{proto::kMagic, f.op, r.status, static_cast<uint32_t>(r.payload.size())};
     if (proto::Send(conn, out, r.payload.data(), reply_fd.get()) != 0) return;

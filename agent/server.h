@@ -22,7 +22,8 @@ struct Reply {
   int fd = -1;  // sent with SCM_RIGHTS and then closed by the server
 };
 
-using Handler = std::function<Reply(proto::Op op, const std::string& payload)>;
+// `passed`: the descriptor the request carried (kServeView), if any.
+using Handler = std::function<Reply(proto::Op op, const std::string& payload, UniqueFD passed)>;
 
 class LocalServer {
  public:

@@ -43,9 +43,14 @@ class ServerTest : public ::testing::Test {
   // A handler that echoes: kStatus gives "status:<payload>", kStats counts, kOpen opens the
   // payload under dir_ (or replies with the errno), and any other op is EINVAL.
   void StartEcho() {
-    Status s = server_.Start(path_, [this](proto::Op op, const std::string& p) {
+    Status s = server_.Start(path_, [this](proto::Op op, const std::string& p, UniqueFD passed) {
       calls_++;
       switch (op) {
+        case proto::kServeView: {  // tells what the passed descriptor is
+          struct stat st;
+          if (!passed.valid() || ::fstat(passed.get(), &st) != 0) return Reply{EBADF, "", -1};
+          return Reply{0, S_ISFIFO(st.st_mode) ? "fifo" : "other", -1};
+        }
         case proto::kStatus:
           return Reply{0, "status:" + p, -1};
         case proto::kStats:
@@ -90,6 +95,25 @@ TEST_F(ServerTest, AnswersEachOpOnOneReusedConnection) {
   EXPECT_EQ(a.frame.status, EINVAL);
 }
 
+// kServeView carries a descriptor (the plugin's /dev/fuse) to the handler; without one the
+// handler sees none.
+TEST_F(ServerTest, ADescriptorSentWithARequestReachesTheHandler) {
+  StartEcho();
+  UniqueFD c = Client();
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+  const UniqueFD rd(pipe_fds[0]), wr(pipe_fds[1]);
+  proto::Frame f{proto::kMagic, proto::kServeView, 0, 0};
+  ASSERT_EQ(proto::Send(c.get(), f, nullptr, rd.get()), 0);
+  char buf[64];
+  ASSERT_EQ(proto::Recv(c.get(), &f, buf, sizeof buf, nullptr), 0);
+  EXPECT_EQ(f.status, 0);
+  EXPECT_EQ(std::string(buf, f.len), "fifo");
+  Answer a = Ask(c.get(), proto::kServeView);
+  ASSERT_EQ(a.rc, 0);
+  EXPECT_EQ(a.frame.status, EBADF);
+}
+
 TEST_F(ServerTest, TheSocketIsBornPrivateWhateverTheUmask) {
   const mode_t old = ::umask(0);
   StartEcho();
@@ -129,7 +153,7 @@ TEST_F(ServerTest, TheServerClosesItsCopyOfAPassedDescriptor) {
   UniqueFD rd(p[0]), wr(p[1]);
   ASSERT_TRUE(server_
                   .Start(path_,
-                         [&](proto::Op, const std::string&) {
+                         [&](proto::Op, const std::string&, UniqueFD) {
                            return Reply{0, "", ::fcntl(wr.get(), F_DUPFD_CLOEXEC, 0)};
                          })
                   .ok());
@@ -170,7 +194,7 @@ TEST_F(ServerTest, ASlowRequestDoesNotBlockAnotherClient) {
   std::atomic<bool> release{false};
   ASSERT_TRUE(server_
                   .Start(path_,
-                         [&](proto::Op op, const std::string&) {
+                         [&](proto::Op op, const std::string&, UniqueFD) {
                            if (op == proto::kOpen)
                              while (!release) std::this_thread::sleep_for(milliseconds(1));
                            return Reply{0, "done", -1};
@@ -252,7 +276,8 @@ TEST_F(ServerTest, StopEndsConnectionsPromptlyAndRemovesTheSocket) {
 TEST_F(ServerTest, DestructionStopsTheServer) {
   {
     LocalServer s;
-    ASSERT_TRUE(s.Start(path_, [](proto::Op, const std::string&) { return Reply{}; }).ok());
+    ASSERT_TRUE(
+        s.Start(path_, [](proto::Op, const std::string&, UniqueFD) { return Reply{}; }).ok());
     UniqueFD c = Client();
     EXPECT_EQ(Ask(c.get(), proto::kStatus).rc, 0);
   }
@@ -263,7 +288,7 @@ TEST_F(ServerTest, AnExistingSocketIsNeitherTakenOverNorRemoved) {
   StartEcho();
   {
     LocalServer second;
-    Status s = second.Start(path_, [](proto::Op, const std::string&) { return Reply{}; });
+    Status s = second.Start(path_, [](proto::Op, const std::string&, UniqueFD) { return Reply{}; });
     EXPECT_FALSE(s.ok());
     EXPECT_NE(s.message().find(path_), std::string::npos) << s.ToString();
   }  // the failed server's destructor must not unlink the first one's socket
@@ -276,7 +301,7 @@ TEST_F(ServerTest, AnExistingSocketIsNeitherTakenOverNorRemoved) {
 TEST_F(ServerTest, APathTooLongForASocketIsAnInvalidArgument) {
   LocalServer s;
   Status st = s.Start(dir_ + "/" + std::string(200, 'x'),
-                      [](proto::Op, const std::string&) { return Reply{}; });
+                      [](proto::Op, const std::string&, UniqueFD) { return Reply{}; });
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
 }
 

@@ -19,5 +19,8 @@ inline constexpr char kAgentStep[] = "FANSTORE_AGENT_STEP";  // "1" in the agent
 inline constexpr char kJobAgents[] = "FANSTORE_JOB_AGENTS";  // job whose agents the batch step runs
 inline constexpr char kAgentLocalDir[] = "FANSTORE_AGENT_LOCAL_DIR";  // per node, in the agent step
 inline constexpr char kAgentRunDir[] = "FANSTORE_AGENT_RUN_DIR";      // per node, in the agent step
+// In each task: "on" when the dataset is also mounted at FANSTORE_MOUNT for the kernel (FUSE),
+// else "off: <why>".
+inline constexpr char kKernelView[] = "FANSTORE_KERNEL_VIEW";
 
 }  // namespace fanstore::env

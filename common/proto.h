@@ -9,6 +9,9 @@
 //   request  kStatus: no payload; reply payload = JSON {"state": "staging|ready|failed", ...}
 //   request  kStats:  no payload; reply payload = JSON counters
 //                     payload kStatsSeries: the counters and "series", their samples over time
+//            kServeView: one descriptor, of /dev/fuse, mounted by the SPANK plugin at the
+//                     virtual path in a task's mount namespace (agent/kernel_view.h)
+//                     reply: status = 0 once it is served, or errno and a message as payload
 //
 // Functions here never throw and never allocate on success paths beyond the caller's buffers,
 // so the interceptor can use them.
@@ -22,7 +25,7 @@ namespace fanstore::proto {
 inline constexpr uint32_t kMagic = 0x46534c31;  // "FSL1"
 inline constexpr uint32_t kMaxPayload = 1u << 20;
 
-enum Op : uint32_t { kOpen = 1, kStatus = 2, kStats = 3 };
+enum Op : uint32_t { kOpen = 1, kStatus = 2, kStats = 3, kServeView = 4 };
 // kStats's payload asking for the time series too (agents before it ignore the payload).
 inline constexpr char kStatsSeries[] = "series";
 

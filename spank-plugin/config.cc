@@ -11,7 +11,9 @@ namespace fanstore::spank {
 namespace {
 
 constexpr const char* kKnownKeys =
-    "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas, cache_size";
+    "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas, "
+    "cache_size, "
+    "kernel_view";
 
 }  // namespace
 
@@ -95,6 +97,10 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
         return Status::InvalidArgument("cache_size='" + value +
                                        "': must be a size such as 20G, 512M or 1T");
       c.cache_size = value;
+    } else if (key == "kernel_view") {
+      if (value != "yes" && value != "no")
+        return Status::InvalidArgument("kernel_view='" + value + "': must be yes or no");
+      c.kernel_view = value == "yes";
     } else {
       return Status::InvalidArgument("unknown key '" + key + "' (known keys: " + kKnownKeys + ")");
     }

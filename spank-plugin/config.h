@@ -26,6 +26,9 @@ struct Config {
       0;  // stagein_timeout= : seconds a step waits for its node's agent to be ready
   std::string
       replicas;  // replicas= : default for --fanstore-replicas (default "1": one copy per shard)
+  // kernel_view= : yes (default) mounts the dataset for each task with FUSE too, at the same
+  // path, for what the interception library cannot reach (static binaries, exec, dlopen)
+  bool kernel_view = true;
   std::string cache_size;  // cache_size= : the agents' --cache-size (default empty: half the free
                            // space left in the local directory after stage-in)
 };

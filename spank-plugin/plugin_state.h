@@ -26,6 +26,11 @@ struct PluginState {
   std::string deferred_error;  // from user_init, reported by task_init_privileged (Slurm bug 7573)
   std::string local_dir;       // this node's staged copy, made read-only for the tasks
   uint32_t uid = 0;            // the job user, who must own it
+  uint32_t gid = 0;
+  std::string mount;       // where the tasks see the dataset
+  std::string socket;      // this node's agent
+  int view_fd = -1;        // a task's kernel-visible view (/dev/fuse), until the agent has it
+  std::string view_error;  // why the task has none
 };
 PluginState& State();
 

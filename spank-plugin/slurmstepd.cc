@@ -16,7 +16,9 @@
 #include <cstdio>
 
 #include "common/env.h"
+#include "common/proto.h"
 #include "common/run_dir.h"
+#include "common/unique_fd.h"
 #include "spank-plugin/agent_wait.h"
 #include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
@@ -127,13 +129,31 @@ Status ServeStep(spank_t sp) {
                       ": agent ready after " + secs + " s");
   s.local_dir = LocalDir(s.config, id.value());
   s.uid = id->uid;
+  s.gid = creds->gid;
+  s.mount = mount.value();
+  s.socket = wait.run_dir + "/" + run_dir::kSocketName;
 
   const std::string preload =
       PrependPreload(JobGetenv(sp, "LD_PRELOAD").value_or(""), s.config.preload);
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, "LD_PRELOAD", preload));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kMount, mount.value()));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kTable, wait.run_dir + "/" + run_dir::kTableName));
-  return SetTaskEnv(sp, env::kSocket, wait.run_dir + "/" + run_dir::kSocketName);
+  return SetTaskEnv(sp, env::kSocket, s.socket);
+}
+
+// As the user, in the task: hands this task's FUSE mount to the agent, which serves it.
+Status HandOverView(const std::string& socket, int view_fd) {
+  UniqueFD sock(proto::Connect(socket.c_str(), 30000));
+  if (!sock.valid()) return Status::IOError("cannot reach the agent at " + socket);
+  proto::Frame f{proto::kMagic, proto::kServeView, 0, 0};
+  if (int rc = proto::Send(sock.get(), f, nullptr, view_fd); rc != 0)
+    return Status::FromErrno("send to the agent", -rc);
+  char msg[512];
+  if (int rc = proto::Recv(sock.get(), &f, msg, sizeof msg - 1, nullptr); rc != 0)
+    return Status::FromErrno("the agent's answer", -rc);
+  msg[f.len] = '\0';
+  if (f.status != 0) return Status::FromErrno(std::string("the agent: ") + msg, f.status);
+  return Status::OK();
 }
 
 }  // namespace
@@ -178,10 +198,43 @@ int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
     return -1;
   }
   if (s.agent_step || s.local_dir.empty()) return 0;
-  // Defence in depth, not a condition of serving: a node that cannot do it still serves.
-  Status st = ReadOnlyView(s.local_dir, s.uid);
+  // Neither view is a condition of serving: a node that cannot make them still serves.
+  Status st = TaskNamespace();
+  if (!st.ok()) {
+    LogError("task_init",
+             "no namespace of the task's own, so the staged copy stays writable and "
+             "there is no kernel-visible view: " +
+                 st.message());
+    return 0;
+  }
+  st = ReadOnlyView(s.local_dir, s.uid);
   if (!st.ok())
     LogError("task_init", "the staged copy stays writable for this task: " + st.message());
+  if (!s.config.kernel_view) return 0;
+  auto view = KernelViewMount(s.mount, s.uid, s.gid);
+  if (view.ok())
+    s.view_fd = view->Release();
+  else
+    s.view_error = view.status().message();
+  return 0;
+}
+
+int StepdTaskInit(spank_t sp, int /*ac*/, char** /*av*/) {
+  PluginState& s = State();
+  if (!s.enabled || s.agent_step || s.local_dir.empty()) return 0;
+  if (s.view_fd >= 0) {
+    const UniqueFD view(s.view_fd);  // the agent's copy is the one that serves; this one goes
+    s.view_fd = -1;
+    Status st = HandOverView(s.socket, view.get());
+    if (!st.ok()) s.view_error = st.message();
+  }
+  if (!s.config.kernel_view) s.view_error = "turned off by the administrator (kernel_view=no)";
+  if (!s.view_error.empty())
+    LogInfo("task_init", "no kernel-visible view at " + s.mount + ": " + s.view_error);
+  // Tells the task's programs (and the user) whether it is there.
+  const std::string state = s.view_error.empty() ? "on" : "off: " + s.view_error;
+  if (spank_setenv(sp, env::kKernelView, state.c_str(), 1) != ESPANK_SUCCESS)
+    LogError("task_init", std::string("cannot set ") + env::kKernelView);
   return 0;
 }
 

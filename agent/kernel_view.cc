@@ -1,0 +1,293 @@
+#define FUSE_USE_VERSION 34
+#include "agent/kernel_view.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+
+namespace fanstore::agent {
+namespace {
+
+// Nothing in the dataset ever changes while it is mounted.
+constexpr double kForever = 365.0 * 24 * 3600;
+
+// /dev/fuse's device number (Documentation/admin-guide/devices.txt).
+constexpr unsigned kFuseMajor = 10, kFuseMinor = 229;
+
+struct Context {
+  const table::TableView* table;
+  KernelView::OpenFn* open;
+};
+
+Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
+
+// The table entry of a node id, or nullptr for one the kernel cannot have been given.
+const table::Entry* EntryOf(fuse_req_t req, fuse_ino_t ino) {
+  const table::TableView& t = *Ctx(req).table;
+  if (ino == 0 || ino > t.size()) return nullptr;
+  return &t.at(static_cast<uint32_t>(ino - 1));
+}
+
+fuse_ino_t NodeOf(const table::TableView& t, const table::Entry& e) { return t.IndexOf(e) + 1; }
+
+void ReplyEntry(fuse_req_t req, const table::Entry* e) {
+  const table::TableView& t = *Ctx(req).table;
+  struct fuse_entry_param p;
+  std::memset(&p, 0, sizeof p);
+  p.entry_timeout = kForever;  // also for a name that is not there: it never will be
+  if (e) {
+    p.ino = NodeOf(t, *e);
+    p.attr_timeout = kForever;
+    t.FillStat(*e, &p.attr);
+  }
+  fuse_reply_entry(req, &p);
+}
+
+void Init(void*, struct fuse_conn_info* conn) {
+  // Requests are read from a non-blocking descriptor by several threads (Mount::Loop); the
+  // splice path would read it differently.
+  conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  const table::TableView& t = *Ctx(req).table;
+  const table::Entry* dir = EntryOf(req, parent);
+  if (!dir) return (void)fuse_reply_err(req, ENOENT);
+  if (!table::IsDir(*dir)) return (void)fuse_reply_err(req, ENOTDIR);
+  const size_t len = std::strlen(name);
+  if (len > NAME_MAX) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  std::string rel(t.Path(*dir));
+  if (!rel.empty()) rel += '/';
+  rel.append(name, len);
+  ReplyEntry(req, t.Lookup(rel));
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+  const table::Entry* e = EntryOf(req, ino);
+  if (!e) return (void)fuse_reply_err(req, ENOENT);
+  struct stat st;
+  Ctx(req).table->FillStat(*e, &st);
+  fuse_reply_attr(req, &st, kForever);
+}
+
+void ReadLink(fuse_req_t req, fuse_ino_t ino) {
+  const table::Entry* e = EntryOf(req, ino);
+  if (!e || !table::IsLink(*e)) return (void)fuse_reply_err(req, EINVAL);
+  fuse_reply_readlink(req, std::string(Ctx(req).table->LinkTarget(*e)).c_str());
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  const table::Entry* e = EntryOf(req, ino);
+  if (!e) return (void)fuse_reply_err(req, ENOENT);
+  if (table::IsDir(*e)) return (void)fuse_reply_err(req, EISDIR);
+  if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
+    return (void)fuse_reply_err(req, EROFS);
+  const Context& c = Ctx(req);
+  Reply r = (*c.open)(std::string(c.table->Path(*e)));
+  if (r.status != 0 || r.fd < 0) return (void)fuse_reply_err(req, r.status ? r.status : EIO);
+  fi->fh = static_cast<uint64_t>(r.fd);
+  fi->keep_cache = 1;  // the bytes never change: pages cached by an earlier open stay valid
+  fi->noflush = 1;
+  if (fuse_reply_open(req, fi) != 0) ::close(r.fd);  // the open was interrupted
+}
+
+void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
+  struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  buf.buf[0].fd = static_cast<int>(fi->fh);
+  buf.buf[0].pos = off;
+  fuse_reply_data(req, &buf, FUSE_BUF_NO_SPLICE);
+}
+
+void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
+  ::close(static_cast<int>(fi->fh));
+  fuse_reply_err(req, 0);
+}
+
+void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  const table::Entry* e = EntryOf(req, ino);
+  if (!e) return (void)fuse_reply_err(req, ENOENT);
+  if (!table::IsDir(*e)) return (void)fuse_reply_err(req, ENOTDIR);
+  fi->cache_readdir = 1;
+  fi->keep_cache = 1;
+  fuse_reply_open(req, fi);
+}
+
+// Offsets: 0 ".", 1 "..", 2 + i the directory's i-th child (sorted by name).
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+  const table::TableView& t = *Ctx(req).table;
+  const table::Entry* e = EntryOf(req, ino);
+  if (!e || !table::IsDir(*e)) return (void)fuse_reply_err(req, ENOTDIR);
+  const auto children = t.Children(*e);
+  std::vector<char> buf(std::min<size_t>(size, 1 << 20));
+  size_t used = 0;
+  for (uint64_t i = off < 0 ? 0 : static_cast<uint64_t>(off); i < 2 + children.size(); i++) {
+    const table::Entry& c = i == 0 ? *e : i == 1 ? t.at(e->parent) : t.at(children[i - 2]);
+    std::string name = i == 0 ? "." : i == 1 ? ".." : std::string(t.Name(c));
+    struct stat st;
+    std::memset(&st, 0, sizeof st);
+    st.st_ino = c.ino;
+    st.st_mode = c.mode;
+    const size_t need = fuse_add_direntry(req, buf.data() + used, buf.size() - used, name.c_str(),
+                                          &st, static_cast<off_t>(i + 1));
+    if (need > buf.size() - used) break;
+    used += need;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void StatFs(fuse_req_t req, fuse_ino_t) {
+  const table::TableView& t = *Ctx(req).table;
+  struct statvfs s;
+  std::memset(&s, 0, sizeof s);
+  s.f_bsize = s.f_frsize = 4096;
+  s.f_blocks = (t.header().total_size + 4095) / 4096;
+  s.f_files = t.size();
+  s.f_namemax = NAME_MAX;
+  s.f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV;
+  fuse_reply_statfs(req, &s);
+}
+
+// The dataset carries no extended attributes.
+void GetXattr(fuse_req_t req, fuse_ino_t, const char*, size_t) { fuse_reply_err(req, ENODATA); }
+void ListXattr(fuse_req_t req, fuse_ino_t, size_t size) {
+  if (size == 0)
+    fuse_reply_xattr(req, 0);
+  else
+    fuse_reply_buf(req, nullptr, 0);
+}
+
+const struct fuse_lowlevel_ops kOps = [] {
+  struct fuse_lowlevel_ops ops;
+  std::memset(&ops, 0, sizeof ops);
+  ops.init = Init;
+  ops.lookup = Lookup;
+  ops.getattr = GetAttr;
+  ops.readlink = ReadLink;
+  ops.open = Open;
+  ops.read = Read;
+  ops.release = Release;
+  ops.opendir = OpenDir;
+  ops.readdir = ReadDir;
+  ops.statfs = StatFs;
+  ops.getxattr = GetXattr;
+  ops.listxattr = ListXattr;
+  return ops;
+}();
+
+}  // namespace
+
+struct KernelView::Mount {
+  Context ctx;
+  struct fuse_session* se = nullptr;
+  UniqueFD stop;  // an eventfd: readable once the mount must end
+  std::vector<std::thread> threads;
+  std::atomic<int> running{0};
+
+  ~Mount() {
+    uint64_t one = 1;
+    if (stop.valid()) (void)!::write(stop.get(), &one, sizeof one);
+    for (std::thread& t : threads) t.join();
+    if (se) fuse_session_destroy(se);  // closes the /dev/fuse descriptor
+  }
+
+  void Loop() {
+    struct fuse_buf buf;
+    std::memset(&buf, 0, sizeof buf);
+    const int dev = fuse_session_fd(se);
+    while (!fuse_session_exited(se)) {
+      struct pollfd p[2] = {{dev, POLLIN, 0}, {stop.get(), POLLIN, 0}};
+      if (::poll(p, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (p[1].revents) break;
+      if (p[0].revents & (POLLERR | POLLHUP)) break;  // unmounted
+      const int n = fuse_session_receive_buf(se, &buf);
+      if (n == -EINTR || n == -EAGAIN) continue;  // another thread took the request
+      if (n <= 0) break;
+      fuse_session_process_buf(se, &buf);
+    }
+    std::free(buf.mem);
+    fuse_session_exit(se);
+    running--;
+  }
+};
+
+KernelView::KernelView(const table::TableView& table, OpenFn open)
+    : table_(table), open_(std::move(open)) {}
+
+KernelView::~KernelView() { Stop(); }
+
+Status KernelView::Serve(UniqueFD dev) {
+  struct stat st;
+  if (!dev.valid() || ::fstat(dev.get(), &st) != 0 || !S_ISCHR(st.st_mode) ||
+      major(st.st_rdev) != kFuseMajor || minor(st.st_rdev) != kFuseMinor)
+    return Status::InvalidArgument("the descriptor passed for the kernel view is not /dev/fuse");
+  if (::fcntl(dev.get(), F_SETFL, O_NONBLOCK) != 0) return Status::FromErrno("fcntl", errno);
+  std::lock_guard<std::mutex> l(mu_);
+  if (stopped_) return Status::IOError("the agent is stopping");
+  Reap();
+  if (mounts_.size() >= kMaxMounts)
+    return Status::IOError("already serving " + std::to_string(kMaxMounts) +
+                           " kernel views on this node");
+  auto m = std::make_unique<Mount>();
+  m->ctx = Context{&table_, &open_};
+  m->stop.Reset(::eventfd(0, EFD_CLOEXEC));
+  if (!m->stop.valid()) return Status::FromErrno("eventfd", errno);
+  char arg0[] = "fanstore-agent";
+  char* argv[] = {arg0, nullptr};
+  struct fuse_args args = FUSE_ARGS_INIT(1, argv);
+  m->se = fuse_session_new(&args, &kOps, sizeof kOps, &m->ctx);
+  if (!m->se) return Status::IOError("cannot start a FUSE session");
+  // libfuse takes a descriptor that is already mounted as the mount point /dev/fd/N.
+  const std::string where = "/dev/fd/" + std::to_string(dev.get());
+  if (fuse_session_mount(m->se, where.c_str()) != 0)
+    return Status::IOError("FUSE refused the descriptor for the kernel view");
+  (void)dev.Release();  // the session's now
+  try {
+    for (int i = 0; i < kThreadsPerMount; i++) {
+      m->running++;
+      m->threads.emplace_back([mp = m.get()] { mp->Loop(); });
+    }
+  } catch (const std::system_error& e) {
+    m->running--;
+    return Status::IOError(std::string("no thread for the kernel view: ") + e.what());
+  }
+  mounts_.push_back(std::move(m));
+  return Status::OK();
+}
+
+void KernelView::Reap() {
+  mounts_.remove_if([](const std::unique_ptr<Mount>& m) { return m->running.load() == 0; });
+}
+
+size_t KernelView::mounts() {
+  std::lock_guard<std::mutex> l(mu_);
+  Reap();
+  return mounts_.size();
+}
+
+void KernelView::Stop() {
+  std::list<std::unique_ptr<Mount>> ending;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopped_ = true;
+    ending.swap(mounts_);
+  }
+  ending.clear();  // each wakes its threads, joins them and closes its connection
+}
+
+}  // namespace fanstore::agent
