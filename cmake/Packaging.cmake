@@ -3,7 +3,8 @@
 #   fanstore-preload  component preload:  <libdir>/libfanstore_preload.so
 #   fanstore-spank    component spank:    spank_fanstore.so in FANSTORE_SLURM_PLUGIN_DIR, its
 #                                         man page, and the conffile
-#                                         /etc/slurm/plugstack.conf.d/fanstore.conf
+#                                         /etc/slurm/plugstack.conf.d/fanstore.conf, and the
+#                                         empty mount prefix /fanstore
 # The packages install under /usr whatever CMAKE_INSTALL_PREFIX is (`fanstore run` finds the agent
 # and the library next to itself); the conffile names both, so the plugin needs no built-in path.
 
@@ -26,6 +27,9 @@ if(TARGET spank_fanstore)
                ${PROJECT_SOURCE_DIR}/etc/plugstack.conf.d/fanstore.conf)
   install(FILES ${fanstore_conf_file} DESTINATION /etc/slurm/plugstack.conf.d COMPONENT spank
           EXCLUDE_FROM_ALL)
+  # The default mount_prefix, empty: each task's kernel-visible view mounts a small tmpfs over it in
+  # the task's own namespace (spank-plugin/dirs.h, KernelViewMount); the node's stays empty.
+  install(DIRECTORY DESTINATION /fanstore COMPONENT spank EXCLUDE_FROM_ALL)
   file(WRITE ${CMAKE_BINARY_DIR}/packaging/spank/conffiles
        "/etc/slurm/plugstack.conf.d/fanstore.conf\n")
 endif()

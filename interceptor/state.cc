@@ -115,6 +115,7 @@ void Init() {
   if (const char* sock = getenv(env::kSocket);
       sock && !CopyString(sock, g_cfg.socket, sizeof g_cfg.socket))
     FS_ILOG(1, "%s is too long for a Unix socket path; remote opens will fail", env::kSocket);
+  if (const char* kv = getenv(env::kKernelView)) g_cfg.kernel_view = strcmp(kv, "on") == 0;
   g_cfg.open_timeout_ms = kDefaultOpenTimeoutMs;
   if (const char* t = getenv(env::kOpenTimeoutMs); t && *t) {
     if (auto ms = ParseInt(t, 0, 24L * 3600 * 1000))
@@ -572,11 +573,19 @@ bool LocalPath(const table::Entry& e, char* out) noexcept {
   return true;
 }
 
+bool StandInPath(const table::Entry& dir, char* out) noexcept {
+  return g_cfg.kernel_view ? Ns().AbsolutePath(dir, out, PATH_MAX) > 0 : LocalPath(dir, out);
+}
+
 int OpenDirStandIn(const table::Entry& dir, int flags) noexcept {
   const int cloexec = flags & O_CLOEXEC;
   const int oflags =
       (flags & O_PATH) ? (O_PATH | O_DIRECTORY | cloexec) : (O_RDONLY | O_DIRECTORY | cloexec);
   char path[PATH_MAX];
+  if (g_cfg.kernel_view && StandInPath(dir, path)) {
+    int fd = Real().open(path, oflags);
+    if (fd >= 0) return fd;
+  }
   if (LocalPath(dir, path)) {
     int fd = Real().open(path, oflags);
     if (fd >= 0) return fd;

@@ -37,7 +37,8 @@ struct Config {
   char socket[108];                 // the agent's socket; "" when none is configured
   table::ClientCounters* counters;  // shared open counters; nullptr when unavailable
   int open_timeout_ms;
-  int log_level;  // 0 silent, 1 errors and setup, 2 every intercepted call
+  bool kernel_view;  // the dataset is also mounted at `mount` for the kernel (FUSE)
+  int log_level;     // 0 silent, 1 errors and setup, 2 every intercepted call
   int log_fd;
 };
 
@@ -155,6 +156,10 @@ const table::Entry* TrackedEntry(int fd) noexcept;
 // Writes <local root>/<path of e> into out[PATH_MAX]; false without a local root or when it
 // does not fit.
 bool LocalPath(const table::Entry& e, char* out) noexcept;
+// Where the kernel finds directory `dir` for programs the library does not reach (children's
+// working directory, a directory descriptor's raw getdents64): the directory itself in the
+// kernel-visible view when there is one, else LocalPath.
+bool StandInPath(const table::Entry& dir, char* out) noexcept;
 // Opens the local copy of regular file e read-only (flags: O_CLOEXEC and the like): relative
 // to LocalRootFd() when there is one, else by LocalPath. Returns fd or -errno.
 int OpenLocalCopy(const table::Entry& e, int flags) noexcept;
@@ -167,9 +172,10 @@ int SelfUnpack(const table::Entry& e, int flags) noexcept;
 // <cache root>/<CacheName(e.hash)>: where the agent keeps e once fetched from a peer.
 bool CachePath(const table::Entry& e, char* out) noexcept;
 
-// Opens a real descriptor standing for directory `dir`: <local root>/<path>, falling back to
-// the local root itself, then to "/" (O_PATH). Attributes and listings of it are never read
-// from the kernel. Returns fd (not yet tracked) or -errno.
+// Opens a real descriptor standing for directory `dir`: the directory in the kernel-visible
+// view, else <local root>/<path>, falling back to the local root itself, then to "/" (O_PATH).
+// Attributes and listings of it are never read from the kernel. Returns fd (not yet tracked) or
+// -errno.
 int OpenDirStandIn(const table::Entry& dir, int flags) noexcept;
 
 // Tracks fd as entry e. On failure closes fd and returns -EMFILE.

@@ -1,9 +1,10 @@
 // Wrappers about names: symlink targets, canonical paths, and the working directory.
 //
 // The working directory may be virtual. chdir into the mount records the directory in the cwd
-// word and also moves the kernel's working directory to the directory's stand-in under the
-// local root, so that children started with exec inherit it: their interceptor maps a working
-// directory inside the local root back to the virtual path (state.cc, ClassifyRealDir).
+// word and also moves the kernel's working directory to the directory's stand-in: the directory
+// itself in the kernel-visible view, else its copy under the local root, so that children
+// started with exec inherit it: their interceptor maps a working directory inside the local
+// root or the mount back to the virtual path (state.cc, ClassifyRealDir).
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,9 +87,10 @@ long VirtualCwd(uint32_t entry, char* buf, size_t cap) {
 int ChdirVirtual(const Entry& dir) noexcept {
   if (!table::IsDir(dir)) return -ENOTDIR;
   // Best effort: without a stand-in the kernel's directory stays where it is; the virtual one
-  // is what this process resolves against.
+  // is what this process resolves against. With the kernel-visible view the directory itself
+  // is the stand-in: programs the library does not reach (static ones) then see all of it.
   char path[PATH_MAX];
-  if (LocalPath(dir, path) && Real().chdir(path) != 0)
+  if (StandInPath(dir, path) && Real().chdir(path) != 0)
     FS_ILOG(1, "chdir to the stand-in %s failed: %s", path, strerror(errno));
   if (!InVforkChild()) StoreCwd(CwdKind::kVirtual, Table().IndexOf(dir));
   return 0;

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "common/testing/temp_dir.h"
@@ -129,7 +130,8 @@ TEST(ReadOnlyView, TheTaskCannotWriteTheNodeStillCan) {
   pid_t pid = ::fork();
   if (pid == 0) {
     int bad = 0;
-    Status st = ReadOnlyView(dir, ::getuid());
+    Status st = TaskNamespace();
+    if (st.ok()) st = ReadOnlyView(dir, ::getuid());
     if (!st.ok()) {
       std::fprintf(stderr, "ReadOnlyView: %s\n", st.ToString().c_str());
       ::_exit(10);
@@ -146,6 +148,92 @@ TEST(ReadOnlyView, TheTaskCannotWriteTheNodeStillCan) {
   UniqueFD fd(::open((dir + "/data/new").c_str(), O_WRONLY | O_CREAT, 0600));
   EXPECT_TRUE(fd.valid()) << "the parent's view must stay writable";
   EXPECT_FALSE(ReadOnlyView(dir, ::getuid() + 1).ok());  // not the job user's
+}
+
+// Runs `fn` in a child with a namespace of its own; its exit status (0: all well) comes back,
+// and what it printed to stderr shows in the test's output.
+int InTaskNamespace(const std::function<int()>& fn) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    Status st = TaskNamespace();
+    if (!st.ok()) {
+      std::fprintf(stderr, "TaskNamespace: %s\n", st.ToString().c_str());
+      ::_exit(100);
+    }
+    ::_exit(fn());
+  }
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
+
+// What /proc/self/mountinfo says is mounted at `path` (file system type), or "".
+std::string MountedAt(const std::string& path) {
+  FILE* f = std::fopen("/proc/self/mountinfo", "r");
+  std::string type;
+  char line[4096];
+  while (f && std::fgets(line, sizeof line, f)) {
+    std::string l(line), point;
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT ... - TYPE SOURCE OPTIONS
+    size_t p = 0;
+    for (int field = 0; field < 4; field++) p = l.find(' ', p) + 1;
+    point = l.substr(p, l.find(' ', p) - p);
+    const size_t dash = l.find(" - ");
+    if (point == path && dash != std::string::npos)
+      type = l.substr(dash + 3, l.find(' ', dash + 3) - dash - 3);
+  }
+  if (f) std::fclose(f);
+  return type;
+}
+
+// The mount point: the path itself when it is a directory; else a tmpfs over its empty
+// ancestor, holding the missing components; never a write to the node's file systems.
+TEST(KernelViewMount, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
+  if (::geteuid() != 0 || ::access("/dev/fuse", R_OK | W_OK) != 0)
+    GTEST_SKIP() << "FUSE mounts need root and /dev/fuse";
+  test::TempDir t("kvm");
+  const std::string base = t.path() + "/fanstore", full = t.path() + "/full";
+  ASSERT_EQ(::mkdir(base.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(full.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((full + "/ds").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((full + "/other").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(full.c_str(), (t.path() + "/link").c_str()), 0);
+  EXPECT_EQ(InTaskNamespace([&] {
+              auto dev = KernelViewMount(base + "/imagenet/train", 1000, 1000);
+              if (!dev.ok()) {
+                std::fprintf(stderr, "%s\n", dev.status().ToString().c_str());
+                return 1;
+              }
+              // Not touched through the mount: nobody serves it here.
+              if (MountedAt(base) != "tmpfs") return 2;
+              if (MountedAt(base + "/imagenet/train") != "fuse.fanstore") return 3;
+              return 0;
+            }),
+            0);
+  EXPECT_EQ(InTaskNamespace([&] {
+              auto dev = KernelViewMount(full + "/ds", 1000, 1000);
+              if (!dev.ok()) return 1;
+              return MountedAt(full + "/ds") == "fuse.fanstore" && MountedAt(full).empty() ? 0 : 2;
+            }),
+            0);
+  // The node saw none of it.
+  EXPECT_TRUE(MountedAt(base).empty());
+  struct stat st;
+  EXPECT_NE(::stat((base + "/imagenet").c_str(), &st), 0);
+  // A missing path under a directory that holds something: refused, naming both.
+  EXPECT_EQ(InTaskNamespace([&] {
+              auto dev = KernelViewMount(full + "/new/ds", 1000, 1000);
+              if (dev.ok()) return 1;
+              const std::string msg = dev.status().message();
+              return msg.find(full + "/new does not exist") != std::string::npos &&
+                             msg.find(full + " is not empty") != std::string::npos
+                         ? 0
+                         : 2;
+            }),
+            0);
+  // A symlink on the way: refused.
+  EXPECT_EQ(
+      InTaskNamespace([&] { return KernelViewMount(t.path() + "/link/ds", 1000, 1000).ok(); }), 0);
 }
 
 }  // namespace

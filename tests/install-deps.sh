@@ -9,6 +9,7 @@ build_pkgs=(
   libzstd-dev zstd libxxhash-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libslurm-dev libpmix-dev libmunge-dev libsodium-dev libcli11-dev libarchive-dev
+  libfuse3-dev
   clang-format shellcheck scdoc dpkg-dev
 )
 run_pkgs=(
@@ -16,6 +17,7 @@ run_pkgs=(
   iproute2 util-linux procps psmisc strace attr
   python3 python3-pil python3-numpy python3-h5py python3-torch python3-torchvision
   python3-matplotlib sshfs openssh-server openssh-client fuse3 hyperfine
+  busybox-static bubblewrap python3-dev
 )
 
 pkgs=("${build_pkgs[@]}")
