@@ -4,9 +4,11 @@
 // happens to COMMAND.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,6 +24,7 @@
 
 #include "cli/cli.h"
 #include "common/env.h"
+#include "common/fuse_mount.h"
 #include "common/io.h"
 #include "common/remove_tree.h"
 #include "common/run_dir.h"
@@ -111,6 +114,7 @@ struct RunOptions {
   std::string mount, local_parent, unpack = "auto";
   double timeout = 0;  // seconds; 0: no limit
   bool verbose = false;
+  bool kernel_view = false;
   char** command = nullptr;  // COMMAND [ARGS...], null-terminated
 };
 
@@ -153,6 +157,13 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
                  "fanstore-agent --help")
       ->type_name("MODE")
       ->check(args::OneOf({"auto", "eager", "lazy"}));
+  app.add_flag("--kernel-view", o->kernel_view,
+               "also mount the dataset at PATH for the kernel (FUSE), in COMMAND's own mount\n"
+               "namespace, so that static binaries, exec and dlopen see it too. As root, or\n"
+               "else in a user namespace of COMMAND's own (its supplementary groups then show\n"
+               "as nogroup); needs /dev/fuse. PATH must exist, or its deepest existing parent\n"
+               "be an empty directory. Says why, and runs COMMAND without it, when it cannot\n"
+               "be made; COMMAND finds FANSTORE_KERNEL_VIEW=on or off: WHY");
   app.add_flag("-v,--verbose", o->verbose,
                "show the agent's progress and statistics (default: only errors)");
   int dashdash = 1;
@@ -189,6 +200,38 @@ bool FindTools(std::string* agent, std::string* preload) {
     return false;
   }
   return true;
+}
+
+// Writes `text` to a /proc/self file (a user namespace's maps).
+Status WriteProcSelf(const char* name, const std::string& text) {
+  const std::string path = std::string("/proc/self/") + name;
+  UniqueFD fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno("open " + path, errno);
+  return WriteFull(fd.get(), text.data(), text.size(), path);
+}
+
+// In COMMAND's process before exec (one thread): a mount namespace of its own (and, without
+// root, a user namespace in which the user keeps their ids), the FUSE mount at `mount`, handed
+// to the agent.
+Status KernelViewForCommand(const std::string& mount, const std::string& socket) {
+  const uid_t uid = ::getuid();
+  const gid_t gid = ::getgid();
+  if (::geteuid() == 0) {
+    FS_RETURN_IF_ERROR(PrivateMountNamespace());
+  } else {
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return Status::FromErrno("unshare(CLONE_NEWUSER | CLONE_NEWNS)", errno);
+    FS_RETURN_IF_ERROR(WriteProcSelf("setgroups", "deny"));
+    FS_RETURN_IF_ERROR(
+        WriteProcSelf("uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1"));
+    FS_RETURN_IF_ERROR(
+        WriteProcSelf("gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1"));
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+      return Status::FromErrno("make / a slave mount", errno);
+  }
+  auto dev = MountKernelView(mount, uid, gid);
+  if (!dev.ok()) return dev.status();
+  return HandOverView(socket, dev->get());
 }
 
 // One run: its private directories, its agent and its command.
@@ -323,6 +366,13 @@ int Run::RunCommand(const std::string& preload) {
     ::setenv(env::kTable, (run_dir_ + "/" + run_dir::kTableName).c_str(), 1);
     ::setenv(env::kSocket, (run_dir_ + "/" + run_dir::kSocketName).c_str(), 1);
     ::unsetenv(env::kDisable);
+    if (o_.kernel_view) {
+      Status st = KernelViewForCommand(o_.mount, run_dir_ + "/" + run_dir::kSocketName);
+      if (!st.ok())
+        std::fprintf(stderr, "fanstore: run: no kernel-visible view at %s: %s\n", o_.mount.c_str(),
+                     st.message().c_str());
+      ::setenv(env::kKernelView, st.ok() ? "on" : ("off: " + st.message()).c_str(), 1);
+    }
     ::execvp(o_.command[0], o_.command);
     std::fprintf(stderr, "fanstore: run: cannot run %s: %s\n", o_.command[0], std::strerror(errno));
     ::_exit(127);

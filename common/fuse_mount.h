@@ -1,8 +1,12 @@
-// A FUSE mount made by root for one user's processes, served by a descriptor handed on to an
-// unprivileged daemon (the agent's kernel-visible view, agent/kernel_view.h).
+// The kernel-visible view's mount (agent/kernel_view.h): a FUSE mount made by root (the SPANK
+// plugin, or `fanstore run` as root) at the dataset's virtual path, in a mount namespace of the
+// task's own, for one user's processes, and served by the agent, to which the /dev/fuse
+// descriptor is handed.
 #pragma once
 
 #include <sys/types.h>
+
+#include <string>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -15,5 +19,21 @@ namespace fanstore {
 // /dev/fuse descriptor (close-on-exec) whose reader serves it; every access waits until one does,
 // and fails with ENOTCONN once the last copy of the descriptor is closed. Needs CAP_SYS_ADMIN.
 Result<UniqueFD> MountFuse(int target, uid_t uid, gid_t gid);
+
+// Gives the calling process (and its later children) a mount namespace of its own, in which
+// nothing mounted reaches the node's (whose / is usually shared), while the node's later mounts
+// still reach it. Must be called before the process has threads.
+Status PrivateMountNamespace();
+
+// In a private mount namespace: MountFuse at `mount` (absolute and clean). The mount point is
+// `mount` itself when it is a directory; otherwise its deepest existing ancestor must be an
+// empty directory (the plugin's mount_prefix, /fanstore by default, made by the package), which
+// gets a small tmpfs holding the missing components, in this namespace only. No component may be
+// a symlink. The node's file systems are never written.
+Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid);
+
+// Hands the view's /dev/fuse descriptor to the agent at `socket` (proto kServeView) and waits
+// until it serves it. The caller then closes its own copy.
+Status HandOverView(const std::string& socket, int dev);
 
 }  // namespace fanstore

@@ -1,8 +1,6 @@
 #include "spank-plugin/dirs.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -11,9 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
-#include <vector>
 
-#include "common/fuse_mount.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::spank {
@@ -106,13 +102,6 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
 
 namespace fanstore::spank {
 
-Status TaskNamespace() {
-  if (::unshare(CLONE_NEWNS) != 0) return Status::FromErrno("unshare(CLONE_NEWNS)", errno);
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
-    return Status::FromErrno("make / a slave mount", errno);
-  return Status::OK();
-}
-
 Status ReadOnlyView(const std::string& dir, uid_t uid) {
   // `dir` opened by name, without following a link, only when it is still the directory `st`
   // describes: what a mount takes, through /proc/self/fd, cannot be swapped in between.
@@ -143,98 +132,6 @@ Status ReadOnlyView(const std::string& dir, uid_t uid) {
               MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
     return Status::FromErrno("remount " + dir + " read-only", errno);
   return Status::OK();
-}
-
-}  // namespace fanstore::spank
-
-namespace fanstore::spank {
-namespace {
-
-std::vector<std::string> Components(const std::string& path) {
-  std::vector<std::string> out;
-  for (size_t pos = 1; pos < path.size();) {
-    size_t slash = path.find('/', pos);
-    if (slash == std::string::npos) slash = path.size();
-    out.push_back(path.substr(pos, slash - pos));
-    pos = slash + 1;
-  }
-  return out;
-}
-
-// Walks `comps` from /, through directories only, never a symlink. Returns the descriptor
-// (O_PATH) of the deepest one that exists; *depth tells how many components it is.
-Result<UniqueFD> WalkExisting(const std::vector<std::string>& comps, size_t* depth) {
-  UniqueFD cur(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!cur.valid()) return Status::FromErrno("open /", errno);
-  std::string seen;
-  for (*depth = 0; *depth < comps.size(); ++*depth) {
-    seen += "/" + comps[*depth];
-    UniqueFD next(
-        ::openat(cur.get(), comps[*depth].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next.valid()) {
-      if (errno == ENOENT) break;
-      return Status::FromErrno(seen + " (a directory, not a symlink, is needed)", errno);
-    }
-    cur = std::move(next);
-  }
-  return cur;
-}
-
-Result<bool> IsEmptyDir(int dir) {
-  const std::string self = "/proc/self/fd/" + std::to_string(dir);
-  DIR* d = ::opendir(self.c_str());
-  if (!d) return Status::FromErrno("list a directory", errno);
-  bool empty = true;
-  while (struct dirent* de = ::readdir(d))
-    if (std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0) empty = false;
-  ::closedir(d);
-  return empty;
-}
-
-std::string Joined(const std::vector<std::string>& comps, size_t n) {
-  std::string out;
-  for (size_t i = 0; i < n; i++) out += "/" + comps[i];
-  return out.empty() ? "/" : out;
-}
-
-}  // namespace
-
-Result<UniqueFD> KernelViewMount(const std::string& mount, uid_t uid, gid_t gid) {
-  const std::vector<std::string> comps = Components(mount);
-  if (comps.empty()) return Status::InvalidArgument("the mount cannot be /");
-  size_t depth = 0;
-  auto at = WalkExisting(comps, &depth);
-  if (!at.ok()) return at.status();
-  if (depth < comps.size()) {
-    const std::string base = Joined(comps, depth);
-    auto empty = IsEmptyDir(at->get());
-    if (!empty.ok()) return empty.status().Prefixed(base);
-    if (!*empty)
-      return Status::NotFound(Joined(comps, depth + 1) + " does not exist and " + base +
-                              " is not empty (an empty directory there lets each task see its "
-                              "own dataset at " +
-                              mount + ")");
-    const std::string self = "/proc/self/fd/" + std::to_string(at->get());
-    if (::mount("fanstore", self.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                "mode=0755,size=64k,nr_inodes=256") != 0)
-      return Status::FromErrno("mount a tmpfs on " + base, errno);
-    // The walk again, into the tmpfs now on top, then the missing components in it.
-    size_t again = 0;
-    at = WalkExisting(comps, &again);
-    if (!at.ok()) return at.status();
-    if (again != depth) return Status::IOError(base + " changed while it was being mounted");
-    for (; depth < comps.size(); depth++) {
-      if (::mkdirat(at->get(), comps[depth].c_str(), 0755) != 0)
-        return Status::FromErrno("create " + Joined(comps, depth + 1) + " in a tmpfs", errno);
-      UniqueFD next(
-          ::openat(at->get(), comps[depth].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!next.valid()) return Status::FromErrno("open " + Joined(comps, depth + 1), errno);
-      *at = std::move(next);
-    }
-  }
-  auto dev = MountFuse(at->get(), uid, gid);
-  if (!dev.ok()) return dev.status().Prefixed(mount);
-  return dev;
 }
 
 }  // namespace fanstore::spank

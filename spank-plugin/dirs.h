@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "common/fuse_mount.h"
 #include "common/private_dir.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -22,23 +23,18 @@ namespace fanstore::spank {
 
 using fanstore::EnsureOwnDir;  // as the user: common/private_dir.h
 
-// Gives the calling process (a task: it and its children) a mount namespace of its own, in which
-// nothing mounted reaches the node's (whose / is usually shared), while the node's later mounts
-// still reach the task. The two views below are made there.
-Status TaskNamespace();
+// A task's own mount namespace, in which the two views are made (common/fuse_mount.h).
+using fanstore::PrivateMountNamespace;
 
-// In the task's own namespace (TaskNamespace): makes `dir` a read-only bind mount of itself, so
-// that no process of the job, root or not, changes the staged copy by any route (a write to the
-// local path, a shell in a directory of it, a static binary): EROFS. `dir` must be a directory
-// owned by `uid`; it is opened without following a symlink and mounted through its descriptor.
+// In the task's own namespace (PrivateMountNamespace): makes `dir` a read-only bind mount of
+// itself, so that no process of the job, root or not, changes the staged copy by any route (a write
+// to the local path, a shell in a directory of it, a static binary): EROFS. `dir` must be a
+// directory owned by `uid`; it is opened without following a symlink and mounted through its
+// descriptor.
 Status ReadOnlyView(const std::string& dir, uid_t uid);
 
-// In the task's own namespace: a FUSE mount at `mount` (absolute and clean) for uid's processes,
-// whose /dev/fuse descriptor the agent then serves (the kernel-visible view, agent/kernel_view.h).
-// The mount point is `mount` itself when it is a directory; otherwise its deepest existing
-// ancestor must be an empty directory (mount_prefix, say /fanstore, made by the administrator),
-// which gets a small tmpfs holding the missing components, in this namespace only. No component
-// may be a symlink. The node's file systems are never written.
-Result<UniqueFD> KernelViewMount(const std::string& mount, uid_t uid, gid_t gid);
+// The kernel-visible view's mount, in the task's own namespace (common/fuse_mount.h).
+using fanstore::HandOverView;
+using fanstore::MountKernelView;
 
 }  // namespace fanstore::spank

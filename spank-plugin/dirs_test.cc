@@ -130,7 +130,7 @@ TEST(ReadOnlyView, TheTaskCannotWriteTheNodeStillCan) {
   pid_t pid = ::fork();
   if (pid == 0) {
     int bad = 0;
-    Status st = TaskNamespace();
+    Status st = PrivateMountNamespace();
     if (st.ok()) st = ReadOnlyView(dir, ::getuid());
     if (!st.ok()) {
       std::fprintf(stderr, "ReadOnlyView: %s\n", st.ToString().c_str());
@@ -155,7 +155,7 @@ TEST(ReadOnlyView, TheTaskCannotWriteTheNodeStillCan) {
 int InTaskNamespace(const std::function<int()>& fn) {
   pid_t pid = ::fork();
   if (pid == 0) {
-    Status st = TaskNamespace();
+    Status st = PrivateMountNamespace();
     if (!st.ok()) {
       std::fprintf(stderr, "TaskNamespace: %s\n", st.ToString().c_str());
       ::_exit(100);
@@ -188,7 +188,7 @@ std::string MountedAt(const std::string& path) {
 
 // The mount point: the path itself when it is a directory; else a tmpfs over its empty
 // ancestor, holding the missing components; never a write to the node's file systems.
-TEST(KernelViewMount, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
+TEST(MountKernelView, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
   if (::geteuid() != 0 || ::access("/dev/fuse", R_OK | W_OK) != 0)
     GTEST_SKIP() << "FUSE mounts need root and /dev/fuse";
   test::TempDir t("kvm");
@@ -199,7 +199,7 @@ TEST(KernelViewMount, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
   ASSERT_EQ(::mkdir((full + "/other").c_str(), 0755), 0);
   ASSERT_EQ(::symlink(full.c_str(), (t.path() + "/link").c_str()), 0);
   EXPECT_EQ(InTaskNamespace([&] {
-              auto dev = KernelViewMount(base + "/imagenet/train", 1000, 1000);
+              auto dev = MountKernelView(base + "/imagenet/train", 1000, 1000);
               if (!dev.ok()) {
                 std::fprintf(stderr, "%s\n", dev.status().ToString().c_str());
                 return 1;
@@ -211,7 +211,7 @@ TEST(KernelViewMount, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
             }),
             0);
   EXPECT_EQ(InTaskNamespace([&] {
-              auto dev = KernelViewMount(full + "/ds", 1000, 1000);
+              auto dev = MountKernelView(full + "/ds", 1000, 1000);
               if (!dev.ok()) return 1;
               return MountedAt(full + "/ds") == "fuse.fanstore" && MountedAt(full).empty() ? 0 : 2;
             }),
@@ -222,7 +222,7 @@ TEST(KernelViewMount, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
   EXPECT_NE(::stat((base + "/imagenet").c_str(), &st), 0);
   // A missing path under a directory that holds something: refused, naming both.
   EXPECT_EQ(InTaskNamespace([&] {
-              auto dev = KernelViewMount(full + "/new/ds", 1000, 1000);
+              auto dev = MountKernelView(full + "/new/ds", 1000, 1000);
               if (dev.ok()) return 1;
               const std::string msg = dev.status().message();
               return msg.find(full + "/new does not exist") != std::string::npos &&
@@ -233,7 +233,7 @@ TEST(KernelViewMount, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
             0);
   // A symlink on the way: refused.
   EXPECT_EQ(
-      InTaskNamespace([&] { return KernelViewMount(t.path() + "/link/ds", 1000, 1000).ok(); }), 0);
+      InTaskNamespace([&] { return MountKernelView(t.path() + "/link/ds", 1000, 1000).ok(); }), 0);
 }
 
 }  // namespace

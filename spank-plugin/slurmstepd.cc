@@ -16,7 +16,6 @@
 #include <cstdio>
 
 #include "common/env.h"
-#include "common/proto.h"
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
 #include "spank-plugin/agent_wait.h"
@@ -141,21 +140,6 @@ Status ServeStep(spank_t sp) {
   return SetTaskEnv(sp, env::kSocket, s.socket);
 }
 
-// As the user, in the task: hands this task's FUSE mount to the agent, which serves it.
-Status HandOverView(const std::string& socket, int view_fd) {
-  UniqueFD sock(proto::Connect(socket.c_str(), 30000));
-  if (!sock.valid()) return Status::IOError("cannot reach the agent at " + socket);
-  proto::Frame f{proto::kMagic, proto::kServeView, 0, 0};
-  if (int rc = proto::Send(sock.get(), f, nullptr, view_fd); rc != 0)
-    return Status::FromErrno("send to the agent", -rc);
-  char msg[512];
-  if (int rc = proto::Recv(sock.get(), &f, msg, sizeof msg - 1, nullptr); rc != 0)
-    return Status::FromErrno("the agent's answer", -rc);
-  msg[f.len] = '\0';
-  if (f.status != 0) return Status::FromErrno(std::string("the agent: ") + msg, f.status);
-  return Status::OK();
-}
-
 }  // namespace
 
 int StepdInit(spank_t sp, int ac, char** av) {
@@ -199,7 +183,7 @@ int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   }
   if (s.agent_step || s.local_dir.empty()) return 0;
   // Neither view is a condition of serving: a node that cannot make them still serves.
-  Status st = TaskNamespace();
+  Status st = PrivateMountNamespace();
   if (!st.ok()) {
     LogError("task_init",
              "no namespace of the task's own, so the staged copy stays writable and "
@@ -211,7 +195,7 @@ int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   if (!st.ok())
     LogError("task_init", "the staged copy stays writable for this task: " + st.message());
   if (!s.config.kernel_view) return 0;
-  auto view = KernelViewMount(s.mount, s.uid, s.gid);
+  auto view = MountKernelView(s.mount, s.uid, s.gid);
   if (view.ok())
     s.view_fd = view->Release();
   else

@@ -184,6 +184,37 @@ else
   echo "  (errno comparison skipped: needs root for a read-only bind mount)"
 fi
 
+echo "== kernel-visible view (run --kernel-view): programs the library does not reach"
+if [[ $(id -u) -eq 0 && -c /dev/fuse ]]; then
+  mkdir -p kv ro
+  mountpoint -q ro || { mount --bind src ro && mount -o remount,ro,bind ro; }
+  KM=$T/kv/servetest  # kv is empty: the view's own tmpfs holds the missing component
+  listing() { (cd "$1" && /bin/busybox find . | LC_ALL=C sort && /bin/busybox ls -la a | awk '{print $1, $5, $NF}'); }
+  for mode in eager lazy; do
+    # Lazy with the background pass held back: every file is unpacked through the view's opens.
+    out=$(FANSTORE_TEST_UNPACK_DELAY_MS=600000 "$F" run ds.fs --unpack $mode --kernel-view --mount "$KM" -- \
+      env -u LD_PRELOAD bash -c "echo \$FANSTORE_KERNEL_VIEW; cd '$KM' && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 /bin/busybox md5sum")
+    check "$mode: FANSTORE_KERNEL_VIEW=on" test "$(head -1 <<<"$out")" = on
+    check "$mode: every file through the kernel alone (static busybox md5sum) matches" \
+      diff <(cd src && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 /bin/busybox md5sum) <(tail -n +2 <<<"$out")
+  done
+  check "static busybox find and ls -la: as on a read-only bind mount" \
+    diff <(listing ro) <("$F" run ds.fs --kernel-view --mount "$KM" -- env -u LD_PRELOAD bash -c "$(declare -f listing); listing '$KM'")
+  check "errno cases, kernel alone: as on a read-only bind mount" \
+    diff <($PY errs.py "$T/ro") <("$F" run ds.fs --kernel-view --mount "$KM" -- env -u LD_PRELOAD $PY errs.py "$KM")
+  check "errno cases, library and kernel view together: as on a read-only bind mount" \
+    diff <($PY errs.py "$T/ro") <("$F" run ds.fs --kernel-view --mount "$KM" -- $PY errs.py "$KM")
+  check "nothing mounted or left behind" bash -c "! grep -q fuse.fanstore /proc/self/mountinfo && test -z \"\$(ls -A kv)\""
+  umount ro
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  err=$("$F" run ds.fs --kernel-view --mount /nonexistent-dir/x/ds -- bash -c 'echo "$FANSTORE_KERNEL_VIEW"' 2>&1)
+  check "no place for the mount: says why, runs COMMAND without the view" \
+    grep -q "no kernel-visible view at /nonexistent-dir/x/ds: /nonexistent-dir does not exist and / is not empty" <<<"$err"
+  check "no place for the mount: COMMAND sees FANSTORE_KERNEL_VIEW=off: WHY" grep -q "^off: /nonexistent-dir does not exist" <<<"$err"
+else
+  echo "  (kernel-visible view skipped: needs root and /dev/fuse)"
+fi
+
 echo "== the program closes the interceptor's descriptors"
 # Local files are opened relative to a descriptor of the local root that the interceptor keeps
 # (a high number). A program that closes every descriptor, then reuses the numbers for its own,
