@@ -17,7 +17,7 @@ run_pkgs=(
   iproute2 util-linux procps psmisc strace attr
   python3 python3-pil python3-numpy python3-h5py python3-torch python3-torchvision
   python3-matplotlib sshfs openssh-server openssh-client fuse3 hyperfine
-  busybox-static bubblewrap python3-dev
+  busybox-static bubblewrap python3-dev charliecloud-runtime podman runc
 )
 
 pkgs=("${build_pkgs[@]}")

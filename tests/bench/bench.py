@@ -691,6 +691,73 @@ def wl_meta(ctx, agents):
                 pairs=paired(smp, "native", "fanstore", "walk_entries_per_s"))
 
 
+def wl_kview(ctx, agents):
+    """K1, K2: what the kernel-visible view costs (issue 15). K1: random whole-file reads of
+    `images` by a program the interception library does not reach (LD_PRELOAD cleared), through
+    the FUSE view of `fanstore run --kernel-view`: its first pass after the mount (every open and
+    read a request to the agent) and its second (the view's page cache warm), beside native and
+    the library. K2: M2's walk through the library with the view on (directory stand-ins are the
+    view's directories) and off. Needs root and /dev/fuse; the rows say so otherwise."""
+    if not (ctx.wanted("K1") or ctx.wanted("K2")):
+        return
+    if os.geteuid() != 0 or not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        for wid in ("K1-first", "K1-warm", "K2"):
+            add_row(ctx, wid, "kernel-visible view", "native local", None, None, "-", "report",
+                    note="not measured: needs root and /dev/fuse")
+        return
+    base = os.path.join(ctx.work, "kview")  # empty: the view's tmpfs holds the mount point
+    os.makedirs(base, exist_ok=True)
+
+    def in_view(ag, cmd):
+        m = os.path.join(base, os.path.basename(ag.mount))
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        out = run([ctx.fanstore, "run", ag.dataset, "--kernel-view", "--mount", m, "--"] + cmd(m), env=env).stdout
+        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+    if ctx.wanted("K1"):
+        lst, _ = shuffled_list(ctx, "images", seed=131, tag="-k1")
+        nat, ag = os.path.join(ctx.native, "images"), agents["images"]
+
+        def view(i):
+            first, second = in_view(ag, lambda m: ["env", "-u", "LD_PRELOAD", "sh", "-c",
+                                                   f"{shq(ctx.fsbench)} read {shq(m)} {shq(lst)} 1; "
+                                                   f"{shq(ctx.fsbench)} read {shq(m)} {shq(lst)} 1"])
+            rates(first), rates(second)
+            first["warm_files_per_s"] = second["files_per_s"]
+            return first
+
+        smp = rounds(ctx, "K1", [
+            ("native", lambda i: rates(run_json([ctx.fsbench, "read", nat, lst, "1"]))),
+            ("library", lambda i: rates(run_json([ctx.fsbench, "read", ag.mount, lst, "1"], env=ag.env()))),
+            ("view", view)])
+        add_workload(ctx, "K1", "random whole-file reads of `images` through the kernel-visible view", smp,
+                     metric="files_per_s", dataset="images",
+                     cache="warm page cache under both; the view's own cache cold in its first pass, warm in its second")
+        b = med(smp["native"], "files_per_s")
+        lib = med(smp["library"], "files_per_s")
+        add_row(ctx, "K1-first", "random whole-file reads, `images`, kernel view alone, first pass after the mount",
+                "native local", b, med(smp["view"], "files_per_s"), "files/s", "report",
+                pairs=paired(smp, "native", "view", "files_per_s"),
+                note=f"the library (the fast path) in the same rounds: {fmt(lib)} files/s, {fmt(lib / b)}× native")
+        add_row(ctx, "K1-warm", "the same, second pass in the same mount (the view's page cache warm)", "native local",
+                b, med(smp["view"], "warm_files_per_s"), "files/s", "report")
+    if ctx.wanted("K2"):
+        ag = agents["text"]
+        script, passes = os.path.join(HERE, "m2_walk.py"), str(ctx.inner["m2_passes"])
+        smp = rounds(ctx, "K2", [
+            ("off", lambda i: run_json([PY, script, ag.mount, passes], env=ag.env())),
+            ("on", lambda i: in_view(ag, lambda m: [PY, script, m, passes])[0])])
+        for v in smp.values():
+            for x in v:
+                x["walk_entries_per_s"] = x["entries"] / x["walk_seconds"]
+        add_workload(ctx, "K2", "M2's os.walk through the library, the kernel view off and on", smp,
+                     metric="walk_entries_per_s", dataset="text")
+        add_row(ctx, "K2", "`os.walk` over `text` through the library, view on vs off", "view off",
+                med(smp["off"], "walk_entries_per_s"), med(smp["on"], "walk_entries_per_s"), "entries/s", "report",
+                pairs=paired(smp, "off", "on", "walk_entries_per_s"))
+
+
 def agent_stats(run_dir):
     """The agent's JSON counters over its local socket (proto.h: Frame{magic, op, status, len})."""
     import struct
@@ -1329,7 +1396,7 @@ def machine(ctx):
 
 # --- main ----------------------------------------------------------------------------------------------------
 
-ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "R4-first", "R4-floor", "R4-repeat", "R4-demand",
+ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-repeat", "R4-demand",
             "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
 
 
@@ -1341,7 +1408,7 @@ def sanity(ctx):
     if ctx.only is None:
         problems += [f"{i}: no result" for i in ALL_ROWS if i not in rows]
     for r in rows.values():
-        if r["id"] == "J1" and r["fanstore"] is None:
+        if r["id"] in ("J1", "K1-first", "K1-warm", "K2") and r["fanstore"] is None:
             continue  # not measured (the reason is in the row), not a failure of FanStore
         if r["id"] in ("E1-ops", "E2"):
             ok = r["baseline"] and r["baseline"] > 0 and r["fanstore"] is not None and r["fanstore"] >= 0
@@ -1425,6 +1492,7 @@ def main():
         wl_reads(ctx, agents)
         wl_meta(ctx, agents)
         wl_j2(ctx, agents)
+        wl_kview(ctx, agents)
         for a in list(agents.values()):
             a.stop()
         wl_r4(ctx)

@@ -4,7 +4,8 @@
 # agent), so what the interception library cannot reach works too: a static binary (busybox)
 # reading and listing it, a script and a static ELF executed from it, a shared library found by the
 # loader through LD_LIBRARY_PATH (ctypes), a Python C extension imported from it, the mount's parent
-# listed, df, and a bubblewrap container that sees the task's view. Every answer is compared with
+# listed, df, and containers that see the task's view: bubblewrap, Charliecloud's ch-run and
+# rootless podman (runc), each binding the mount into the container. Every answer is compared with
 # the same probe run on a read-only bind mount of the source tree; a write from a static binary is
 # refused and changes nothing. Afterwards no FUSE mount and nothing in the mount prefix remains on the node.
 #
@@ -46,16 +47,29 @@ EOF
   echo "$ds"
 }
 
+# The container image: a directory holding a static busybox and a mount point for the dataset, run
+# by Charliecloud as an image and by podman as a root file system (--rootfs).
+container_images() {
+  local img=$PFS/chimage
+  if [[ ! -x $img/bin/busybox ]]; then
+    mkdir -p "$img"/{bin,dev,proc,sys,tmp,etc,home,mnt/ds}
+    touch "$img"/etc/{passwd,group,hosts,resolv.conf}
+    cp /bin/busybox "$img/bin/"
+    chown -R "$TUSER:" "$img"
+  fi
+}
+
 main() {
   need_cluster ports
   local ds jd j st n ref
   ds=$(code_dataset)
+  container_images
   jd=$(job_dir)
   # The probe: what each check printed, one line each. Run with LD_PRELOAD cleared where the
   # interception library must not be the one answering.
   cat >"$jd/probe.sh" <<'EOF'
 #!/bin/bash
-M=$1
+M=$1 CH=$2  # the dataset, the Charliecloud image
 BB=/bin/busybox  # static: no LD_PRELOAD reaches it
 echo "static md5: $(cd "$M/data" && $BB md5sum f*.bin | $BB md5sum | cut -c1-32)"
 echo "static ls: $($BB ls "$M/data" | $BB wc -l) files"
@@ -69,15 +83,28 @@ echo "df: $($BB df "$M" >/dev/null 2>&1 && echo works)"
 echo "static write: $($BB sh -c "echo x >> '$M/data/f1.bin'" 2>/dev/null && echo succeeded || echo refused)"
 echo "static md5 after: $(cd "$M/data" && $BB md5sum f*.bin | $BB md5sum | cut -c1-32)"
 echo "bwrap container: $(bwrap --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp -- $BB md5sum "$M/data/f7.bin" 2>&1 | cut -c1-32)"
+echo "ch-run container: $(ch-run -b "$M:/mnt/ds" "$CH" -- /bin/busybox md5sum /mnt/ds/data/f8.bin 2>&1 | cut -c1-32)"
+# podman, rootless, with state of this task's own: its pause process holds the mount namespace
+# that later podman commands of the same state join, so a shared one would show them another
+# task's (or no) view. It must not outlive the task either.
+X=$(mktemp -d /tmp/fanstore-podman.XXXXXX)
+mkdir -m 0700 "$X/xdg"
+P=(env XDG_RUNTIME_DIR="$X/xdg" podman --root "$X/root" --runroot "$X/run" --tmpdir "$X/tmp" --runtime=runc
+   --cgroup-manager=cgroupfs --events-backend=file)
+echo "podman container: $("${P[@]}" run --rm --network=none --read-only -v "$M:/data:ro" --rootfs "$CH" \
+  /bin/busybox md5sum /data/data/f9.bin 2>&1 | grep -v level=warn | cut -c1-32)"
+"${P[@]}" unshare rm -rf "$X/root" "$X/run"
+kill "$(cat "$X/tmp/pause.pid" 2>/dev/null)" 2>/dev/null
+rm -rf "$X"
 EOF
   chmod 0755 "$jd/probe.sh"
   cat >"$jd/job.sh" <<'EOF'
 #!/bin/bash
 echo "$FANSTORE_KERNEL_VIEW" > "$JD/view.batch"
-"$JD/probe.sh" "$FANSTORE_MOUNT" > "$JD/probe.batch" 2>&1
+"$JD/probe.sh" "$FANSTORE_MOUNT" "$CH" > "$JD/probe.batch" 2>&1
 srun -N2 --ntasks-per-node=1 bash -c '
   echo "$FANSTORE_KERNEL_VIEW" > "$JD/view.$SLURMD_NODENAME"
-  "$JD/probe.sh" "$FANSTORE_MOUNT" > "$JD/probe.$SLURMD_NODENAME" 2>&1'
+  "$JD/probe.sh" "$FANSTORE_MOUNT" "$CH" > "$JD/probe.$SLURMD_NODENAME" 2>&1'
 EOF
   chmod 0755 "$jd/job.sh"
   chown -R "$TUSER:" "$jd"
@@ -86,10 +113,10 @@ EOF
   mkdir "$jd/ref"
   # shellcheck disable=SC2016  # expanded by the inner shell
   ref=$(unshare -m --propagation private bash -c 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" &&
-          runuser -u "$3" -- env -i HOME="/home/$3" USER="$3" PATH=/usr/bin:/bin LANG=C.UTF-8 "$4" "$2"' \
-          _ "$PFS/code" "$jd/ref" "$TUSER" "$jd/probe.sh" 2>&1)
+          runuser -u "$3" -- env -i HOME="/home/$3" USER="$3" PATH=/usr/bin:/bin LANG=C.UTF-8 "$4" "$2" "$5"' \
+          _ "$PFS/code" "$jd/ref" "$TUSER" "$jd/probe.sh" "$PFS/chimage" 2>&1)
   grep -q "static md5: [0-9a-f]" <<<"$ref" || bad "the reference probe failed: $ref"
-  j=$(cd "$jd" && asu env JD="$jd" sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --export=ALL \
+  j=$(cd "$jd" && asu env JD="$jd" CH="$PFS/chimage" sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --export=ALL \
         --fanstore="$ds" "$jd/job.sh" 2>&1) || { bad "sbatch failed: $j"; return; }
   st=$(wait_job "$j")
   [[ $st == COMPLETED ]] && ok "job $j completed" || { bad "job $j ended $st"; job_output "$jd/out.$j"; }
@@ -97,7 +124,7 @@ EOF
     [[ $(cat "$jd/view.$n" 2>/dev/null) == on ]] && ok "$n: FANSTORE_KERNEL_VIEW=on" \
       || bad "$n: FANSTORE_KERNEL_VIEW=$(cat "$jd/view.$n" 2>&1)"
     if diff <(echo "$ref") "$jd/probe.$n" >/dev/null; then
-      ok "$n: static binaries, exec, the loader, a C extension, the parent, df, a write and bwrap: as on the source tree"
+      ok "$n: static binaries, exec, the loader, a C extension, the parent, df, a write, bwrap, ch-run and podman: as on a read-only bind mount"
     else
       bad "$n: the kernel view differs from the source tree:"$'\n'"$(diff <(echo "$ref") "$jd/probe.$n")"
     fi
