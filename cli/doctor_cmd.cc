@@ -2,6 +2,7 @@
 // check prints one line, `ok`, `warn` or `FAIL`, and for a problem says what is wrong and what to
 // do. Exit 0 when nothing FAILs, 1 otherwise.
 #include <dlfcn.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <munge.h>
@@ -257,8 +258,14 @@ struct Options {
   bool json = false, quiet = false;
 };
 
-// The plugin checks; returns the plugin's local_dir= and srun= when its line gives them.
-void CheckPlugin(const Options& o, Report* r, std::string* local_dir, std::string* srun) {
+// What the checks after the plugin's need from its line (or its defaults).
+struct PluginSettings {
+  std::string local_dir = "/tmp", srun = "/usr/bin/srun", mount_prefix = "/fanstore";
+  bool kernel_view = true;
+};
+
+// The plugin checks; fills *ps from the plugin's line when it parses.
+void CheckPlugin(const Options& o, Report* r, PluginSettings* settings) {
   const std::string add_line = "add the line 'required " + std::string(FANSTORE_SLURM_PLUGIN_DIR) +
                                "/" + kPluginFile + "' to " + o.plugstack +
                                " or to a file it includes (see the admin guide)";
@@ -294,8 +301,10 @@ void CheckPlugin(const Options& o, Report* r, std::string* local_dir, std::strin
 #ifdef FANSTORE_HAVE_SPANK_CONFIG
   auto config = spank::ParseConfig(pl.args);
   if (config.ok()) {
-    *local_dir = config->local_dir;
-    *srun = config->srun;
+    settings->local_dir = config->local_dir;
+    settings->srun = config->srun;
+    settings->mount_prefix = config->mount_prefix;
+    settings->kernel_view = config->kernel_view;
   }
 #endif
   if (ps.lines.size() > 1) {
@@ -330,7 +339,7 @@ void CheckPlugin(const Options& o, Report* r, std::string* local_dir, std::strin
       std::string detail = pl.so + " (plugin '" + name + "', built for Slurm " +
                            VersionText(built_for) + ") is named at " + pl.where;
       // Slurm refuses a plugin built for another major.minor release.
-      const std::string node_slurm = Exists(*srun) ? SlurmVersion(*srun) : "";
+      const std::string node_slurm = Exists(settings->srun) ? SlurmVersion(settings->srun) : "";
       const std::string built = VersionText(built_for);
       if (!node_slurm.empty() &&
           node_slurm.compare(0, built.rfind('.') + 1, built, 0, built.rfind('.') + 1) != 0)
@@ -365,7 +374,7 @@ void CheckPlugin(const Options& o, Report* r, std::string* local_dir, std::strin
     r->Ok("plugin-args", "arguments parse; agent " + config->agent + ", preload " +
                              config->preload + ", local_dir " + config->local_dir);
 #else
-  (void)local_dir;
+  (void)settings;
   (void)srun;
   r->Warn("plugin-args", "not checked: this fanstore was built without the SPANK plugin",
           "build FanStore with libslurm-dev installed");
@@ -581,20 +590,48 @@ void CheckLocalDir(const std::string& tmpl, Report* r) {
 
 // ---- kernel features and limits -------------------------------------------------------------
 
-void CheckKernel(Report* r) {
-  const std::string why =
-      " (only needed by the kernel-visible view, which FanStore does not have yet: tasks see the "
-      "dataset through LD_PRELOAD)";
+void CheckKernel(const PluginSettings& ps, Report* r) {
+  const std::string lost =
+      ": tasks get no kernel-visible view (static binaries, exec and dlopen of dataset files, "
+      "containers); the interception library still serves them";
   struct stat st;
-  if (::stat("/dev/fuse", &st) != 0)
-    r->Warn("fuse", "/dev/fuse does not exist" + why, "load the fuse module: modprobe fuse");
+  if (!ps.kernel_view)
+    r->Ok("fuse", "the kernel-visible view is turned off (kernel_view=no)");
+  else if (::stat("/dev/fuse", &st) != 0)
+    r->Warn("fuse", "/dev/fuse does not exist" + lost, "load the fuse module: modprobe fuse");
   else if ((st.st_mode & 0006) != 0006)
     r->Warn("fuse",
             "/dev/fuse is not usable by users (mode 0" + std::to_string((st.st_mode >> 6) & 7) +
-                std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) + ")" + why,
-            "chmod 0666 /dev/fuse");
+                std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) +
+                "): Slurm jobs are fine (the plugin opens it as root), but `fanstore run "
+                "--kernel-view` without root is not",
+            "chmod 0666 /dev/fuse (Debian's default)");
   else
-    r->Ok("fuse", "/dev/fuse is usable by users");
+    r->Ok("fuse", "/dev/fuse exists and is usable by users");
+  // The view's mount point: the prefix must be an empty directory (a tmpfs goes over it in each
+  // task's namespace), unless every job names an existing directory with --fanstore-mount.
+  if (ps.kernel_view) {
+    const std::string& mp = ps.mount_prefix;
+    auto empty = [&]() {
+      DIR* d = ::opendir(mp.c_str());
+      if (!d) return false;
+      int n = 0;
+      while (struct dirent* de = ::readdir(d))
+        n += std::strcmp(de->d_name, ".") != 0 && std::strcmp(de->d_name, "..") != 0;
+      ::closedir(d);
+      return n == 0;
+    };
+    if (::lstat(mp.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      r->Warn("mount-prefix", mp + " is not a directory" + lost + " at " + mp + "/NAME",
+              "mkdir -m 0755 " + mp + " (the fanstore-spank package creates /fanstore)");
+    else if (!empty())
+      r->Warn("mount-prefix", mp + " is not empty" + lost + " at " + mp + "/NAME",
+              "point mount_prefix= at an empty directory");
+    else
+      r->Ok("mount-prefix", mp + " is an empty directory: each task's view is mounted under it");
+  }
+  const std::string why =
+      " (only needed by `fanstore run --kernel-view` without root, and by rootless containers)";
   auto read_int = [](const char* path) -> std::optional<int64_t> {
     auto t = ReadSmallFile(path, 64);
     if (!t.ok()) return std::nullopt;
@@ -673,16 +710,16 @@ int CmdDoctor(int argc, char** argv) {
   if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
 
   Report r;
-  std::string local_dir = "/tmp", srun = "/usr/bin/srun";  // the plugin's defaults
+  PluginSettings settings;  // the plugin's defaults
 #ifdef FANSTORE_HAVE_SPANK_CONFIG
-  local_dir = spank::DefaultConfig().local_dir;
-  srun = spank::DefaultConfig().srun;
+  settings.local_dir = spank::DefaultConfig().local_dir;
+  settings.srun = spank::DefaultConfig().srun;
 #endif
-  CheckPlugin(o, &r, &local_dir, &srun);
+  CheckPlugin(o, &r, &settings);
   CheckMunge(o, &r);
-  CheckPmix(srun, &r);
-  CheckLocalDir(o.local_dir.empty() ? local_dir : o.local_dir, &r);
-  CheckKernel(&r);
+  CheckPmix(settings.srun, &r);
+  CheckLocalDir(o.local_dir.empty() ? settings.local_dir : o.local_dir, &r);
+  CheckKernel(settings, &r);
   CheckLimits(&r);
   r.Print(o.json, o.quiet);
   return r.Failed() ? kExitBad : kExitOk;

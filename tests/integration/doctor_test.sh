@@ -19,7 +19,7 @@ cd "$T" || exit 1
 
 # With the build's agent and preload library, so that only what a case breaks is wrong.
 PROGS="agent=$B/bin/fanstore-agent preload=$B/lib/libfanstore_preload.so"
-mkdir local
+mkdir local prefix
 # conf NAME LINE...: a plugstack.conf with these lines.
 conf() {
   local name=$1; shift
@@ -37,7 +37,7 @@ if [[ $EUID -eq 0 ]]; then ensure_munge; fi
 if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then munge_works=1; else munge_works=0; fi
 
 echo "== a good setup"
-conf good.conf "required $SO $PROGS local_dir=$T/local stagein_timeout=600"
+conf good.conf "required $SO $PROGS local_dir=$T/local stagein_timeout=600 mount_prefix=$T/prefix"
 doctor --plugstack good.conf
 if [[ $munge_works -eq 1 ]]; then
   check "exit 0" test "$rc" -eq 0
@@ -52,8 +52,19 @@ check "the local file system is named node-local" has "^ok +local-fs +$T/local i
 check "PMIx is the agent's" has "^ok +pmix +.*PMIx.*\(the agent was built against PMIx [0-9]"
 check "open files are reported" has "^(ok|warn) +nofile +open files: soft [0-9a-z]+, hard [0-9a-z]+"
 check "memlock is reported" has "^ok +memlock +locked memory: soft"
-check "/dev/fuse is a warning at most, saying the view is not built yet" \
-  has "^(ok +fuse +/dev/fuse is usable|warn +fuse +.*FanStore does not have yet)"
+check "/dev/fuse is a warning at most, saying what it is for" \
+  has "^(ok +fuse +/dev/fuse exists and is usable by users|warn +fuse +.*(tasks get no kernel-visible view|kernel-view. without root))"
+check "the empty mount_prefix= is the view's mount point" \
+  has "^ok +mount-prefix +$T/prefix is an empty directory: each task's view is mounted under it"
+touch prefix/planted
+doctor --plugstack good.conf
+check "a mount_prefix= that holds something: a warning naming it and the loss" \
+  has "^warn +mount-prefix +$T/prefix is not empty: tasks get no kernel-visible view .*Fix: point mount_prefix= at an empty directory"
+rm prefix/planted
+conf noview.conf "required $SO $PROGS local_dir=$T/local mount_prefix=$T/missing kernel_view=no"
+doctor --plugstack noview.conf
+view_off() { has '^ok +fuse +the kernel-visible view is turned off' && lacks mount-prefix; }
+check "kernel_view=no: the view's checks say it is off" view_off
 check "namespaces are a warning at most" has "^(ok|warn) +userns "
 check "no FAIL line but munge's" lacks "^FAIL +([^m]|m[^u])"
 if [[ -x /usr/bin/srun ]]; then
