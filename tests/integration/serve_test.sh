@@ -200,6 +200,22 @@ if [[ $(id -u) -eq 0 && -c /dev/fuse ]]; then
   done
   check "static busybox find and ls -la: as on a read-only bind mount" \
     diff <(listing ro) <("$F" run ds.fs --kernel-view --mount "$KM" -- env -u LD_PRELOAD bash -c "$(declare -f listing); listing '$KM'")
+  cat > getdents.py <<'PY'
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)  # through the library: its stand-in
+buf, names = ctypes.create_string_buffer(1 << 16), []
+while (n := libc.syscall(217, fd, buf, len(buf))) > 0:  # raw getdents64: the kernel's listing
+    off = 0
+    while off < n:
+        reclen = int.from_bytes(buf.raw[off + 16:off + 18], "little")
+        names.append(buf.raw[off + 19:off + reclen].split(b"\0", 1)[0].decode())
+        off += reclen
+print(sorted(x for x in names if x not in (".", "..")))
+PY
+  check "lazy, nothing unpacked yet: a raw getdents64 on a directory descriptor lists it whole" \
+    diff <($PY getdents.py "$T/ro/a") <(FANSTORE_TEST_UNPACK_DELAY_MS=600000 "$F" run ds.fs --unpack lazy --kernel-view \
+      --mount "$KM" -- $PY getdents.py "$KM/a")
   check "errno cases, kernel alone: as on a read-only bind mount" \
     diff <($PY errs.py "$T/ro") <("$F" run ds.fs --kernel-view --mount "$KM" -- env -u LD_PRELOAD $PY errs.py "$KM")
   check "errno cases, library and kernel view together: as on a read-only bind mount" \
