@@ -1,5 +1,5 @@
 // The kernel-visible view end to end in the kernel: a real FUSE mount (as the plugin makes it,
-// common/fuse_mount.h) served by KernelView, read with plain system calls, exec and dlopen, in
+// common/task_views.h) served by KernelView, read with plain system calls, exec and dlopen, in
 // a mount namespace of the test's own. Needs root (CI runs as root).
 #include "agent/kernel_view.h"
 
@@ -22,8 +22,8 @@
 #include <set>
 
 #include "agent/testing.h"
-#include "common/fuse_mount.h"
 #include "common/io.h"
+#include "common/task_views.h"
 
 namespace fanstore::agent {
 namespace {

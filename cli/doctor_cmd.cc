@@ -1,8 +1,8 @@
 // `fanstore doctor`: checks that a node can run FanStore jobs, before the first one does. Each
 // check prints one line, `ok`, `warn` or `FAIL`, and for a problem says what is wrong and what to
 // do. Exit 0 when nothing FAILs, 1 otherwise.
-#include <dlfcn.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <munge.h>

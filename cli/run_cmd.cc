@@ -24,10 +24,10 @@
 
 #include "cli/cli.h"
 #include "common/env.h"
-#include "common/fuse_mount.h"
 #include "common/io.h"
 #include "common/remove_tree.h"
 #include "common/run_dir.h"
+#include "common/task_views.h"
 #include "common/unique_fd.h"
 #include "format/manifest.h"
 
@@ -211,9 +211,11 @@ Status WriteProcSelf(const char* name, const std::string& text) {
 }
 
 // In COMMAND's process before exec (one thread): a mount namespace of its own (and, without
-// root, a user namespace in which the user keeps their ids), the FUSE mount at `mount`, handed
-// to the agent.
-Status KernelViewForCommand(const std::string& mount, const std::string& socket) {
+// root, a user namespace in which the user keeps their ids), in which the staged copy is
+// read-only and the FUSE mount at `mount` is handed to the agent: COMMAND's view is a Slurm
+// task's.
+Status KernelViewForCommand(const std::string& mount, const std::string& local_dir,
+                            const std::string& socket) {
   const uid_t uid = ::getuid();
   const gid_t gid = ::getgid();
   if (::geteuid() == 0) {
@@ -229,6 +231,7 @@ Status KernelViewForCommand(const std::string& mount, const std::string& socket)
     if (::mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
       return Status::FromErrno("make / a slave mount", errno);
   }
+  FS_RETURN_IF_ERROR(ReadOnlyView(local_dir, uid));
   auto dev = MountKernelView(mount, uid, gid);
   if (!dev.ok()) return dev.status();
   return HandOverView(socket, dev->get());
@@ -367,7 +370,7 @@ int Run::RunCommand(const std::string& preload) {
     ::setenv(env::kSocket, (run_dir_ + "/" + run_dir::kSocketName).c_str(), 1);
     ::unsetenv(env::kDisable);
     if (o_.kernel_view) {
-      Status st = KernelViewForCommand(o_.mount, run_dir_ + "/" + run_dir::kSocketName);
+      Status st = KernelViewForCommand(o_.mount, local_dir_, run_dir_ + "/" + run_dir::kSocketName);
       if (!st.ok())
         std::fprintf(stderr, "fanstore: run: no kernel-visible view at %s: %s\n", o_.mount.c_str(),
                      st.message().c_str());

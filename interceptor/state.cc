@@ -467,9 +467,8 @@ int OpenLocalCopy(const table::Entry& e, int flags) noexcept {
   auto open_it = [&](int f) {
     return relative ? Real().openat(rfd, path, f) : Real().open(path, f);
   };
-  // O_NOATIME: the agent's copies are the job user's own, and nobody needs their atime.
-  int fd = open_it(O_RDONLY | O_NOATIME | flags);
-  if (fd < 0 && errno == EPERM) fd = open_it(O_RDONLY | flags);
+  // Only the caller's flags (O_NOATIME, O_DIRECT when asked): F_GETFL must show no others.
+  int fd = open_it(O_RDONLY | flags);
   if (fd < 0 && relative && (errno == EBADF || errno == ENOTDIR)) {
     ForgetLocalRootFd(static_cast<unsigned>(rfd),
                       static_cast<unsigned>(rfd));  // closed behind our back
@@ -575,6 +574,26 @@ bool LocalPath(const table::Entry& e, char* out) noexcept {
 
 bool StandInPath(const table::Entry& dir, char* out) noexcept {
   return g_cfg.kernel_view ? Ns().AbsolutePath(dir, out, PATH_MAX) > 0 : LocalPath(dir, out);
+}
+
+const table::Entry* FdLinkEntry(const char* path) noexcept {
+  if (!path || path[0] != '/' || (path[1] != 'p' && path[1] != 'd') || !Intercepting())
+    return nullptr;
+  const char* n = nullptr;
+  if (strncmp(path, "/proc/self/fd/", 14) == 0) {
+    n = path + 14;
+  } else if (strncmp(path, "/dev/fd/", 8) == 0) {
+    n = path + 8;
+  } else if (strncmp(path, "/proc/", 6) == 0) {
+    char own[32];
+    const int k = snprintf(own, sizeof own, "/proc/%d/fd/", static_cast<int>(getpid()));
+    if (strncmp(path, own, static_cast<size_t>(k)) == 0) n = path + k;
+  }
+  if (!n || *n < '0' || *n > '9') return nullptr;
+  char* end = nullptr;
+  const long fd = strtol(n, &end, 10);
+  if (*end || fd > INT_MAX) return nullptr;
+  return TrackedEntry(static_cast<int>(fd));
 }
 
 int OpenDirStandIn(const table::Entry& dir, int flags) noexcept {

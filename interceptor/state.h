@@ -152,6 +152,9 @@ bool Permitted(const table::Entry& e, int mode, bool effective = true) noexcept;
 
 // The entry a tracked descriptor refers to, or nullptr.
 const table::Entry* TrackedEntry(int fd) noexcept;
+// The entry behind /proc/self/fd/N, /proc/<own pid>/fd/N or /dev/fd/N when N is a tracked
+// descriptor (the kernel would resolve those to the local copy), else nullptr.
+const table::Entry* FdLinkEntry(const char* path) noexcept;
 
 // Writes <local root>/<path of e> into out[PATH_MAX]; false without a local root or when it
 // does not fit.

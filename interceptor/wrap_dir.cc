@@ -230,6 +230,9 @@ class NftwWalker {
       int ctype = TypeOf(*c);
       if (ctype == FTW_SL && !(flags_ & FTW_PHYS)) {
         Walk w = Ns().Resolve(t.at(c->parent), name, true, scratch_.buf[0]);
+        // As glibc's: a link that cannot be followed for another reason than a missing target
+        // (a loop: ELOOP) ends the walk with that error.
+        if (w.err && w.err != ENOENT && w.err != EACCES) return StopWithError(w.err);
         if (w.err || w.escaped) {
           ctype = FTW_SLN;
         } else {

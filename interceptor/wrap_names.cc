@@ -5,8 +5,13 @@
 // itself in the kernel-visible view, else its copy under the local root, so that children
 // started with exec inherit it: their interceptor maps a working directory inside the local
 // root or the mount back to the virtual path (state.cc, ClassifyRealDir).
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+
 #include <string.h>
+#include <algorithm>
 
 #include "interceptor/wrappers.h"
 
@@ -101,7 +106,26 @@ int ChdirVirtual(const Entry& dir) noexcept {
 using namespace fanstore::interceptor;  // NOLINT: the wrappers below are the C entry points
 namespace table = fanstore::table;
 
+namespace {
+
+// readlink of /proc/self/fd/N (and its other spellings) where N is a FanStore descriptor: its
+// path under the mount, not the local copy's (-1: not such a path).
+long ReadFdLink(const char* path, char* buf, size_t size) noexcept {
+  const table::Entry* e = FdLinkEntry(path);
+  if (!e) return -1;
+  char abs[PATH_MAX];
+  const long len = Ns().AbsolutePath(*e, abs, sizeof abs);
+  if (len < 0) return -1;
+  const size_t k = std::min(static_cast<size_t>(len), size);
+  memcpy(buf, abs, k);
+  return static_cast<long>(k);
+}
+
+}  // namespace
+
 extern "C" ssize_t fanstore_readlink(const char* path, char* buf, size_t size) noexcept {
+  if (path)
+    if (long r = ReadFdLink(path, buf, size); r >= 0) return r;
   return OnPath(
       AT_FDCWD, path, false, false,
       [&](int, const char* p) { return Real().readlink(p, buf, size); },
@@ -112,6 +136,8 @@ extern "C" ssize_t fanstore_readlink(const char* path, char* buf, size_t size) n
 // readlinkat(fd, "", ...) reads the link an O_PATH|O_NOFOLLOW descriptor refers to.
 extern "C" ssize_t fanstore_readlinkat(int dirfd, const char* path, char* buf,
                                        size_t size) noexcept {
+  if (path)
+    if (long r = ReadFdLink(path, buf, size); r >= 0) return r;
   return OnPath(
       dirfd, path, false, true,
       [&](int d, const char* p) { return Real().readlinkat(d, p, buf, size); },

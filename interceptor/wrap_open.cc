@@ -26,7 +26,11 @@ int Passed(int dirfd, const char* path, int fd) {
 // Opens the data of regular file e: its local copy, else a descriptor from the agent.
 int OpenFileData(const Entry& e, int flags) {
   const table::TableView& t = Table();
-  const int keep = flags & (O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_PATH | O_LARGEFILE);
+  // The caller's flags that apply to reading, O_DIRECT and O_NOATIME included: the copy's file
+  // system then answers them as it would for the dataset's own tree (EINVAL for O_DIRECT on a
+  // tmpfs, EPERM for O_NOATIME on someone else's file), and F_GETFL shows them, and no others.
+  const int keep =
+      flags & (O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_PATH | O_LARGEFILE | O_DIRECT | O_NOATIME);
   // The agent died or shut down (one memory load, no syscall): the file comes from where it
   // still is, its staged copy, the cache or the dataset itself.
   if (!t.AgentAlive()) {
@@ -46,7 +50,10 @@ int OpenFileData(const Entry& e, int flags) {
         table::CountOpen(&g_cfg.counters->local_opens, &g_cfg.counters->local_bytes, e.size);
       return fd;
     }
-    if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM || fd == -EINTR) return fd;
+    // O_DIRECT the copy's file system refuses, O_NOATIME on a file not the caller's: the answer.
+    if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM || fd == -EINTR || fd == -EINVAL ||
+        fd == -EPERM)
+      return fd;
     FS_ILOG(1, "local copy of %.*s: %s; asking the agent", static_cast<int>(rel.size()), rel.data(),
             strerror(-fd));
   }
@@ -77,7 +84,12 @@ int OpenFileData(const Entry& e, int flags) {
   int fd = AgentOpen(g_cfg.socket, rel, g_cfg.open_timeout_ms);
   if (fd < 0) return fd;
   if (!(flags & O_CLOEXEC)) Real().fcntl(fd, F_SETFD, 0);
-  if (flags & O_NONBLOCK) Real().fcntl(fd, F_SETFL, O_NONBLOCK);
+  if ((flags & (O_NONBLOCK | O_DIRECT)) &&
+      Real().fcntl(fd, F_SETFL, flags & (O_NONBLOCK | O_DIRECT)) != 0) {
+    const int err = errno;
+    Real().close(fd);
+    return -err;
+  }
   return fd;
 }
 
@@ -233,6 +245,13 @@ FILE* FreopenAny(const char* path, const char* mode, FILE* stream,
 // mode; `flags` is what a virtual open sees (O_LARGEFILE added for the *64 variants).
 template <typename RealCall>
 int OpenPath(int dirfd, const char* path, int flags, RealCall&& real) {
+  // /proc/self/fd/N of a FanStore descriptor is the file under the mount, not its local copy:
+  // opened as such (a write is EROFS, as through the mount; the new descriptor is tracked).
+  char abs[PATH_MAX];
+  if (const Entry* e = FdLinkEntry(path); e && Ns().AbsolutePath(*e, abs, sizeof abs) > 0) {
+    dirfd = AT_FDCWD;
+    path = abs;
+  }
   return RoutePath(
       dirfd, path, FollowsLast(flags), false, [&] { return real(dirfd, path); },
       [&](int d, const char* p) { return Passed(d, p, real(d, p)); },

@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "common/fuse_mount.h"
 #include "common/private_dir.h"
 #include "common/status.h"
+#include "common/task_views.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::spank {
@@ -23,18 +23,11 @@ namespace fanstore::spank {
 
 using fanstore::EnsureOwnDir;  // as the user: common/private_dir.h
 
-// A task's own mount namespace, in which the two views are made (common/fuse_mount.h).
-using fanstore::PrivateMountNamespace;
-
-// In the task's own namespace (PrivateMountNamespace): makes `dir` a read-only bind mount of
-// itself, so that no process of the job, root or not, changes the staged copy by any route (a write
-// to the local path, a shell in a directory of it, a static binary): EROFS. `dir` must be a
-// directory owned by `uid`; it is opened without following a symlink and mounted through its
-// descriptor.
-Status ReadOnlyView(const std::string& dir, uid_t uid);
-
-// The kernel-visible view's mount, in the task's own namespace (common/fuse_mount.h).
+// A task's own mount namespace, and the two views made there: the staged copy read-only, and
+// the kernel-visible view (common/task_views.h).
 using fanstore::HandOverView;
 using fanstore::MountKernelView;
+using fanstore::PrivateMountNamespace;
+using fanstore::ReadOnlyView;
 
 }  // namespace fanstore::spank

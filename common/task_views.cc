@@ -1,4 +1,4 @@
-#include "common/fuse_mount.h"
+#include "common/task_views.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -26,6 +26,38 @@ Result<UniqueFD> MountFuse(int target, uid_t uid, gid_t gid) {
               opts.c_str()) != 0)
     return Status::FromErrno("mount a FUSE file system", errno);
   return dev;
+}
+
+Status ReadOnlyView(const std::string& dir, uid_t uid) {
+  // `dir` opened by name, without following a link, only when it is still the directory `st`
+  // describes: what a mount takes, through /proc/self/fd, cannot be swapped in between.
+  auto reopen = [&dir](const struct stat& st) {
+    UniqueFD fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat now;
+    if (fd.valid() &&
+        (::fstat(fd.get(), &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev))
+      fd.Reset();
+    return fd;
+  };
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return Status::FromErrno("stat " + dir, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != uid)
+    return Status::Permission(dir + " is not a directory of the job user");
+  // Opened in the new namespace (a bind takes its source from there), without following a
+  // link, and checked to be the directory seen above.
+  UniqueFD fd = reopen(st);
+  if (!fd.valid()) return Status::IOError(dir + " changed while it was being mounted");
+  const std::string self = "/proc/self/fd/" + std::to_string(fd.get());
+  if (::mount(self.c_str(), self.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0)
+    return Status::FromErrno("bind mount " + dir, errno);
+  // The new mount's root, by name again; it must be the directory bound above.
+  UniqueFD top = reopen(st);
+  if (!top.valid()) return Status::IOError(dir + " changed while it was being mounted");
+  const std::string bound = "/proc/self/fd/" + std::to_string(top.get());
+  if (::mount(nullptr, bound.c_str(), nullptr,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+    return Status::FromErrno("remount " + dir + " read-only", errno);
+  return Status::OK();
 }
 
 Status PrivateMountNamespace() {

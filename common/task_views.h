@@ -1,7 +1,8 @@
-// The kernel-visible view's mount (agent/kernel_view.h): a FUSE mount made by root (the SPANK
-// plugin, or `fanstore run` as root) at the dataset's virtual path, in a mount namespace of the
-// task's own, for one user's processes, and served by the agent, to which the /dev/fuse
-// descriptor is handed.
+// A task's two views, made in a mount namespace of its own by the SPANK plugin (as root, before
+// the task becomes the user) and by `fanstore run --kernel-view` (as root, or in a user namespace
+// of the command's own): the node's staged copy read-only, and the kernel-visible view, a FUSE
+// mount at the dataset's virtual path for one user's processes, served by the agent, to which
+// the /dev/fuse descriptor is handed (agent/kernel_view.h).
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +25,14 @@ Result<UniqueFD> MountFuse(int target, uid_t uid, gid_t gid);
 // nothing mounted reaches the node's (whose / is usually shared), while the node's later mounts
 // still reach it. Must be called before the process has threads.
 Status PrivateMountNamespace();
+
+// In the task's own namespace (PrivateMountNamespace): makes `dir` a read-only bind mount of
+// itself, so that no process of the job, root or not, changes the staged copy by any route (a
+// write to the local path, a shell in a directory of it, a static binary): EROFS. The agent,
+// outside that namespace, keeps its writable view. `dir` must be a
+// directory owned by `uid`; it is opened without following a symlink and mounted through its
+// descriptor.
+Status ReadOnlyView(const std::string& dir, uid_t uid);
 
 // In a private mount namespace: MountFuse at `mount` (absolute and clean). The mount point is
 // `mount` itself when it is a directory; otherwise its deepest existing ancestor must be an
