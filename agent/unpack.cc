@@ -90,12 +90,14 @@ Status Unpacker::EnsureUnpacked(uint32_t shard, uint32_t entry) {
   Status st;
   {
     auto fd = stage::CreateStaged(ctx_.data_root_fd, ctx_.data_root, e.path);
-    st = fd.ok() ? format::StreamFrame(copy.fd.get(), copy.path, e, ctx_.dict,
-                                       [&](std::string_view piece) {
-                                         return WriteFull(fd->get(), piece.data(), piece.size(),
-                                                          ctx_.data_root + "/" + e.path);
-                                       })
-                 : fd.status();
+    if (fd.ok()) {
+      SparseWriter out(fd->get(), ctx_.data_root + "/" + e.path);
+      st = format::StreamFrame(copy.fd.get(), copy.path, e, ctx_.dict,
+                               [&](std::string_view piece) { return out.Write(piece); });
+      if (st.ok()) st = out.Finish();
+    } else {
+      st = fd.status();
+    }
   }
   st = DoneByClient(std::move(st));
   Finish(shard, entry, st.ok());

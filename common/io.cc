@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "common/unique_fd.h"
 
@@ -65,6 +67,73 @@ Status WriteFull(int fd, const void* buf, size_t len, const std::string& what) {
     p += w;
     len -= static_cast<size_t>(w);
   }
+  return Status::OK();
+}
+
+Status SparseWriter::Put(const char* p, size_t n) {
+  uint64_t at = off_;
+  while (n > 0) {
+    ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(at));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno("write " + what_, errno);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    at += static_cast<uint64_t>(w);
+  }
+  written_ = at;
+  return Status::OK();
+}
+
+Status SparseWriter::Blocks(const char* p, size_t n) {
+  static const char kZeros[kBlock] = {};
+  auto zero_block = [&](size_t at) {
+    return n - at >= kBlock && std::memcmp(p + at, kZeros, kBlock) == 0;
+  };
+  while (n > 0) {
+    if (zero_block(0)) {  // a hole: skipped
+      p += kBlock;
+      n -= kBlock;
+      off_ += kBlock;
+      continue;
+    }
+    size_t run = std::min(kBlock, n);  // data, and every following block that is not zeros
+    while (run < n && !zero_block(run)) run += std::min(kBlock, n - run);
+    FS_RETURN_IF_ERROR(Put(p, run));
+    p += run;
+    n -= run;
+    off_ += run;
+  }
+  return Status::OK();
+}
+
+Status SparseWriter::Write(std::string_view piece) {
+  if (partial_len_ > 0) {  // complete the block the last piece began
+    const size_t take = std::min(kBlock - partial_len_, piece.size());
+    std::memcpy(partial_ + partial_len_, piece.data(), take);
+    partial_len_ += take;
+    piece.remove_prefix(take);
+    if (partial_len_ < kBlock) return Status::OK();
+    FS_RETURN_IF_ERROR(Blocks(partial_, kBlock));
+    partial_len_ = 0;
+  }
+  const size_t whole = piece.size() / kBlock * kBlock;
+  FS_RETURN_IF_ERROR(Blocks(piece.data(), whole));
+  partial_len_ = piece.size() - whole;
+  std::memcpy(partial_, piece.data() + whole, partial_len_);
+  return Status::OK();
+}
+
+Status SparseWriter::Finish() {
+  if (partial_len_ > 0) {  // the last, short block is data
+    FS_RETURN_IF_ERROR(Put(partial_, partial_len_));
+    off_ += partial_len_;
+    partial_len_ = 0;
+  }
+  if (written_ == off_) return Status::OK();
+  if (::ftruncate(fd_, static_cast<off_t>(off_)) != 0)
+    return Status::FromErrno("set the size of " + what_, errno);
   return Status::OK();
 }
 

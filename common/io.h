@@ -19,6 +19,28 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
 // Full pread of `len` bytes at `off`; a short file is Corruption naming `what`.
 Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string& what);
 Status WriteFull(int fd, const void* buf, size_t len, const std::string& what);
+// Writes a new file from its start, piece by piece, leaving a hole instead of every aligned
+// 4 KiB block of zeros, wherever the pieces end, as a sparse file had them (the dataset stores
+// the zeros; SEEK_HOLE and the space used then match the packed tree's). One pwrite per run of
+// data, and one per block that straddles two pieces. Finish writes the last short block and
+// sets the size when the file ends in a hole.
+class SparseWriter {
+ public:
+  static constexpr size_t kBlock = 4096;
+  SparseWriter(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
+  Status Write(std::string_view piece);
+  Status Finish();
+
+ private:
+  Status Put(const char* p, size_t n);     // at off_
+  Status Blocks(const char* p, size_t n);  // whole blocks (but the last) from off_, aligned
+  int fd_;
+  std::string what_;
+  char partial_[kBlock];  // the start of a block, until the next piece completes it
+  size_t partial_len_ = 0;
+  uint64_t off_ = 0;      // bytes of the file given so far
+  uint64_t written_ = 0;  // end of the last byte written
+};
 // Writes `data` to `path` through a temporary file and rename, with fsync.
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode);
 // Opens the parent directory of the canonical relative path `rel` under root_fd, one component

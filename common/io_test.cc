@@ -114,6 +114,29 @@ TEST_F(IoTest, WriteFullWritesEverythingOrNamesTheTarget) {
   EXPECT_NE(s.message().find("the read end"), std::string::npos);
 }
 
+// Whole aligned blocks of zeros become holes, wherever the pieces end; the bytes read back are
+// the same, and a file that ends in a hole gets its size.
+TEST_F(IoTest, SparseWriterLeavesHolesForBlocksOfZeros) {
+  constexpr size_t B = SparseWriter::kBlock;
+  std::string data(5 * B, '\0');
+  data.replace(B + 10, 4, "data");  // block 1 holds data; 0, 2, 3 and 4 are zeros
+  data[2 * B - 1] = 'x';
+  for (size_t piece : {size_t{1000}, B, 3 * B + 7, data.size()}) {
+    const std::string path = dir_ + "/sparse" + std::to_string(piece);
+    UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    ASSERT_TRUE(fd.valid());
+    SparseWriter w(fd.get(), path);
+    for (size_t at = 0; at < data.size(); at += piece)
+      ASSERT_TRUE(w.Write(std::string_view(data).substr(at, piece)).ok());
+    ASSERT_TRUE(w.Finish().ok());
+    auto back = ReadSmallFile(path, 1 << 20);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, data) << "pieces of " << piece;
+    EXPECT_EQ(::lseek(fd.get(), 0, SEEK_DATA), static_cast<off_t>(B)) << "pieces of " << piece;
+    EXPECT_EQ(::lseek(fd.get(), B, SEEK_HOLE), static_cast<off_t>(2 * B)) << "pieces of " << piece;
+  }
+}
+
 TEST_F(IoTest, WriteFileAtomicCreatesWithTheModeAndReplacesWhole) {
   const std::string p = dir_ + "/status.json";
   ASSERT_TRUE(WriteFileAtomic(p, "first version, long", 0600).ok());

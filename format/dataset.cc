@@ -252,17 +252,18 @@ Status ExtractFiles(const Dataset& ds, int root, const std::string& dest,
     FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
     auto fd = create(e);
     if (!fd.ok()) return fd.status();
-    FS_RETURN_IF_ERROR(WriteFull(fd->get(), raw.data(), raw.size(), dest + "/" + e.path));
+    SparseWriter out(fd->get(), dest + "/" + e.path);
+    FS_RETURN_IF_ERROR(out.Write(raw));
+    FS_RETURN_IF_ERROR(out.Finish());
     return finish(fd->get(), e);
   };
   auto large = [&](const IndexEntry& e, const DecodeFn& decode) -> Status {
     // A large file is written as it is decoded, in bounded memory.
     auto fd = create(e);
     if (!fd.ok()) return fd.status();
-    const std::string what = dest + "/" + e.path;
-    FS_RETURN_IF_ERROR(decode([&](std::string_view piece) {
-      return WriteFull(fd->get(), piece.data(), piece.size(), what);
-    }));
+    SparseWriter out(fd->get(), dest + "/" + e.path);
+    FS_RETURN_IF_ERROR(decode([&](std::string_view piece) { return out.Write(piece); }));
+    FS_RETURN_IF_ERROR(out.Finish());
     return finish(fd->get(), e);
   };
   return ScanAll(ds, opts.threads, opts.progress, small, large);

@@ -125,17 +125,18 @@ Status WriteStaged(int root_fd, const std::string& local_root, const IndexEntry&
                    std::string_view data) {
   auto fd = CreateStaged(root_fd, local_root, e.path);
   if (!fd.ok()) return fd.status();
-  return WriteFull(fd->get(), data.data(), data.size(), local_root + "/" + e.path);
+  SparseWriter out(fd->get(), local_root + "/" + e.path);
+  FS_RETURN_IF_ERROR(out.Write(data));
+  return out.Finish();
 }
 
 Status WriteStagedStream(int root_fd, const std::string& local_root, const IndexEntry& e,
                          const format::DecodeFn& decode) {
   auto fd = CreateStaged(root_fd, local_root, e.path);
   if (!fd.ok()) return fd.status();
-  const std::string what = local_root + "/" + e.path;
-  return decode([&](std::string_view piece) {
-    return WriteFull(fd->get(), piece.data(), piece.size(), what);
-  });
+  SparseWriter out(fd->get(), local_root + "/" + e.path);
+  FS_RETURN_IF_ERROR(decode([&](std::string_view piece) { return out.Write(piece); }));
+  return out.Finish();
 }
 
 Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
