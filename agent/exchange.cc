@@ -144,7 +144,7 @@ Result<std::string> Encode(const std::string& endpoint,
     PutStr(blob, sh->index_stored);
     std::vector<std::pair<std::string, std::string>> links;
     for (const auto& e : sh->entries) {
-      if (e.type != EntryType::kSymlink) continue;
+      if (e.type != EntryType::kSymlink && e.type != EntryType::kHardLink) continue;
       std::string target;
       FS_RETURN_IF_ERROR(format::ReadEntry(*sh, e, &dec, &target));
       links.emplace_back(e.path, std::move(target));

@@ -71,7 +71,8 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   std::string rel(t.Path(*dir));
   if (!rel.empty()) rel += '/';
   rel.append(name, len);
-  ReplyEntry(req, t.Lookup(rel));
+  const table::Entry* e = t.Lookup(rel);
+  ReplyEntry(req, e ? &t.Target(*e) : nullptr);  // every name of a file is one node
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {

@@ -29,6 +29,7 @@ Reply Agent::Open(const std::string& path) {
     if (state_ != "ready") return Reply{EAGAIN, "", -1};
   }
   const table::Entry* te = view_.Lookup(path);
+  if (te) te = &view_.Target(*te);  // a hard link opens its file
   const FileRef* ref = te ? &file_refs_[view_.IndexOf(*te)] : nullptr;
   if (!ref || ref->shard == UINT32_MAX) return Reply{ENOENT, "", -1};
   auto fail = [&](const Status& st) {
@@ -44,7 +45,8 @@ Reply Agent::Open(const std::string& path) {
     Status st = unpacker_.EnsureUnpacked(ref->shard, ref->entry);
     if (!st.ok()) return fail(st);
   }
-  int fd = ::open((data_root_ + "/" + path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = ::open((data_root_ + "/" + std::string(view_.Path(*te))).c_str(),
+                  O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     open_errors_++;
     return Reply{errno, "", -1};

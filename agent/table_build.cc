@@ -47,6 +47,14 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
           n.link_target = it->second;
           break;
         }
+        case EntryType::kHardLink: {  // the table points it at its file's entry
+          n.mode = S_IFREG | e.mode;
+          auto it = links_.find(e.path);
+          if (it == links_.end())
+            return Status::Corruption("hard link '" + e.path + "' has no target");
+          n.hardlink_to = it->second;
+          break;
+        }
       }
       nodes->push_back(std::move(n));
     }

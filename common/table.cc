@@ -195,6 +195,36 @@ Result<char*> FileImage::Create(const std::string& path, size_t size) {
   return static_cast<char*>(m);
 }
 
+// Hard links: each other name points at its file's entry and takes its inode number and
+// attributes; the file counts its names.
+static Status LinkNames(const std::vector<Node>& nodes, const std::vector<uint32_t>& order,
+                        const std::vector<uint32_t>& pos, Entry* entries, uint32_t n) {
+  std::unordered_map<std::string_view, uint32_t> file_at;
+  for (uint32_t k = 0; k < nodes.size(); k++)
+    if (S_ISREG(nodes[k].mode) && nodes[k].hardlink_to.empty())
+      file_at.emplace(nodes[k].path, pos[k]);
+  for (uint32_t i = 0; i < n; i++) {
+    const Node& nd = nodes[order[i]];
+    if (nd.hardlink_to.empty()) continue;
+    auto it = file_at.find(nd.hardlink_to);
+    if (it == file_at.end())
+      return Status::InvalidArgument("table: hard link '" + std::string(nd.path) + "' to '" +
+                                     std::string(nd.hardlink_to) + "', not a file");
+    Entry& e = entries[i];
+    Entry& t = entries[it->second];
+    e.flags = kHardLink;
+    e.aux = it->second;
+    e.ino = t.ino;
+    e.mode = t.mode;
+    e.size = t.size;
+    e.mtime_ns = t.mtime_ns;
+    e.first_child = kNone;
+    e.child_count = 0;
+    t.flags += 1u << kExtraNamesShift;
+  }
+  return Status::OK();
+}
+
 Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
                  const AllocFn& alloc) {
   const size_t given = nodes.size();
@@ -257,11 +287,14 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
   LinkChildren(h, base);
   // A file has no children: first_child holds its source index, child_count its frame's offset
   // in the shard copy (kRawCopy).
+  bool any_hardlink = false;
   for (uint32_t i = 0; i < n; i++)
     if (S_ISREG(entries[i].mode)) {
       entries[i].first_child = nodes[order[i]].source_index;
       entries[i].child_count = nodes[order[i]].copy_offset;
+      any_hardlink |= !nodes[order[i]].hardlink_to.empty();
     }
+  if (any_hardlink) FS_RETURN_IF_ERROR(LinkNames(nodes, order, pos, entries, n));
   if (entry_of) entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(given));
   return Status::OK();
 }
@@ -419,6 +452,9 @@ Status TableView::Validate(size_t len, bool check_entries) {
     if (uint64_t{e.path_off} + e.path_len > h.strings_size || e.parent >= h.entry_count ||
         (!S_ISREG(e.mode) && uint64_t{e.first_child} + e.child_count > h.children_count) ||
         (S_ISREG(e.mode) && e.child_count != 0 && !(e.flags & kRawCopy)) ||
+        ((e.flags & kHardLink) &&
+         (!S_ISREG(e.mode) || e.aux >= h.entry_count || !S_ISREG(entries_[e.aux].mode) ||
+          (entries_[e.aux].flags & kHardLink))) ||
         (S_ISLNK(e.mode) && uint64_t{e.aux} + e.size > h.strings_size))
       return Status::Corruption("table: entry out of bounds");
   }
@@ -518,12 +554,13 @@ int TableView::Resolve(std::string_view rel, bool follow_last, const Entry** out
   return 0;
 }
 
-void TableView::FillStat(const Entry& e, struct stat* st) const {
+void TableView::FillStat(const Entry& name, struct stat* st) const {
+  const Entry& e = Target(name);  // a hard link is its file
   std::memset(st, 0, sizeof *st);
   st->st_dev = hdr_->dev;
   st->st_ino = e.ino;
   st->st_mode = e.mode;
-  st->st_nlink = IsDir(e) ? 2 + e.aux : 1;
+  st->st_nlink = IsDir(e) ? 2 + e.aux : 1 + (e.flags >> kExtraNamesShift);
   st->st_uid = hdr_->uid;
   st->st_gid = hdr_->gid;
   // Sizes and blocks as ext4 reports them (directories one 4 KiB block, files whole 4 KiB

@@ -37,7 +37,12 @@ enum EntryFlags : uint32_t {
   // its shard, <local_root>/../shards/<shard file> (shard in `aux`), at offset `child_count`,
   // so a client may unpack it itself (CopyPathOf) instead of asking the agent.
   kRawCopy = 1u << 1,
+  // Another name of the regular file at entry `aux` (a hard link): its data, attributes and
+  // inode number are that entry's (TableView::Target).
+  kHardLink = 1u << 2,
 };
+// Regular files: how many other names (hard links) the file has, in the flags' bits from here.
+inline constexpr uint32_t kExtraNamesShift = 8;
 
 struct Header {
   char magic[8];
@@ -99,7 +104,8 @@ struct Node {
   std::string_view link_target;   // symlinks only
   uint32_t source_shard = kNone;  // files: where the dataset holds them
   uint32_t source_index = kNone;
-  uint32_t copy_offset = 0;  // files with kRawCopy: the frame's offset in the shard copy
+  uint32_t copy_offset = 0;           // files with kRawCopy: the frame's offset in the shard copy
+  std::string_view hardlink_to = {};  // another name of the regular file at this path (kHardLink)
 };
 
 struct BuildOptions {
@@ -237,8 +243,11 @@ class TableView {
   }
   std::string_view Dataset() const { return {strings_ + hdr_->dataset_off, hdr_->dataset_len}; }
   std::string_view Tool() const { return {strings_ + hdr_->tool_off, hdr_->tool_len}; }
+  // The entry that holds e's data and attributes: e itself, or the file a hard link names.
+  const Entry& Target(const Entry& e) const { return (e.flags & kHardLink) ? entries_[e.aux] : e; }
   // Where the dataset holds regular file e; false when the table does not say.
-  bool Source(const Entry& e, uint32_t* shard, uint32_t* index) const {
+  bool Source(const Entry& alias, uint32_t* shard, uint32_t* index) const {
+    const Entry& e = Target(alias);
     if (!IsRegular(e) || e.aux == kNone) return false;
     *shard = e.aux;
     *index = e.first_child;

@@ -99,6 +99,44 @@ TEST_F(TableTest, ResolveErrors) {
   EXPECT_EQ(view_.Resolve("loop", true, &e), ELOOP);
 }
 
+// A hard link is another name of its file: the same inode, attributes and source, a link count
+// of 2 under both names, and a table whose every entry checks out.
+TEST(TableBuild, HardLinksAreOneFileUnderTwoNames) {
+  std::vector<Node> nodes = {
+      {"a/f", S_IFREG | 0640, 12, 1000, kLocal, {}, 3, 7},
+      {"b/g", S_IFREG | 0644, 0, 0, 0, {}},
+  };
+  nodes[1].hardlink_to = "a/f";
+  auto img = Build(nodes, BuildOptions{});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  TableView v;
+  ASSERT_TRUE(v.Attach(*img).ok());
+  const Entry* f = v.Lookup("a/f");
+  const Entry* g = v.Lookup("b/g");
+  ASSERT_TRUE(f && g);
+  EXPECT_EQ(&v.Target(*g), f);
+  EXPECT_EQ(&v.Target(*f), f);
+  struct stat sf, sg;
+  v.FillStat(*f, &sf);
+  v.FillStat(*g, &sg);
+  EXPECT_EQ(sf.st_ino, sg.st_ino);
+  EXPECT_EQ(sg.st_nlink, 2u);
+  EXPECT_EQ(sf.st_nlink, 2u);
+  EXPECT_EQ(sg.st_mode, S_IFREG | 0640u);
+  EXPECT_EQ(sg.st_size, 12);
+  uint32_t shard = 0, index = 0;
+  ASSERT_TRUE(v.Source(*g, &shard, &index));
+  EXPECT_EQ(shard, 3u);
+  EXPECT_EQ(index, 7u);
+  TableView checked;
+  EXPECT_TRUE(checked.Attach(*img).ok());
+  // A link to what is not a file of the table is refused.
+  nodes[1].hardlink_to = "a";
+  EXPECT_FALSE(Build(nodes, BuildOptions{}).ok());
+  nodes[1].hardlink_to = "nowhere";
+  EXPECT_FALSE(Build(nodes, BuildOptions{}).ok());
+}
+
 TEST(TableLock, AgentAliveFollowsTheLockHolder) {
   auto img = Build({{"f", S_IFREG | 0644, 1, 0, 0, {}}}, {});
   ASSERT_TRUE(img.ok());

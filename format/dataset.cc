@@ -101,15 +101,23 @@ Status Dataset::CheckLinks() const {
   FrameDecoder dec(&dict_);
   for (size_t i = 0; i < shards_.size(); i++)
     for (const auto& e : shards_[i]->entries) {
-      if (e.type != EntryType::kSymlink) continue;
+      if (e.type != EntryType::kSymlink && e.type != EntryType::kHardLink) continue;
       std::string target;
       FS_RETURN_IF_ERROR(ReadEntry(*shards_[i], e, &dec, &target));
+      if (e.type == EntryType::kHardLink) {  // another name of a file of the dataset
+        const IndexEntry* t = Find(target);
+        if (!t || t->type != EntryType::kFile)
+          return Status::Corruption(shards_[i]->path + ": hard link '" + e.path + "' to '" +
+                                    target + "', which is not a file of the dataset");
+        continue;
+      }
       links.push_back({i, &e, std::move(target)});
     }
   for (size_t k = 0; k < links.size(); k++) link_of.emplace(links[k].e->path, k);
   const LookupFn lookup = [&](const std::string& p, std::string* target) {
     const IndexEntry* e = Find(p);
-    if (!e || e->type == EntryType::kFile) return NodeKind::kOther;
+    if (!e || e->type == EntryType::kFile || e->type == EntryType::kHardLink)
+      return NodeKind::kOther;
     if (e->type == EntryType::kDir) return NodeKind::kDir;
     *target = links[link_of.at(e->path)].target;
     return NodeKind::kLink;
@@ -269,12 +277,12 @@ Status ExtractFiles(const Dataset& ds, int root, const std::string& dest,
   return ScanAll(ds, opts.threads, opts.progress, small, large);
 }
 
-// Symlinks, after everything else, so none can redirect a write.
+// Hard links and symlinks, after every file, so none can redirect a write.
 Status ExtractLinks(const Dataset& ds, int root, const std::string& dest,
                     const std::vector<const IndexEntry*>& entries) {
   FrameDecoder dec(&ds.dict());
   for (const IndexEntry* e : entries) {
-    if (e->type != EntryType::kSymlink) continue;
+    if (e->type != EntryType::kSymlink && e->type != EntryType::kHardLink) continue;
     Dataset::Ref ref;
     ds.Find(e->path, &ref);
     std::string target;
@@ -282,6 +290,14 @@ Status ExtractLinks(const Dataset& ds, int root, const std::string& dest,
     std::string leaf;
     auto parent = OpenParentDir(root, e->path, &leaf);
     if (!parent.ok()) return parent.status();
+    if (e->type == EntryType::kHardLink) {  // the file, extracted already, under this name too
+      std::string target_leaf;
+      auto target_parent = OpenParentDir(root, target, &target_leaf);
+      if (!target_parent.ok()) return target_parent.status();
+      if (::linkat(target_parent->get(), target_leaf.c_str(), parent->get(), leaf.c_str(), 0) != 0)
+        return Status::FromErrno("create hard link " + dest + "/" + e->path, errno);
+      continue;
+    }
     if (::symlinkat(target.c_str(), parent->get(), leaf.c_str()) != 0)
       return Status::FromErrno("create symlink " + dest + "/" + e->path, errno);
     FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, true, e->path));

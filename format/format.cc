@@ -48,9 +48,10 @@ Status DecodeHeader(std::string_view b, Header* h) {
   if (std::memcmp(b.data(), kShardMagic, sizeof kShardMagic) != 0)
     return Status::Corruption("bad magic at offset 0 (not a FanStore shard)");
   h->version = Get32(b.data() + 8);
-  if (h->version != kVersion)
+  if (!KnownVersion(h->version))
     return Status::Corruption("unsupported shard version " + Num(h->version) +
-                              " (this tool reads " + Num(kVersion) + ")");
+                              " (this tool reads " + Num(kMinVersion) + " to " + Num(kVersion) +
+                              ")");
   h->shard_id = Get32(b.data() + 12);
   h->dataset_id = Get64(b.data() + 16);
   return Status::OK();
@@ -88,7 +89,7 @@ Status DecodeFooter(std::string_view b, uint64_t file_size, Footer* f) {
   f->version = Get32(p + 36);
   f->shard_id = Get32(p + 40);
   f->dataset_id = Get64(p + 48);
-  if (f->version != kVersion)
+  if (!KnownVersion(f->version))
     return Status::Corruption("unsupported shard version " + Num(f->version) + " in footer");
   if (f->index_offset < kHeaderSize || f->index_offset > footer_off ||
       f->index_stored_len != footer_off - f->index_offset)
@@ -178,7 +179,7 @@ Status IndexParser::ParseOne(const char* p, size_t path_len) {
   if (!IsSafePath(e.path))
     return Status::Corruption(at() + ": unsafe path '" + e.path.substr(0, 200) + "'");
   auto where = [&] { return at() + " '" + e.path + "'"; };
-  if (type < 1 || type > 3) return Status::Corruption(where() + ": bad type " + Num(type));
+  if (type < 1 || type > 4) return Status::Corruption(where() + ": bad type " + Num(type));
   if (codec > 2) return Status::Corruption(where() + ": bad codec " + Num(codec));
   e.type = static_cast<EntryType>(type);
   e.codec = static_cast<Codec>(codec);
@@ -192,6 +193,9 @@ Status IndexParser::ParseOne(const char* p, size_t path_len) {
   if (e.size > kMaxFileSize) return Status::Corruption(where() + ": absurd size " + Num(e.size));
   if (e.type == EntryType::kSymlink && (e.codec != Codec::kRaw || e.size == 0 || e.size > kMaxPath))
     return Status::Corruption(where() + ": bad symlink entry");
+  if (e.type == EntryType::kHardLink &&
+      (e.codec != Codec::kRaw || e.size == 0 || e.size > kMaxPath))
+    return Status::Corruption(where() + ": bad hard link entry");
   // A zstd block is at least 3 bytes and decodes to at most 128 KiB: a size beyond that is a
   // claim no frame of this length can back (it would only make a reader allocate).
   if (e.codec != Codec::kRaw && e.size / (128u << 10) > e.stored_len / 3 + 1)
@@ -371,6 +375,8 @@ const char* TypeName(EntryType t) {
       return "dir";
     case EntryType::kSymlink:
       return "symlink";
+    case EntryType::kHardLink:
+      return "hard link";
   }
   return "?";
 }

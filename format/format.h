@@ -19,7 +19,11 @@ namespace fanstore::format {
 
 inline constexpr char kShardMagic[8] = {'F', 'S', 'S', 'H', 'A', 'R', 'D', '1'};
 inline constexpr char kFooterMagic[8] = {'F', 'S', 'F', 'O', 'O', 'T', 'R', '1'};
-inline constexpr uint32_t kVersion = 1;
+// The version written. Readers take every version from kMinVersion on: version 2 added hard
+// links (EntryType::kHardLink); a version 1 dataset is a version 2 one without them.
+inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kMinVersion = 1;
+inline bool KnownVersion(uint64_t v) { return v >= kMinVersion && v <= kVersion; }
 inline constexpr size_t kHeaderSize = 64;
 inline constexpr size_t kFooterSize = 64;
 inline constexpr size_t kEntryFixedSize = 48;  // index entry without its path
@@ -44,7 +48,9 @@ inline constexpr char kManifestName[] = "manifest.json";
 inline constexpr char kDictName[] = "dict.zstd";
 inline constexpr char kFormatName[] = "fanstore";
 
-enum class EntryType : uint8_t { kFile = 1, kDir = 2, kSymlink = 3 };
+// kHardLink (version 2): another name of a regular file of the dataset, whose relative path is
+// the entry's data (stored raw, as a symlink's target); its mode and mtime are the file's.
+enum class EntryType : uint8_t { kFile = 1, kDir = 2, kSymlink = 3, kHardLink = 4 };
 enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
 
 struct Header {

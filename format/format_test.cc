@@ -36,6 +36,10 @@ TEST(Format, HeaderRoundTripAndChecks) {
   s = DecodeHeader(bad, &out);
   EXPECT_NE(s.message().find("version"), std::string::npos);
   EXPECT_FALSE(DecodeHeader(b.substr(0, 10), &out).ok());
+  // Datasets of version 1 (before hard links) are still read.
+  ASSERT_TRUE(DecodeHeader(EncodeHeader({1, 7, 0x1234}), &out).ok());
+  EXPECT_EQ(out.version, 1u);
+  EXPECT_FALSE(DecodeHeader(EncodeHeader({0, 7, 0x1234}), &out).ok());
 }
 
 TEST(Format, FooterBoundsAreChecked) {
@@ -103,6 +107,14 @@ TEST(Format, IndexRejectsHostileEntries) {
   e = File("x", 64, 10);
   e.mode = 0100644;  // type bits do not belong in mode
   EXPECT_FALSE(ParseOne(e).ok());
+  e = File("x", 64, 10);  // a hard link's data is its file's path, stored raw
+  e.type = EntryType::kHardLink;
+  EXPECT_TRUE(ParseOne(e).ok());
+  e.codec = Codec::kZstd;
+  EXPECT_FALSE(ParseOne(e).ok());
+  e = File("x", 64, 0);
+  e.type = EntryType::kHardLink;
+  EXPECT_FALSE(ParseOne(e).ok());  // no target
   std::string raw = EncodeIndexRaw({File("x", 64, 10)});
   raw[0] = 9;  // bad type
   EXPECT_FALSE(ParseIndexRaw(raw, 1000, 1).ok());

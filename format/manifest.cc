@@ -146,9 +146,10 @@ Result<Manifest> ManifestFromJson(const std::string& text) {
     return Status::Corruption("not a FanStore manifest (\"format\" is not \"fanstore\")");
   uint64_t version = 0;
   if (!GetU64(j, "version", &version)) return Status::Corruption("missing \"version\"");
-  if (version != kVersion)
+  if (!KnownVersion(version))
     return Status::Corruption("unsupported dataset version " + std::to_string(version) +
-                              " (this tool reads version " + std::to_string(kVersion) + ")");
+                              " (this tool reads versions " + std::to_string(kMinVersion) + " to " +
+                              std::to_string(kVersion) + ")");
   m.version = static_cast<uint32_t>(version);
   uint64_t level = 0;
   if (!GetStr(j, "tool_version", &m.tool_version) || !GetStr(j, "created", &m.created) ||

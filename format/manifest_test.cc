@@ -111,7 +111,8 @@ TEST(Manifest, MistypedFieldsAreRefused) {
       {"format", "tarball"},
       {"format", 1},
       {"version", "1"},
-      {"version", 2},
+      {"version", 3},  // newer than this tool
+      {"version", 0},
       {"version", -1},
       {"tool_version", 1},
       {"created", nullptr},

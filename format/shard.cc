@@ -85,6 +85,8 @@ Status FrameDecoder::Decode(const IndexEntry& e, std::string_view stored, std::s
   if (Xxh3(raw->data(), raw->size()) != e.xxh3) return fail("content checksum mismatch");
   if (e.type == EntryType::kSymlink && !IsContainedLink(e.path, *raw))
     return fail("symlink target points outside the dataset");
+  if (e.type == EntryType::kHardLink && (!IsSafePath(*raw) || *raw == e.path))
+    return fail("hard link to '" + std::string(raw->substr(0, 200)) + "', not another path");
   return Status::OK();
 }
 

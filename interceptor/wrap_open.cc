@@ -23,9 +23,10 @@ int Passed(int dirfd, const char* path, int fd) {
   return fd;
 }
 
-// Opens the data of regular file e: its local copy, else a descriptor from the agent.
-int OpenFileData(const Entry& e, int flags) {
+// Opens the data of regular file `name`: its local copy, else a descriptor from the agent.
+int OpenFileData(const Entry& name, int flags) {
   const table::TableView& t = Table();
+  const Entry& e = t.Target(name);  // a hard link's data is its file's
   // The caller's flags that apply to reading, O_DIRECT and O_NOATIME included: the copy's file
   // system then answers them as it would for the dataset's own tree (EINVAL for O_DIRECT on a
   // tmpfs, EPERM for O_NOATIME on someone else's file), and F_GETFL shows them, and no others.

@@ -294,8 +294,16 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
     Warn("skipping " + where + ": name is too long");
     return Status::OK();
   }
-  if (archive_entry_hardlink(ent)) {
-    Warn("skipping " + where + ": hard links are not stored (pack the extracted tree instead)");
+  if (const char* link = archive_entry_hardlink(ent)) {  // another name of an earlier file
+    std::string target;
+    if (!MemberPath(prefix, link, &target) || !files_.count(KeyOf(target))) {
+      Warn("skipping " + where + ": a hard link to " + link +
+           ", which is not a file earlier in the archive");
+      return Status::OK();
+    }
+    FS_RETURN_IF_ERROR(Claim(rel, EntryType::kHardLink, mtime));
+    nonfile_at_.emplace(rel, nonfiles_.size());
+    nonfiles_.push_back({rel, EntryType::kHardLink, mode, target.size(), mtime, target});
     return Status::OK();
   }
   if (type == AE_IFDIR) return AddDir(rel, mode, mtime);

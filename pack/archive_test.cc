@@ -181,26 +181,31 @@ TEST_F(ArchivePack, ShardsFillInOrder) {
 }
 
 TEST_F(ArchivePack, HostileNamesAndTypes) {
-  const std::string tar =
-      Put("t.tar", Tar({F("../escape", "x"), F("a/../../up", "x"),
-                        F("/abs/file", "abs"),  // stored as abs/file, as tar(1) extracts it
-                        F("./b//./c", "c"), H("hard", "b/c"), Fifo("fifo"),
-                        L("out", "../etc/passwd"), L("absl", "/etc/passwd"), L("b/up", "."),
-                        L("b/esc", "up/../.."),  // escapes only through b/up
-                        F(std::string(300, 'n'), "long")}));
+  const std::string tar = Put(
+      "t.tar",
+      Tar({F("../escape", "x"), F("a/../../up", "x"),
+           F("/abs/file", "abs"),  // stored as abs/file, as tar(1) extracts it
+           F("./b//./c", "c"), H("hard", "b/c"), H("hard2", "nowhere"), H("hard3", "../etc/passwd"),
+           Fifo("fifo"), L("out", "../etc/passwd"), L("absl", "/etc/passwd"), L("b/up", "."),
+           L("b/esc", "up/../.."),  // escapes only through b/up
+           F(std::string(300, 'n'), "long")}));
   ASSERT_TRUE(PackThem({tar}).ok());
   EXPECT_EQ(Extracted("abs/file"), "abs");
   EXPECT_EQ(Extracted("b/c"), "c");
   EXPECT_EQ(ds_->Find("escape"), nullptr);
   EXPECT_EQ(ds_->Find("up"), nullptr);
-  EXPECT_EQ(ds_->Find("hard"), nullptr);
+  ASSERT_NE(ds_->Find("hard"), nullptr);  // another name of b/c
+  EXPECT_EQ(ds_->Find("hard")->type, format::EntryType::kHardLink);
+  EXPECT_EQ(ds_->Find("hard2"), nullptr);
+  EXPECT_EQ(ds_->Find("hard3"), nullptr);
   EXPECT_EQ(ds_->Find("out"), nullptr);
   EXPECT_EQ(ds_->Find("b/esc"), nullptr);
   EXPECT_NE(ds_->Find("b/up"), nullptr);
-  for (const char* w : {"../escape", "hard links", "fifo", "out -> ../etc/passwd", "absl",
-                        "through other symlinks", "too long"})
+  for (const char* w :
+       {"../escape", "hard2: a hard link to nowhere, which is not a file", "hard3", "fifo",
+        "out -> ../etc/passwd", "absl", "through other symlinks", "too long"})
     EXPECT_TRUE(Warned(w)) << w;
-  EXPECT_EQ(stats_.skipped, 8u);
+  EXPECT_EQ(stats_.skipped, 9u);
 }
 
 TEST_F(ArchivePack, ConflictsAreErrors) {

@@ -202,7 +202,7 @@ Status PackCore::AppendNonFiles(ShardOut& shard, const std::vector<SrcEntry>& en
   for (const auto& e : entries) {
     if (e.type == EntryType::kFile) continue;
     IndexEntry ie = EntryFor(e);
-    if (e.type == EntryType::kSymlink) {
+    if (e.type == EntryType::kSymlink || e.type == EntryType::kHardLink) {
       ie.size = ie.stored_len = e.target.size();
       ie.xxh3 = Xxh3(e.target);
       ie.offset = shard.pos();

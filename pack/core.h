@@ -60,7 +60,7 @@ class PackCore {
   Status WriteBig(ShardOut& shard, BigSource& src, const SrcEntry& e, format::IndexEntry* ie);
   // Creates shard `id` in the temporary directory.
   Status OpenShard(ShardOut* shard, uint32_t id);
-  // Adds directories and symlinks (frames for the targets) to `shard`.
+  // Adds directories, symlinks and hard links (frames for their targets) to `shard`.
   Status AppendNonFiles(ShardOut& shard, const std::vector<SrcEntry>& entries);
   // A batch's frames and entries, appended to `shard`; counts them for the manifest.
   Status AppendBatch(ShardOut& shard, BatchOut out);

@@ -356,7 +356,7 @@ TEST_F(DamageTest, CorruptManifest) {
   Status s = OpenAndVerify();
   EXPECT_NE(s.message().find("manifest.json"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("JSON"), std::string::npos) << s.message();
-  size_t v = m.find("\"version\": 1");
+  size_t v = m.find("\"version\": 2");
   ASSERT_NE(v, std::string::npos);
   Write(ds_ + "/manifest.json", m.substr(0, v) + "\"version\": 99" + m.substr(v + 12));
   s = OpenAndVerify();

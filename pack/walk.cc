@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 #include "common/io.h"
@@ -86,6 +87,16 @@ class Walker {
                  MtimeNs(st),
                  {}};
       if (S_ISREG(st.st_mode)) {
+        // A file with several names in the tree: its first name in walk order holds the data,
+        // the others are hard links to it.
+        if (st.st_nlink > 1) {
+          auto [it, first] = names_of_.try_emplace({st.st_dev, st.st_ino}, crel);
+          if (!first) {
+            e.type = EntryType::kHardLink;
+            e.target = it->second;
+            e.size = e.target.size();
+          }
+        }
         out->push_back(std::move(e));
       } else if (S_ISDIR(st.st_mode)) {
         e.type = EntryType::kDir;
@@ -138,6 +149,7 @@ class Walker {
   }
 
   std::string root_, real_root_;
+  std::map<std::pair<dev_t, ino_t>, std::string> names_of_;  // files with several names
   const Options& opts_;
   uint64_t skipped_ = 0;
   uint32_t root_mode_ = 0755;

@@ -20,7 +20,7 @@ struct SrcEntry {
   uint32_t mode;
   uint64_t size;
   int64_t mtime_ns;
-  std::string target;  // symlinks
+  std::string target;  // symlinks; hard links: the path of the file's first name
 };
 
 struct SourceTree {

@@ -12,6 +12,7 @@ echo "== round trip"
 make_tree src 5
 mkfifo src/a/fifo
 ln -s /etc/passwd src/a/escape
+ln src/a/b/numbers.txt src/a/numbers-again.txt  # a hard link
 # ref: the tree as a dataset can hold it (no FIFO, no escaping link), mtimes kept.
 cp -a src ref && rm ref/a/fifo ref/a/escape && touch -r src/a ref/a
 out=$("$F" pack src ds.fs --shard-size 100K 2>err.txt); rc=$?
@@ -35,6 +36,10 @@ check "extract: modes, sizes, mtimes and link targets match" diff <(manifest ref
 hashes() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
 check "extract: content hash of every file matches" diff <(hashes ref) <(hashes restored)
 expect_fail "extract into a non-empty directory" 2 "not empty" "$F" extract ds.fs restored
+check "extract: a hard link comes back as another name of the same file" \
+  test "$(stat -c '%i %h' restored/a/b/numbers.txt)" = "$(stat -c '%i %h' restored/a/numbers-again.txt)" -a \
+  "$(stat -c %h restored/a/numbers-again.txt)" = 2
+check "info: the dataset is version 2" bash -c "'$F' info ds.fs --json | grep -q '\"version\": 2'"
 
 echo "== pack from archives"
 # The same tree through tar(1) (pax keeps nanosecond mtimes), from a file and, compressed, from
@@ -186,8 +191,8 @@ fresh; sz=$(stat -c %s bad.fs/shard-00000.fsd); printf '\xff' | dd of=bad.fs/sha
 expect_fail "corrupt index" 1 "shard-00000.fsd: index (checksum|at offset)" "$F" verify bad.fs
 fresh; echo '{"format": "fanstore", "version": 1' > bad.fs/manifest.json
 expect_fail "corrupt manifest" 1 "manifest.json: not valid JSON" "$F" verify bad.fs
-fresh; sed -i 's/"version": 1/"version": 2/' bad.fs/manifest.json
-expect_fail "manifest of a newer version" 1 "unsupported dataset version 2" "$F" info bad.fs
+fresh; sed -i 's/"version": 2/"version": 3/' bad.fs/manifest.json
+expect_fail "manifest of a newer version" 1 "unsupported dataset version 3 \(this tool reads versions 1 to 2\)" "$F" info bad.fs
 
 echo "== unreadable source (as an unprivileged user)"
 if id nobody >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then

@@ -57,7 +57,7 @@ def st_fields(s):
 
 def sh(cmd, cwd=None, env=None):
     r = subprocess.run(cmd, shell=isinstance(cmd, str), cwd=cwd, env=env, capture_output=True)
-    text = r.stdout.decode(errors="replace").replace(ROOT, "ROOT").strip()
+    text = r.stdout.decode(errors="replace").replace(ROOT, "ROOT").strip().replace("\n", " | ")
     out = hashlib.sha1(text.encode()).hexdigest()[:12] if len(text) > 200 else text
     return f"exit={r.returncode} out={out}"
 
