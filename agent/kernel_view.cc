@@ -252,6 +252,7 @@ Status KernelView::Serve(UniqueFD dev) {
   char* argv[] = {arg0, nullptr};
   struct fuse_args args = FUSE_ARGS_INIT(1, argv);
   m->se = fuse_session_new(&args, &kOps, sizeof kOps, &m->ctx);
+  fuse_opt_free_args(&args);  // the session keeps copies of what it needs
   if (!m->se) return Status::IOError("cannot start a FUSE session");
   // libfuse takes a descriptor that is already mounted as the mount point /dev/fd/N.
   const std::string where = "/dev/fd/" + std::to_string(dev.get());

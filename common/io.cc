@@ -111,7 +111,7 @@ Status SparseWriter::Blocks(const char* p, size_t n) {
 Status SparseWriter::Write(std::string_view piece) {
   if (partial_len_ > 0) {  // complete the block the last piece began
     const size_t take = std::min(kBlock - partial_len_, piece.size());
-    std::memcpy(partial_ + partial_len_, piece.data(), take);
+    if (take > 0) std::memcpy(partial_ + partial_len_, piece.data(), take);
     partial_len_ += take;
     piece.remove_prefix(take);
     if (partial_len_ < kBlock) return Status::OK();
@@ -121,7 +121,7 @@ Status SparseWriter::Write(std::string_view piece) {
   const size_t whole = piece.size() / kBlock * kBlock;
   FS_RETURN_IF_ERROR(Blocks(piece.data(), whole));
   partial_len_ = piece.size() - whole;
-  std::memcpy(partial_, piece.data() + whole, partial_len_);
+  if (partial_len_ > 0) std::memcpy(partial_, piece.data() + whole, partial_len_);
   return Status::OK();
 }
 

@@ -467,8 +467,11 @@ int OpenLocalCopy(const table::Entry& e, int flags) noexcept {
   auto open_it = [&](int f) {
     return relative ? Real().openat(rfd, path, f) : Real().open(path, f);
   };
-  // Only the caller's flags (O_NOATIME, O_DIRECT when asked): F_GETFL must show no others.
-  int fd = open_it(O_RDONLY | flags);
+  // O_NOATIME: the agent's copies are the job user's own, and a first read would otherwise
+  // write each one's inode (its atime is not after its mtime). F_GETFL hides the flag
+  // (fanstore_fcntl); O_DIRECT only when asked.
+  int fd = open_it(O_RDONLY | O_NOATIME | flags);
+  if (fd < 0 && errno == EPERM && !(flags & O_NOATIME)) fd = open_it(O_RDONLY | flags);
   if (fd < 0 && relative && (errno == EBADF || errno == ENOTDIR)) {
     ForgetLocalRootFd(static_cast<unsigned>(rfd),
                       static_cast<unsigned>(rfd));  // closed behind our back

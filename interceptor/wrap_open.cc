@@ -29,7 +29,7 @@ int OpenFileData(const Entry& name, int flags) {
   const Entry& e = t.Target(name);  // a hard link's data is its file's
   // The caller's flags that apply to reading, O_DIRECT and O_NOATIME included: the copy's file
   // system then answers them as it would for the dataset's own tree (EINVAL for O_DIRECT on a
-  // tmpfs, EPERM for O_NOATIME on someone else's file), and F_GETFL shows them, and no others.
+  // tmpfs, EPERM for O_NOATIME on someone else's file).
   const int keep =
       flags & (O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_PATH | O_LARGEFILE | O_DIRECT | O_NOATIME);
   // The agent died or shut down (one memory load, no syscall): the file comes from where it
@@ -436,6 +436,18 @@ extern "C" int fanstore_dup3(int oldfd, int newfd, int flags) noexcept {
   return r;
 }
 
+namespace {
+
+// F_GETFL of a FanStore descriptor: without the O_NOATIME the library adds to local copies
+// (OpenLocalCopy), which the program did not ask for.
+int AfterFcntl(int fd, int cmd, int r) {
+  if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && !t_in_wrapper) CopySlot(fd, r);
+  if (r >= 0 && cmd == F_GETFL && !t_in_wrapper && TrackedEntry(fd)) r &= ~O_NOATIME;
+  return r;
+}
+
+}  // namespace
+
 // The third argument is read as a pointer, as glibc's own fcntl does: every command's
 // argument fits in one register.
 extern "C" int fanstore_fcntl(int fd, int cmd, ...) noexcept {
@@ -443,9 +455,7 @@ extern "C" int fanstore_fcntl(int fd, int cmd, ...) noexcept {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  int r = Real().fcntl(fd, cmd, arg);
-  if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && !t_in_wrapper) CopySlot(fd, r);
-  return r;
+  return AfterFcntl(fd, cmd, Real().fcntl(fd, cmd, arg));
 }
 
 extern "C" int fanstore_fcntl64(int fd, int cmd, ...) noexcept {
@@ -453,7 +463,5 @@ extern "C" int fanstore_fcntl64(int fd, int cmd, ...) noexcept {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  int r = Real().fcntl64(fd, cmd, arg);
-  if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && !t_in_wrapper) CopySlot(fd, r);
-  return r;
+  return AfterFcntl(fd, cmd, Real().fcntl64(fd, cmd, arg));
 }
