@@ -117,15 +117,6 @@ void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-void OpenDir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
-  const table::Entry* e = EntryOf(req, ino);
-  if (!e) return (void)fuse_reply_err(req, ENOENT);
-  if (!table::IsDir(*e)) return (void)fuse_reply_err(req, ENOTDIR);
-  fi->cache_readdir = 1;
-  fi->keep_cache = 1;
-  fuse_reply_open(req, fi);
-}
-
 // Offsets: 0 ".", 1 "..", 2 + i the directory's i-th child (sorted by name).
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
   const table::TableView& t = *Ctx(req).table;
@@ -180,7 +171,9 @@ const struct fuse_lowlevel_ops kOps = [] {
   ops.open = Open;
   ops.read = Read;
   ops.release = Release;
-  ops.opendir = OpenDir;
+  // No opendir: libfuse answers ENOSYS, after which the kernel opens directories without a
+  // request (FUSE_CAP_NO_OPENDIR_SUPPORT). The library's directory stand-ins are opened in the
+  // view (state.cc, OpenDirStandIn), so a request per opendir would cost every listing.
   ops.readdir = ReadDir;
   ops.statfs = StatFs;
   ops.getxattr = GetXattr;
