@@ -220,6 +220,15 @@ def sparse_seek():
     return f"data={attempt(lambda: seek('sparse.bin', os.SEEK_DATA, 0))} hole={attempt(lambda: seek('sparse.bin', os.SEEK_HOLE, 0))}"
 
 
+def raw_statx(rel):
+    buf = ctypes.create_string_buffer(256)
+    if libc.syscall(332, -100, p(rel).encode(), 0, 0x7FF, buf) != 0:  # SYS_statx, AT_FDCWD
+        return cerr(-1)
+    mode = int.from_bytes(buf.raw[0x1C:0x1E], "little")
+    size = int.from_bytes(buf.raw[0x28:0x30], "little")
+    return f"mode={oct(mode)} size={size}"
+
+
 def mkstemp_in():
     try:
         fd, name = tempfile.mkstemp(dir=p("a"))
@@ -298,7 +307,10 @@ CASES = [
     ("static busybox find", lambda: sh(f"{BUSYBOX} find '{ROOT}' | sort", env=no_preload())),
     ("exec a script", lambda: sh([p("bin/hello.sh"), "arg"])),
     ("exec a script, no library", lambda: sh([p("bin/hello.sh"), "arg"], env=no_preload())),
+    ("raw statx (as node's fs.statSync)", lambda: raw_statx("a/b/numbers.txt")),
     ("dlopen from it", lambda: attempt(lambda: ctypes.CDLL(p("lib/libfsdemo.so")).fsdemo_answer())),
+    ("Python C extension import", lambda: sh([sys.executable, "-c", "import fsext; print(fsext.origin)"],
+                                             env=dict(os.environ, PYTHONPATH=p("pkg")))),
     ("LD_LIBRARY_PATH search", lambda: sh([sys.executable, "-c", "import ctypes; print(ctypes.CDLL('libfsdemo.so').fsdemo_answer())"],
                                            env=dict(os.environ, LD_LIBRARY_PATH=p("lib")))),
     ("ls of the parent", lambda: attempt(lambda: os.path.basename(ROOT) in os.listdir(os.path.dirname(ROOT)))),
@@ -315,4 +327,4 @@ for name, fn in CASES:
         r = err(e)
     except Exception as e:  # a case that breaks is a result too, and must match
         r = f"{type(e).__name__}"
-    print(f"{name}: {r}", flush=True)
+    print(f"{name}: " + str(r).replace("\n", " | "), flush=True)

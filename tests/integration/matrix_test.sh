@@ -29,13 +29,27 @@ cd "$T" || exit 1
 # /dev/fuse usable by users (Debian's default, 0666; not on every test machine).
 chmod 0666 /dev/fuse
 
-echo "== the tree: make_tree's awkward cases, code, a hard link, a sparse file, a loop, 0000 entries"
+echo "== the tree: make_tree's awkward cases, code (a script, a library, a C extension), a hard link,"
+echo "   a sparse file, a loop, 0000 entries"
 make_tree src 1
 mkdir -p src/bin src/lib src/hard src/locked src/closed
 # shellcheck disable=SC2016  # the script's own $1
 printf '#!/bin/sh\necho "script ran: $1"\n' > src/bin/hello.sh && chmod 0755 src/bin/hello.sh
 printf 'int fsdemo_answer(void) { return 42; }\n' > lib.c
 gcc -shared -fPIC -o src/lib/libfsdemo.so lib.c
+mkdir -p src/pkg
+cat > ext.c <<'C'
+#include <Python.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "fsext", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_fsext(void) {
+  PyObject* m = PyModule_Create(&def);
+  if (m) PyModule_AddStringConstant(m, "origin", "a C extension from the dataset");
+  return m;
+}
+C
+# shellcheck disable=SC2046  # the include flags are several words
+gcc -shared -fPIC $(python3-config --includes) -o "src/pkg/fsext$($PY -c \
+  "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")" ext.c
 printf 'linked\n' > src/hard/one && ln src/hard/one src/hard/two
 truncate -s 1M src/sparse.bin && printf 'data' | dd of=src/sparse.bin bs=1 seek=524288 conv=notrunc status=none
 ln -s loop src/loop
