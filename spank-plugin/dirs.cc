@@ -99,3 +99,21 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
 }
 
 }  // namespace fanstore::spank
+
+namespace fanstore::spank {
+
+Status KernelViewAllowed(const std::string& mount, const std::string& prefix) {
+  if (mount.size() <= prefix.size() + 1 || mount.compare(0, prefix.size(), prefix) != 0 ||
+      mount[prefix.size()] != '/')
+    return Status::Permission("the mount " + mount + " is not under mount_prefix " + prefix +
+                              " (elsewhere the dataset could stand in for system files that "
+                              "setuid programs read)");
+  struct stat st;
+  if (::lstat(prefix.c_str(), &st) != 0) return Status::FromErrno("mount_prefix " + prefix, errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022))
+    return Status::Permission("mount_prefix " + prefix +
+                              " is not a directory of root's that only root can write");
+  return Status::OK();
+}
+
+}  // namespace fanstore::spank

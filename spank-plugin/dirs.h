@@ -30,4 +30,10 @@ using fanstore::MountKernelView;
 using fanstore::PrivateMountNamespace;
 using fanstore::ReadOnlyView;
 
+// Whether the kernel-visible view may be mounted at `mount` for a user: only strictly under
+// `prefix` (the admin's mount_prefix), which must be a directory of root's that nobody else can
+// write. Anywhere else a user could lay the dataset over /etc or /usr/lib in their task, where a
+// setuid program would read it as root's (sudoers, ld.so.preload). The reason when not.
+Status KernelViewAllowed(const std::string& mount, const std::string& prefix);
+
 }  // namespace fanstore::spank

@@ -236,5 +236,29 @@ TEST(MountKernelView, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
       InTaskNamespace([&] { return MountKernelView(t.path() + "/link/ds", 1000, 1000).ok(); }), 0);
 }
 
+// Only under the admin's prefix, a directory of root's nobody else writes: anywhere else a
+// user's dataset could stand in for /etc in their task, read as root's by setuid programs.
+TEST(KernelViewAllowed, OnlyUnderARootOwnedPrefix) {
+  EXPECT_FALSE(KernelViewAllowed("/fanstore-x/ds", "/fanstore").ok());  // a prefix of the text only
+  test::TempDir t("kva");
+  const std::string prefix = t.path() + "/prefix";
+  ASSERT_EQ(::mkdir(prefix.c_str(), 0755), 0);
+  if (::geteuid() == 0) {
+    EXPECT_TRUE(KernelViewAllowed(prefix + "/ds", prefix).ok());
+    EXPECT_TRUE(KernelViewAllowed(prefix + "/a/b", prefix).ok());
+    ::chmod(prefix.c_str(), 0777);
+    EXPECT_FALSE(KernelViewAllowed(prefix + "/ds", prefix).ok());  // others could write there
+    ::chmod(prefix.c_str(), 0755);
+    ASSERT_EQ(::chown(prefix.c_str(), 1000, 1000), 0);
+    EXPECT_FALSE(KernelViewAllowed(prefix + "/ds", prefix).ok());  // not root's
+  }
+  for (const std::string& m : {std::string("/etc"), std::string("/usr/lib/x86_64-linux-gnu"),
+                               prefix, prefix + "x/ds", t.path() + "/ds"}) {
+    Status st = KernelViewAllowed(m, prefix);
+    EXPECT_FALSE(st.ok()) << m;
+    EXPECT_NE(st.message().find("not under mount_prefix"), std::string::npos) << st.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace fanstore::spank

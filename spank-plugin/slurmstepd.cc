@@ -195,6 +195,10 @@ int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   if (!st.ok())
     LogError("task_init", "the staged copy stays writable for this task: " + st.message());
   if (!s.config.kernel_view) return 0;
+  if (Status ok = KernelViewAllowed(s.mount, s.config.mount_prefix); !ok.ok()) {
+    s.view_error = ok.message();
+    return 0;
+  }
   auto view = MountKernelView(s.mount, s.uid, s.gid);
   if (view.ok())
     s.view_fd = view->Release();

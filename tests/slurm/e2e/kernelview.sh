@@ -130,6 +130,27 @@ EOF
     fi
   done
   check_clean "$j"
+  # A mount outside mount_prefix (here an existing directory of the user's) gets no kernel view:
+  # anywhere else a user could lay a dataset over /etc for setuid programs. The library still
+  # serves it.
+  mkdir -p "$jd/elsewhere" && chown "$TUSER:" "$jd/elsewhere"
+  cat >"$jd/job2.sh" <<'EOF'
+#!/bin/bash
+echo "$FANSTORE_KERNEL_VIEW" > "$JD/view2"
+/bin/busybox ls "$FANSTORE_MOUNT" > "$JD/static2" 2>&1
+ls "$FANSTORE_MOUNT" > "$JD/library2" 2>&1
+EOF
+  chmod 0755 "$jd/job2.sh" && chown "$TUSER:" "$jd/job2.sh"
+  j=$(cd "$jd" && asu env JD="$jd" sbatch --parsable -N1 --chdir="$jd" -o "$jd/out.%j" --export=ALL \
+        --fanstore="$ds" --fanstore-mount="$jd/elsewhere" "$jd/job2.sh" 2>&1) || { bad "sbatch failed: $j"; return; }
+  st=$(wait_job "$j")
+  [[ $st == COMPLETED ]] && ok "job $j (mount outside mount_prefix) completed" || { bad "job $j ended $st"; job_output "$jd/out.$j"; }
+  grep -q "^off: the mount $jd/elsewhere is not under mount_prefix /fanstore" "$jd/view2" \
+    && ok "outside mount_prefix: no kernel view, and the task is told why" || bad "view: $(cat "$jd/view2" 2>&1)"
+  [[ ! -s $jd/static2 ]] && grep -qx bin "$jd/library2" \
+    && ok "outside mount_prefix: the kernel shows the user's empty directory; the library serves the dataset" \
+    || bad "static: $(head -3 "$jd/static2"); library: $(head -3 "$jd/library2")"
+  check_clean "$j"
   grep -q "fuse.fanstore" /proc/self/mountinfo && bad "a FUSE mount of the view is left on the node: $(grep fuse.fanstore /proc/self/mountinfo | head -2)" \
     || ok "no FUSE mount left on the node"
   [[ -z $(ls -A /fanstore 2>/dev/null) ]] && ok "the mount prefix /fanstore is empty on the node" \
