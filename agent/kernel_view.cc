@@ -12,7 +12,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "common/log.h"
@@ -29,6 +31,10 @@ constexpr unsigned kFuseMajor = 10, kFuseMinor = 229;
 struct Context {
   const table::TableView* table;
   KernelView::OpenFn* open;
+  // The descriptors handed to the kernel as file handles: closed on RELEASE, and whatever is
+  // left when the mount ends (RELEASEs still queued when a namespace dies are never read).
+  std::mutex* fds_mu;
+  std::unordered_set<int>* fds;
 };
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -101,7 +107,15 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   fi->fh = static_cast<uint64_t>(r.fd);
   fi->keep_cache = 1;  // the bytes never change: pages cached by an earlier open stay valid
   fi->noflush = 1;
-  if (fuse_reply_open(req, fi) != 0) ::close(r.fd);  // the open was interrupted
+  {
+    std::lock_guard<std::mutex> l(*c.fds_mu);
+    c.fds->insert(r.fd);
+  }
+  if (fuse_reply_open(req, fi) != 0) {  // the open was interrupted
+    std::lock_guard<std::mutex> l(*c.fds_mu);
+    c.fds->erase(r.fd);
+    ::close(r.fd);
+  }
 }
 
 void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
@@ -113,7 +127,13 @@ void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_i
 }
 
 void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
-  ::close(static_cast<int>(fi->fh));
+  const Context& c = Ctx(req);
+  const int fd = static_cast<int>(fi->fh);
+  {
+    std::lock_guard<std::mutex> l(*c.fds_mu);
+    if (c.fds->erase(fd) == 0) return (void)fuse_reply_err(req, 0);  // not ours: never closed
+  }
+  ::close(fd);
   fuse_reply_err(req, 0);
 }
 
@@ -189,11 +209,18 @@ struct KernelView::Mount {
   UniqueFD stop;  // an eventfd: readable once the mount must end
   std::vector<std::thread> threads;
   std::atomic<int> running{0};
+  std::mutex fds_mu;
+  std::unordered_set<int> fds;
 
-  ~Mount() {
+  void Wake() {
     uint64_t one = 1;
     if (stop.valid()) (void)!::write(stop.get(), &one, sizeof one);
+  }
+
+  ~Mount() {
+    Wake();
     for (std::thread& t : threads) t.join();
+    for (int fd : fds) ::close(fd);
     if (se) fuse_session_destroy(se);  // closes the /dev/fuse descriptor
   }
 
@@ -216,6 +243,7 @@ struct KernelView::Mount {
     }
     std::free(buf.mem);
     fuse_session_exit(se);
+    Wake();  // the other threads end too: the mount is over
     running--;
   }
 };
@@ -238,7 +266,7 @@ Status KernelView::Serve(UniqueFD dev) {
     return Status::IOError("already serving " + std::to_string(kMaxMounts) +
                            " kernel views on this node");
   auto m = std::make_unique<Mount>();
-  m->ctx = Context{&table_, &open_};
+  m->ctx = Context{&table_, &open_, &m->fds_mu, &m->fds};
   m->stop.Reset(::eventfd(0, EFD_CLOEXEC));
   if (!m->stop.valid()) return Status::FromErrno("eventfd", errno);
   char arg0[] = "fanstore-agent";

@@ -624,6 +624,9 @@ void CheckKernel(const PluginSettings& ps, Report* r) {
     if (::lstat(mp.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
       r->Warn("mount-prefix", mp + " is not a directory" + lost + " at " + mp + "/NAME",
               "mkdir -m 0755 " + mp + " (the fanstore-spank package creates /fanstore)");
+    else if (st.st_uid != 0 || (st.st_mode & 022))
+      r->Warn("mount-prefix", mp + " is not root's, or others can write it" + lost,
+              "chown root: " + mp + " && chmod 0755 " + mp);
     else if (!empty())
       r->Warn("mount-prefix", mp + " is not empty" + lost + " at " + mp + "/NAME",
               "point mount_prefix= at an empty directory");

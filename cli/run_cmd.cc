@@ -25,6 +25,7 @@
 #include "cli/cli.h"
 #include "common/env.h"
 #include "common/io.h"
+#include "common/path.h"
 #include "common/remove_tree.h"
 #include "common/run_dir.h"
 #include "common/task_views.h"
@@ -142,8 +143,9 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
       ->transform(CLI::Validator(
           [](std::string& m) -> std::string {
             while (m.size() > 1 && m.back() == '/') m.pop_back();
-            return !m.empty() && m[0] == '/' && m != "/" ? ""
-                                                         : "must be an absolute path other than /";
+            return m.size() > 1 && m[0] == '/' && IsCanonicalPath(std::string_view(m).substr(1))
+                       ? ""
+                       : "must be a clean absolute path other than / (no '.', '..' or '//')";
           },
           ""));
   app.add_option("--local-dir", o->local_parent,

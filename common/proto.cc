@@ -36,10 +36,13 @@ int ReadFull(int sock, void* buf, size_t len, int* fd) noexcept {
     if (fd) {
       for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-          int got;
-          memcpy(&got, CMSG_DATA(c), sizeof got);
-          UniqueFD passed(got);
-          if (*fd < 0) *fd = passed.Release();  // more than one: keep the first
+          const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+          for (size_t i = 0; i < n; i++) {  // more than one: keep the first, close the rest
+            int got;
+            memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof got);
+            UniqueFD passed(got);
+            if (*fd < 0) *fd = passed.Release();
+          }
         }
       }
     }

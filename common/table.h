@@ -28,7 +28,9 @@
 namespace fanstore::table {
 
 inline constexpr char kMagic[8] = {'F', 'S', 'T', 'A', 'B', 'L', 'E', '1'};
-inline constexpr uint32_t kVersion = 2;  // 2: the source of each file, dataset and reader paths
+// 2: the source of each file, dataset and reader paths; 3: hard links (kHardLink), which a
+// reader of 2 would take for files with a shard number in `aux`.
+inline constexpr uint32_t kVersion = 3;
 inline constexpr uint32_t kNone = 0xffffffffu;
 
 enum EntryFlags : uint32_t {

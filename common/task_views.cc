@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/path.h"
 #include "common/proto.h"
 
 namespace fanstore {
@@ -119,8 +120,9 @@ std::string Joined(const std::vector<std::string>& comps, size_t n) {
 }  // namespace
 
 Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid) {
+  if (mount.size() < 2 || mount[0] != '/' || !IsCanonicalPath(std::string_view(mount).substr(1)))
+    return Status::InvalidArgument("the mount " + mount + " is not a clean absolute path");
   const std::vector<std::string> comps = Components(mount);
-  if (comps.empty()) return Status::InvalidArgument("the mount cannot be /");
   size_t depth = 0;
   auto at = WalkExisting(comps, &depth);
   if (!at.ok()) return at.status();

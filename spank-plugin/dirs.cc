@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/path.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::spank {
@@ -103,6 +104,8 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
 namespace fanstore::spank {
 
 Status KernelViewAllowed(const std::string& mount, const std::string& prefix) {
+  if (mount.size() < 2 || mount[0] != '/' || !IsCanonicalPath(std::string_view(mount).substr(1)))
+    return Status::InvalidArgument("the mount " + mount + " is not a clean absolute path");
   if (mount.size() <= prefix.size() + 1 || mount.compare(0, prefix.size(), prefix) != 0 ||
       mount[prefix.size()] != '/')
     return Status::Permission("the mount " + mount + " is not under mount_prefix " + prefix +

@@ -29,7 +29,6 @@ struct PluginState {
   uint32_t gid = 0;
   std::string mount;       // where the tasks see the dataset
   std::string socket;      // this node's agent
-  int view_fd = -1;        // a task's kernel-visible view (/dev/fuse), until the agent has it
   std::string view_error;  // why the task has none
 };
 PluginState& State();

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "common/env.h"
 #include "common/run_dir.h"
@@ -140,6 +141,22 @@ Status ServeStep(spank_t sp) {
   return SetTaskEnv(sp, env::kSocket, s.socket);
 }
 
+// The agent takes requests from its own uid alone: the task, still root, connects with the job
+// user's effective ids, then takes root's back (its real ids stay root's throughout, so the user
+// can neither signal nor trace it meanwhile).
+Status HandOverAsUser(const std::string& socket, int dev, uid_t uid, gid_t gid) {
+  if (::setegid(gid) != 0) return Status::FromErrno("setegid", errno);
+  if (::seteuid(uid) != 0) {
+    const int err = errno;
+    (void)!::setegid(0);
+    return Status::FromErrno("seteuid", err);
+  }
+  Status st = HandOverView(socket, dev);
+  if (::seteuid(0) != 0 || ::setegid(0) != 0)
+    LogError("task_init", std::string("cannot take root's ids back: ") + std::strerror(errno));
+  return st;
+}
+
 }  // namespace
 
 int StepdInit(spank_t sp, int ac, char** av) {
@@ -200,22 +217,20 @@ int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
     return 0;
   }
   auto view = MountKernelView(s.mount, s.uid, s.gid);
-  if (view.ok())
-    s.view_fd = view->Release();
-  else
+  if (!view.ok()) {
     s.view_error = view.status().message();
-  return 0;
+    return 0;
+  }
+  // Handed over at once, before Slurm enters the task's working directory, which may be in the
+  // mount: nothing under it may be touched before the agent serves it (its only reader).
+  Status handed = HandOverAsUser(s.socket, view->get(), s.uid, s.gid);
+  if (!handed.ok()) s.view_error = handed.message();
+  return 0;  // the view's descriptor closes here: the agent's copy is the one that serves
 }
 
 int StepdTaskInit(spank_t sp, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   if (!s.enabled || s.agent_step || s.local_dir.empty()) return 0;
-  if (s.view_fd >= 0) {
-    const UniqueFD view(s.view_fd);  // the agent's copy is the one that serves; this one goes
-    s.view_fd = -1;
-    Status st = HandOverView(s.socket, view.get());
-    if (!st.ok()) s.view_error = st.message();
-  }
   if (!s.config.kernel_view) s.view_error = "turned off by the administrator (kernel_view=no)";
   if (!s.view_error.empty())
     LogInfo("task_init", "no kernel-visible view at " + s.mount + ": " + s.view_error);

@@ -153,7 +153,7 @@ expect_fail "verify --threads abc" 2 "--threads: 'abc' is not a whole number" "$
 expect_fail "run --timeout 0" 2 "--timeout: '0' is not a number of seconds above 0" "$F" run ds.fs --timeout 0 -- true
 expect_fail "run --timeout abc" 2 "--timeout: 'abc' is not a number of seconds" "$F" run ds.fs --timeout abc -- true
 expect_fail "run --unpack bogus" 2 "--unpack: 'bogus' is not one of auto, eager, lazy" "$F" run ds.fs --unpack bogus -- true
-expect_fail "run --mount relative" 2 "--mount: must be an absolute path" "$F" run ds.fs --mount rel -- true
+expect_fail "run --mount relative" 2 "--mount: must be a clean absolute path" "$F" run ds.fs --mount rel -- true
 expect_fail "run without -- COMMAND" 2 "-- COMMAND is missing" "$F" run ds.fs
 expect_fail "run without DS.fs" 2 "DS.fs is required" "$F" run -- true
 expect_fail "run with two datasets" 2 "not expected: ds2.fs" "$F" run ds.fs ds2.fs -- true

@@ -130,6 +130,23 @@ EOF
     fi
   done
   check_clean "$j"
+  # A step started inside the mount (srun takes the library's working directory): Slurm tries to
+  # enter it before the task runs, so the view must be served by then, or the step could hang.
+  # (Slurm, with the task's mixed ids at that moment, is refused by FUSE and starts the task in
+  # /tmp, as it did before the view, when the path did not exist for it at all.)
+  cat >"$jd/job3.sh" <<'EOF'
+#!/bin/bash
+cd "$FANSTORE_MOUNT/data" && timeout 60 srun -N1 -n1 bash -c 'pwd; /bin/busybox ls | wc -l' > "$JD/inside" 2>&1
+echo "rc=$?" >> "$JD/inside"
+EOF
+  chmod 0755 "$jd/job3.sh" && chown "$TUSER:" "$jd/job3.sh"
+  j=$(cd "$jd" && asu env JD="$jd" sbatch --parsable -N1 --chdir="$jd" -o "$jd/out.%j" --export=ALL \
+        --fanstore="$ds" "$jd/job3.sh" 2>&1) || { bad "sbatch failed: $j"; return; }
+  st=$(wait_job "$j")
+  [[ $st == COMPLETED ]] && ok "job $j (a step started inside the mount) completed" || { bad "job $j ended $st"; job_output "$jd/out.$j"; }
+  grep -qx "rc=0" "$jd/inside" && ok "a step started inside the mount runs, without hanging" \
+    || bad "inside the mount: $(cat "$jd/inside" 2>&1)"
+  check_clean "$j"
   # A mount outside mount_prefix (here an existing directory of the user's) gets no kernel view:
   # anywhere else a user could lay a dataset over /etc for setuid programs. The library still
   # serves it.
