@@ -143,7 +143,7 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
       ->transform(CLI::Validator(
           [](std::string& m) -> std::string {
             while (m.size() > 1 && m.back() == '/') m.pop_back();
-            return m.size() > 1 && m[0] == '/' && IsCanonicalPath(std::string_view(m).substr(1))
+            return IsCleanAbsolutePath(m)
                        ? ""
                        : "must be a clean absolute path other than / (no '.', '..' or '//')";
           },

@@ -23,4 +23,10 @@ inline bool IsCanonicalPath(std::string_view p, size_t max_component = std::stri
   return p.find('\0') == std::string_view::npos;
 }
 
+// An absolute path other than "/" whose rest is canonical: no "//", "/./", "/../" and no
+// trailing '/'. What a mount point or a configured directory must be.
+inline bool IsCleanAbsolutePath(std::string_view p) {
+  return p.size() >= 2 && p[0] == '/' && IsCanonicalPath(p.substr(1));
+}
+
 }  // namespace fanstore

@@ -120,7 +120,7 @@ std::string Joined(const std::vector<std::string>& comps, size_t n) {
 }  // namespace
 
 Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid) {
-  if (mount.size() < 2 || mount[0] != '/' || !IsCanonicalPath(std::string_view(mount).substr(1)))
+  if (!IsCleanAbsolutePath(mount))
     return Status::InvalidArgument("the mount " + mount + " is not a clean absolute path");
   const std::vector<std::string> comps = Components(mount);
   size_t depth = 0;

@@ -30,10 +30,6 @@ Config DefaultConfig() {
   return c;
 }
 
-bool IsCleanAbsolutePath(const std::string& p) {
-  return p.size() >= 2 && p[0] == '/' && IsCanonicalPath(std::string_view(p).substr(1));
-}
-
 bool IsValidReplicas(const std::string& value) {
   return value == "all" || ParseInt(value, 1, 65535).has_value();
 }

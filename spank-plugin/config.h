@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/path.h"
 #include "common/status.h"
 
 namespace fanstore::spank {
@@ -43,8 +44,7 @@ Config DefaultConfig();
 [[nodiscard]] Result<Config> ParseConfig(const std::vector<std::string>& args);
 
 // Value checks shared with the user options.
-bool IsCleanAbsolutePath(
-    const std::string& path);  // absolute, no "//", "/./", "/../", no trailing '/'
+using fanstore::IsCleanAbsolutePath;             // common/path.h
 bool IsValidReplicas(const std::string& value);  // "all" or an integer in [1, 65535]
 
 }  // namespace fanstore::spank

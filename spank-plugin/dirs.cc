@@ -104,7 +104,7 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
 namespace fanstore::spank {
 
 Status KernelViewAllowed(const std::string& mount, const std::string& prefix) {
-  if (mount.size() < 2 || mount[0] != '/' || !IsCanonicalPath(std::string_view(mount).substr(1)))
+  if (!IsCleanAbsolutePath(mount))
     return Status::InvalidArgument("the mount " + mount + " is not a clean absolute path");
   if (mount.size() <= prefix.size() + 1 || mount.compare(0, prefix.size(), prefix) != 0 ||
       mount[prefix.size()] != '/')
