@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/xattrs.h"
 
 namespace fanstore::agent {
 namespace {
@@ -150,7 +151,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
     std::string name = i == 0 ? "." : i == 1 ? ".." : std::string(t.Name(c));
     struct stat st;
     std::memset(&st, 0, sizeof st);
-    st.st_ino = c.ino;
+    st.st_ino = t.Ino(c);
     st.st_mode = c.mode;
     const size_t need = fuse_add_direntry(req, buf.data() + used, buf.size() - used, name.c_str(),
                                           &st, static_cast<off_t>(i + 1));
@@ -172,13 +173,25 @@ void StatFs(fuse_req_t req, fuse_ino_t) {
   fuse_reply_statfs(req, &s);
 }
 
-// The dataset carries no extended attributes.
-void GetXattr(fuse_req_t req, fuse_ino_t, const char*, size_t) { fuse_reply_err(req, ENODATA); }
-void ListXattr(fuse_req_t req, fuse_ino_t, size_t size) {
-  if (size == 0)
-    fuse_reply_xattr(req, 0);
-  else
-    fuse_reply_buf(req, nullptr, 0);
+// The dataset's extended attributes (user.* only), from the table.
+void ReplyXattr(fuse_req_t req, size_t size, ssize_t n, const std::vector<char>& buf) {
+  if (n < 0) return (void)fuse_reply_err(req, static_cast<int>(-n));
+  if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
+  fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
+}
+void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  const table::Entry* e = EntryOf(req, ino);
+  if (!e) return (void)fuse_reply_err(req, ENOENT);
+  std::vector<char> buf(std::min(size, xattrs::kMaxValue));
+  const std::string_view enc = Ctx(req).table->Xattrs(*e);
+  ReplyXattr(req, size, xattrs::Get(enc, name, buf.data(), buf.size()), buf);
+}
+void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  const table::Entry* e = EntryOf(req, ino);
+  if (!e) return (void)fuse_reply_err(req, ENOENT);
+  std::vector<char> buf(std::min(size, xattrs::kMaxList));
+  const std::string_view enc = Ctx(req).table->Xattrs(*e);
+  ReplyXattr(req, size, xattrs::List(enc, buf.data(), buf.size()), buf);
 }
 
 const struct fuse_lowlevel_ops kOps = [] {

@@ -22,6 +22,8 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
   for (uint32_t s = 0; s < index_.size(); s++) {
     for (const IndexEntry& e : index_[s]) {
       table::Node n{e.path, 0, e.size, e.mtime_ns, 0, {}};
+      n.ctime_ns = e.ctime_ns;
+      n.xattrs = e.Xattrs();
       switch (e.type) {
         case EntryType::kFile:
           n.mode = S_IFREG | e.mode;
@@ -59,8 +61,11 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
       nodes->push_back(std::move(n));
     }
   }
-  nodes->push_back(
-      table::Node{"", S_IFDIR | manifest_.root_mode, 0, manifest_.root_mtime_ns, 0, {}});
+  table::Node root{
+      "", S_IFDIR | manifest_.root_mode, manifest_.root_size, manifest_.root_mtime_ns, 0, {}};
+  root.ctime_ns = manifest_.root_ctime_ns;
+  root.xattrs = manifest_.root_xattrs;
+  nodes->push_back(root);
   return Status::OK();
 }
 

@@ -110,7 +110,7 @@ Status SortByPath(const std::vector<Node>& nodes, std::vector<uint32_t>* order,
 }
 
 // The image's layout for `n` entries and `string_bytes` of strings (the roots first).
-Header Layout(uint32_t n, uint64_t string_bytes, const BuildOptions& opts) {
+Header Layout(uint32_t n, uint64_t string_bytes, uint32_t xattr_count, const BuildOptions& opts) {
   uint32_t buckets = 16;
   while (buckets < 2ull * n) buckets <<= 1;
   Header h;
@@ -137,7 +137,9 @@ Header Layout(uint32_t n, uint64_t string_bytes, const BuildOptions& opts) {
   h.dataset_id = opts.dataset_id;
   h.uid = opts.uid;
   h.gid = opts.gid;
-  h.total_size = h.strings_off + string_bytes;
+  h.xattr_count = xattr_count;
+  h.xattrs_off = Align8(h.strings_off + string_bytes);
+  h.total_size = h.xattrs_off + uint64_t{xattr_count} * sizeof(XattrRef);
   return h;
 }
 
@@ -214,10 +216,10 @@ static Status LinkNames(const std::vector<Node>& nodes, const std::vector<uint32
     Entry& t = entries[it->second];
     e.flags = kHardLink;
     e.aux = it->second;
-    e.ino = t.ino;
     e.mode = t.mode;
     e.size = t.size;
     e.mtime_ns = t.mtime_ns;
+    e.ctime_ns = t.ctime_ns;
     e.first_child = kNone;
     e.child_count = 0;
     t.flags += 1u << kExtraNamesShift;
@@ -240,16 +242,24 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
   // The layout, then the image, written in place.
   size_t string_bytes =
       opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
-  for (const Node& nd : nodes)
+  uint32_t xattr_count = 0;
+  for (const Node& nd : nodes) {
     string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
+    if (!nd.xattrs.empty() && !S_ISLNK(nd.mode) && nd.hardlink_to.empty()) {
+      string_bytes += nd.xattrs.size();
+      xattr_count++;
+    }
+  }
   if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
-  const Header h = Layout(n, string_bytes, opts);
+  const Header h = Layout(n, string_bytes, xattr_count, opts);
   auto mem = alloc(h.total_size);
   if (!mem.ok()) return mem.status();
   char* base = mem.value();
   std::memcpy(base, &h, sizeof h);
   auto* entries = reinterpret_cast<Entry*>(base + h.entries_off);
   char* strings = base + h.strings_off;
+  auto* xattrs = reinterpret_cast<XattrRef*>(base + h.xattrs_off);
+  uint32_t xattrs_done = 0;
   size_t str_off = 0;
   auto put_string = [&](std::string_view v) {
     std::memcpy(strings + str_off, v.data(), v.size());
@@ -261,14 +271,19 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
     const Node& nd = nodes[order[i]];
     Entry& e = entries[i];  // zeroed with the image
     e.hash = Xxh3(nd.path);
-    e.ino = InodeFor(e.hash);
     e.mode = nd.mode;
-    e.size = S_ISDIR(nd.mode) ? 0 : nd.size;
+    e.size = nd.size;
     e.mtime_ns = nd.mtime_ns;
+    e.ctime_ns = nd.ctime_ns != 0 ? nd.ctime_ns : nd.mtime_ns;
     e.flags = nd.flags;
     e.path_off = static_cast<uint32_t>(str_off);
     e.path_len = static_cast<uint32_t>(nd.path.size());
     put_string(nd.path);
+    if (!nd.xattrs.empty() && !S_ISLNK(nd.mode) && nd.hardlink_to.empty()) {
+      e.flags |= kXattrs;
+      xattrs[xattrs_done++] = XattrRef{i, static_cast<uint32_t>(nd.xattrs.size()), str_off};
+      put_string(nd.xattrs);
+    }
     if (S_ISREG(nd.mode)) e.aux = nd.source_shard;
     if (S_ISLNK(nd.mode)) {
       e.aux = static_cast<uint32_t>(str_off);
@@ -438,12 +453,14 @@ Status TableView::Validate(size_t len, bool check_entries) {
       h.local_root_off + h.local_root_len > h.strings_size ||
       h.cache_root_off + h.cache_root_len > h.strings_size || h.dataset_off > h.strings_size ||
       h.dataset_len > h.strings_size - h.dataset_off || h.tool_off > h.strings_size ||
-      h.tool_len > h.strings_size - h.tool_off)
+      h.tool_len > h.strings_size - h.tool_off || h.xattrs_off % 8 != 0 ||
+      !fits(h.xattrs_off, uint64_t{h.xattr_count} * sizeof(XattrRef)))
     return Status::Corruption("table: inconsistent header");
   buckets_ = reinterpret_cast<const uint32_t*>(base_ + h.buckets_off);
   entries_ = reinterpret_cast<const Entry*>(base_ + h.entries_off);
   children_ = reinterpret_cast<const uint32_t*>(base_ + h.children_off);
   strings_ = base_ + h.strings_off;
+  xattrs_ = reinterpret_cast<const XattrRef*>(base_ + h.xattrs_off);
   if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0)
     return Status::Corruption("table: bad root");
   if (!check_entries) return Status::OK();
@@ -460,6 +477,10 @@ Status TableView::Validate(size_t len, bool check_entries) {
   }
   for (uint64_t i = 0; i < h.children_count; i++)
     if (children_[i] >= h.entry_count) return Status::Corruption("table: child out of bounds");
+  for (uint32_t i = 0; i < h.xattr_count; i++)
+    if (xattrs_[i].off > h.strings_size || xattrs_[i].len > h.strings_size - xattrs_[i].off ||
+        xattrs_[i].entry >= h.entry_count || (i > 0 && xattrs_[i].entry <= xattrs_[i - 1].entry))
+      return Status::Corruption("table: extended attributes out of bounds");
   for (uint32_t i = 0; i < h.bucket_count; i++)
     if (buckets_[i] != kNone && buckets_[i] >= h.entry_count)
       return Status::Corruption("table: bucket out of bounds");
@@ -558,21 +579,36 @@ void TableView::FillStat(const Entry& name, struct stat* st) const {
   const Entry& e = Target(name);  // a hard link is its file
   std::memset(st, 0, sizeof *st);
   st->st_dev = hdr_->dev;
-  st->st_ino = e.ino;
+  st->st_ino = InodeFor(e.hash);
   st->st_mode = e.mode;
   st->st_nlink = IsDir(e) ? 2 + e.aux : 1 + (e.flags >> kExtraNamesShift);
   st->st_uid = hdr_->uid;
   st->st_gid = hdr_->gid;
   // Sizes and blocks as ext4 reports them (directories one 4 KiB block, files whole 4 KiB
   // blocks), so `du` and `ls -l` agree with the source tree on the usual local file system.
-  const uint64_t bytes = IsDir(e) ? 4096 : e.size;
+  const uint64_t bytes = IsDir(e) && e.size == 0 ? 4096 : e.size;
   st->st_size = static_cast<off_t>(bytes);
   st->st_blksize = 4096;
   st->st_blocks = IsLink(e) ? 0 : static_cast<blkcnt_t>((bytes + 4095) / 4096 * 8);
   st->st_mtim.tv_sec = e.mtime_ns / 1000000000;
   st->st_mtim.tv_nsec = e.mtime_ns % 1000000000;
   st->st_atim = st->st_mtim;
-  st->st_ctim = st->st_mtim;
+  st->st_ctim.tv_sec = e.ctime_ns / 1000000000;
+  st->st_ctim.tv_nsec = e.ctime_ns % 1000000000;
+}
+
+std::string_view TableView::Xattrs(const Entry& name) const {
+  const Entry& e = Target(name);
+  if (!(e.flags & kXattrs)) return {};
+  const uint32_t want = IndexOf(e);
+  const XattrRef* end = xattrs_ + hdr_->xattr_count;
+  const XattrRef* r = std::lower_bound(xattrs_, end, want,
+                                       [](const XattrRef& x, uint32_t v) { return x.entry < v; });
+  // Checked here, not at Open: clients skip the per-entry pass (Validate).
+  if (r == end || r->entry != want || r->off > hdr_->strings_size ||
+      r->len > hdr_->strings_size - r->off)
+    return {};
+  return {strings_ + r->off, r->len};
 }
 
 }  // namespace fanstore::table

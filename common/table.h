@@ -3,7 +3,7 @@
 //
 // Layout (all little-endian, offsets from the start of the mapping):
 //   Header | buckets: uint32[bucket_count] | entries: Entry[entry_count] |
-//   children: uint32[] | strings
+//   children: uint32[] | strings | xattrs: XattrRef[xattr_count]
 // Entry 0 is the root directory (relative path ""). Paths are relative to the mount, without a
 // leading '/'. Lookup is open addressing on XXH3(path) with linear probing. Children of a
 // directory are contiguous in `children`, sorted by name.
@@ -29,8 +29,9 @@ namespace fanstore::table {
 
 inline constexpr char kMagic[8] = {'F', 'S', 'T', 'A', 'B', 'L', 'E', '1'};
 // 2: the source of each file, dataset and reader paths; 3: hard links (kHardLink), which a
-// reader of 2 would take for files with a shard number in `aux`.
-inline constexpr uint32_t kVersion = 3;
+// reader of 2 would take for files with a shard number in `aux`; 4: ctime in place of the
+// inode number (derived from the hash), extended attributes (kXattrs), directory sizes.
+inline constexpr uint32_t kVersion = 4;
 inline constexpr uint32_t kNone = 0xffffffffu;
 
 enum EntryFlags : uint32_t {
@@ -42,6 +43,8 @@ enum EntryFlags : uint32_t {
   // Another name of the regular file at entry `aux` (a hard link): its data, attributes and
   // inode number are that entry's (TableView::Target).
   kHardLink = 1u << 2,
+  // Has extended attributes: a XattrRef names the entry (TableView::Xattrs).
+  kXattrs = 1u << 3,
 };
 // Regular files: how many other names (hard links) the file has, in the flags' bits from here.
 inline constexpr uint32_t kExtraNamesShift = 8;
@@ -71,7 +74,8 @@ struct Header {
   uint64_t dataset_off;
   uint64_t tool_off;
   uint32_t tool_len;
-  uint32_t pad;
+  uint32_t xattr_count;
+  uint64_t xattrs_off;  // XattrRef[xattr_count], sorted by entry
   // A process-shared robust mutex the agent holds while it serves (see AgentLock). Clients
   // read its lock word without a syscall: when the agent dies, even by SIGKILL, the kernel
   // marks the word FUTEX_OWNER_DIED; after a clean shutdown it is 0.
@@ -79,10 +83,10 @@ struct Header {
 };
 
 struct Entry {
-  uint64_t hash;  // XXH3 of the relative path
-  uint64_t ino;   // stable: derived from the path hash, never 0
-  uint64_t size;  // bytes; symlink: length of the target
+  uint64_t hash;  // XXH3 of the relative path; the inode number is derived from it (Ino)
+  uint64_t size;  // bytes; symlink: length of the target; directory: as packed, 0 for unknown
   int64_t mtime_ns;
+  int64_t ctime_ns;
   uint32_t path_off;  // into strings
   uint32_t path_len;
   uint32_t parent;  // entry index; the root is its own parent
@@ -94,6 +98,14 @@ struct Entry {
                    // file: its shard (kNone: unknown), with its index there in first_child
 };
 static_assert(sizeof(Entry) == 64);
+
+// The extended attributes of entry `entry`: `len` bytes at `off` in strings, encoded
+// (common/xattrs.h).
+struct XattrRef {
+  uint32_t entry;
+  uint32_t len;
+  uint64_t off;
+};
 
 // What the builder takes for one namespace entry. Missing parent directories are added.
 // Paths and targets are views: the caller keeps their bytes until Build returns.
@@ -108,6 +120,8 @@ struct Node {
   uint32_t source_index = kNone;
   uint32_t copy_offset = 0;           // files with kRawCopy: the frame's offset in the shard copy
   std::string_view hardlink_to = {};  // another name of the regular file at this path (kHardLink)
+  int64_t ctime_ns = 0;               // 0: mtime_ns
+  std::string_view xattrs = {};       // files and directories: encoded (common/xattrs.h)
 };
 
 struct BuildOptions {
@@ -247,6 +261,9 @@ class TableView {
   std::string_view Tool() const { return {strings_ + hdr_->tool_off, hdr_->tool_len}; }
   // The entry that holds e's data and attributes: e itself, or the file a hard link names.
   const Entry& Target(const Entry& e) const { return (e.flags & kHardLink) ? entries_[e.aux] : e; }
+  uint64_t Ino(const Entry& e) const { return InodeFor(Target(e).hash); }
+  // e's extended attributes, encoded (common/xattrs.h); empty for none.
+  std::string_view Xattrs(const Entry& e) const;
   // Where the dataset holds regular file e; false when the table does not say.
   bool Source(const Entry& alias, uint32_t* shard, uint32_t* index) const {
     const Entry& e = Target(alias);
@@ -277,6 +294,7 @@ class TableView {
   const Entry* entries_ = nullptr;
   const uint32_t* children_ = nullptr;
   const char* strings_ = nullptr;
+  const XattrRef* xattrs_ = nullptr;
 };
 
 inline uint32_t EntryFlagsOf(const Entry& e) { return __atomic_load_n(&e.flags, __ATOMIC_ACQUIRE); }

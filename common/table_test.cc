@@ -1,5 +1,6 @@
 #include "common/table.h"
 #include "common/testing/temp_dir.h"
+#include "common/xattrs.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -135,6 +136,51 @@ TEST(TableBuild, HardLinksAreOneFileUnderTwoNames) {
   EXPECT_FALSE(Build(nodes, BuildOptions{}).ok());
   nodes[1].hardlink_to = "nowhere";
   EXPECT_FALSE(Build(nodes, BuildOptions{}).ok());
+}
+
+// Version 4: ctime as packed, directory sizes as packed (4096 when unknown), extended
+// attributes by entry (a hard link has its file's).
+TEST(TableBuild, CtimeDirectorySizesAndExtendedAttributes) {
+  const std::string fx = xattrs::Encode({{"user.label", "n01440764"}});
+  const std::string dx = xattrs::Encode({{"user.d", ""}});
+  std::vector<Node> nodes = {
+      {"d", S_IFDIR | 0755, 12288, 1000, 0, {}}, {"d/f", S_IFREG | 0644, 3, 2000, 0, {}},
+      {"d/g", S_IFREG | 0644, 3, 2000, 0, {}},   {"d/h", S_IFREG | 0644, 0, 0, 0, {}},
+      {"e", S_IFDIR | 0755, 0, 1000, 0, {}},
+  };
+  nodes[0].xattrs = dx;
+  nodes[1].ctime_ns = 3000000000;
+  nodes[1].xattrs = fx;
+  nodes[3].hardlink_to = "d/f";
+  auto img = Build(nodes, BuildOptions{});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  TableView v;
+  ASSERT_TRUE(v.Attach(*img).ok());
+  struct stat st;
+  v.FillStat(*v.Lookup("d"), &st);
+  EXPECT_EQ(st.st_size, 12288);
+  EXPECT_EQ(st.st_blocks, 24);
+  v.FillStat(*v.Lookup("e"), &st);
+  EXPECT_EQ(st.st_size, 4096);
+  v.FillStat(*v.Lookup("d/f"), &st);
+  EXPECT_EQ(st.st_ctim.tv_sec, 3);
+  EXPECT_EQ(st.st_mtim.tv_nsec, 2000);
+  v.FillStat(*v.Lookup("d/g"), &st);
+  EXPECT_EQ(st.st_ctim.tv_nsec, 2000);  // none given: the mtime
+  EXPECT_EQ(v.Xattrs(*v.Lookup("d/f")), fx);
+  EXPECT_EQ(v.Xattrs(*v.Lookup("d/h")), fx);
+  EXPECT_EQ(v.Xattrs(*v.Lookup("d")), dx);
+  EXPECT_TRUE(v.Xattrs(*v.Lookup("d/g")).empty());
+  EXPECT_TRUE(v.Xattrs(*v.Lookup("")).empty());
+  EXPECT_EQ(v.Ino(*v.Lookup("d/h")), v.Ino(*v.Lookup("d/f")));
+  // A reference outside the strings is corruption.
+  std::string bad = *img;
+  auto* h = reinterpret_cast<Header*>(bad.data());
+  auto* refs = reinterpret_cast<XattrRef*>(bad.data() + h->xattrs_off);
+  ASSERT_EQ(h->xattr_count, 2u);
+  refs[1].len = 0xffffffffu;
+  TableView checked;
+  EXPECT_FALSE(checked.Attach(bad).ok());
 }
 
 TEST(TableLock, AgentAliveFollowsTheLockHolder) {

@@ -1,6 +1,8 @@
 // Dataset: open, verify and extract.
 #include "format/dataset.h"
 
+#include <sys/xattr.h>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,6 +18,7 @@
 #include "common/io.h"
 #include "common/thread_pool.h"
 #include "common/unique_fd.h"
+#include "common/xattrs.h"
 
 namespace fanstore::format {
 
@@ -215,6 +218,19 @@ Status SetTimes(int dirfd, const std::string& leaf, int64_t mtime_ns, bool nofol
   return Status::OK();
 }
 
+// The dataset's extended attributes of a file or directory, on its new copy (before its mode
+// may take away the write permission that setting them needs).
+Status SetXattrs(int fd, std::string_view enc, const std::string& what) {
+  for (const auto& [name, value] : xattrs::Decode(enc)) {
+    const std::string n(name);
+    if (::fsetxattr(fd, n.c_str(), value.data(), value.size(), 0) != 0)
+      return Status::FromErrno("set extended attribute " + n + " of " + what +
+                                   (errno == ENOTSUP ? " (the file system keeps none)" : ""),
+                               errno);
+  }
+  return Status::OK();
+}
+
 // DEST, created or found empty, opened.
 Result<UniqueFD> OpenEmptyDest(const std::string& dest) {
   if (::mkdir(dest.c_str(), 0700) != 0) {
@@ -240,6 +256,7 @@ Status ExtractFiles(const Dataset& ds, int root, const std::string& dest,
   // Extracted files are the extracting user's: never setuid or setgid (a dataset could plant
   // a setuid copy of a program in DEST), and the sticky bit means nothing on a file.
   auto finish = [&](int fd, const IndexEntry& e) -> Status {
+    FS_RETURN_IF_ERROR(SetXattrs(fd, e.Xattrs(), dest + "/" + e.path));
     if (::fchmod(fd, e.mode & 0777) != 0) return Status::FromErrno("chmod " + e.path, errno);
     struct timespec ts[2] = {{0, UTIME_OMIT}, {e.mtime_ns / 1000000000, e.mtime_ns % 1000000000}};
     if (::futimens(fd, ts) != 0) return Status::FromErrno("set time of " + e.path, errno);
@@ -315,11 +332,18 @@ Status FinishDirs(const Dataset& ds, int root, const std::string& dest,
     std::string leaf;
     auto parent = OpenParentDir(root, e->path, &leaf);
     if (!parent.ok()) return parent.status();
+    if (!e->Xattrs().empty()) {
+      UniqueFD dir(
+          ::openat(parent->get(), leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!dir.valid()) return Status::FromErrno("open " + dest + "/" + e->path, errno);
+      FS_RETURN_IF_ERROR(SetXattrs(dir.get(), e->Xattrs(), dest + "/" + e->path));
+    }
     if (::fchmodat(parent->get(), leaf.c_str(), e->mode & 01777, 0) != 0)
       return Status::FromErrno("chmod " + e->path, errno);
     FS_RETURN_IF_ERROR(SetTimes(parent->get(), leaf, e->mtime_ns, false, e->path));
   }
   const Manifest& m = ds.manifest();
+  FS_RETURN_IF_ERROR(SetXattrs(root, m.root_xattrs, dest));
   if (::fchmod(root, m.root_mode & 01777) != 0) return Status::FromErrno("chmod " + dest, errno);
   struct timespec ts[2] = {{0, UTIME_OMIT},
                            {m.root_mtime_ns / 1000000000, m.root_mtime_ns % 1000000000}};

@@ -9,6 +9,7 @@
 
 #include "common/hash.h"
 #include "common/path.h"
+#include "common/xattrs.h"
 
 namespace fanstore::format {
 namespace {
@@ -98,8 +99,10 @@ Status DecodeFooter(std::string_view b, uint64_t file_size, Footer* f) {
                               Num(file_size) + " bytes");
   if (f->index_raw_len > kMaxIndexRaw)
     return Status::Corruption("absurd index size " + Num(f->index_raw_len));
-  if (uint64_t{f->entry_count} * kEntryFixedSize > f->index_raw_len ||
-      f->index_raw_len > uint64_t{f->entry_count} * (kEntryFixedSize + kMaxPath))
+  const uint64_t fixed = EntryFixedSize(f->version);
+  const uint64_t most = fixed + kMaxPath + (f->version >= 3 ? xattrs::kMaxEncoded : 0);
+  if (uint64_t{f->entry_count} * fixed > f->index_raw_len ||
+      f->index_raw_len > uint64_t{f->entry_count} * most)
     return Status::Corruption("absurd entry count " + Num(f->entry_count) + " for an index of " +
                               Num(f->index_raw_len) + " bytes");
   if (f->entry_count > kMaxEntries)
@@ -113,7 +116,7 @@ Status DecodeFooter(std::string_view b, uint64_t file_size, Footer* f) {
   return Status::OK();
 }
 
-std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries) {
+std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries, uint32_t version) {
   std::string s;
   for (const auto& e : entries) {
     s.push_back(static_cast<char>(e.type));
@@ -126,7 +129,12 @@ std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries) {
     Put64(s, e.offset);
     Put64(s, e.stored_len);
     Put64(s, e.xxh3);
+    if (version >= 3) {
+      Put64(s, static_cast<uint64_t>(e.ctime_ns));
+      Put32(s, static_cast<uint32_t>(e.Xattrs().size()));
+    }
     s.append(e.path);
+    if (version >= 3) s.append(e.Xattrs());
   }
   return s;
 }
@@ -155,14 +163,24 @@ bool IsContainedLink(std::string_view link_path, std::string_view target) {
   return true;
 }
 
-IndexParser::IndexParser(uint64_t data_end, uint32_t expected_count)
-    : data_end_(data_end), expected_(expected_count) {
+IndexParser::IndexParser(uint64_t data_end, uint32_t expected_count, uint32_t version)
+    : data_end_(data_end),
+      expected_(expected_count),
+      version_(version),
+      fixed_(EntryFixedSize(version)) {
   // The count is the footer's claim: reserve only what a real index of that size would hold,
   // never what a hostile count asks for.
   out_.reserve(std::min<uint32_t>(expected_count, 1u << 16));
 }
 
-Status IndexParser::ParseOne(const char* p, size_t path_len) {
+size_t IndexParser::EntryLen(const char* p) const {
+  size_t len = fixed_ + (static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8));
+  if (version_ >= 3) len += std::min<size_t>(Get32(p + 56), xattrs::kMaxEncoded + 1);
+  return len;
+}
+
+Status IndexParser::ParseOne(const char* p) {
+  const size_t path_len = static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8);
   const uint32_t i = static_cast<uint32_t>(out_.size());
   // Error context, built only on the error path (this runs once per file at start-up).
   auto at = [&] { return "index entry " + Num(i) + " (index byte " + Num(consumed_) + ")"; };
@@ -175,17 +193,31 @@ Status IndexParser::ParseOne(const char* p, size_t path_len) {
   e.offset = Get64(p + 24);
   e.stored_len = Get64(p + 32);
   e.xxh3 = Get64(p + 40);
-  e.path.assign(p + kEntryFixedSize, path_len);
+  e.ctime_ns = version_ >= 3 ? static_cast<int64_t>(Get64(p + 48)) : e.mtime_ns;
+  e.path.assign(p + fixed_, path_len);
   if (!IsSafePath(e.path))
     return Status::Corruption(at() + ": unsafe path '" + e.path.substr(0, 200) + "'");
   auto where = [&] { return at() + " '" + e.path + "'"; };
+  if (version_ >= 3 && Get32(p + 56) != 0) {
+    // EntryLen caps the length at kMaxEncoded + 1, which Valid refuses.
+    const std::string_view enc(p + fixed_ + path_len,
+                               std::min<size_t>(Get32(p + 56), xattrs::kMaxEncoded + 1));
+    std::string why;
+    if (!xattrs::Valid(enc, &why)) return Status::Corruption(where() + ": " + why);
+    if (type != static_cast<uint8_t>(EntryType::kFile) &&
+        type != static_cast<uint8_t>(EntryType::kDir))
+      return Status::Corruption(where() + ": extended attributes on a link");
+    e.xattrs = std::make_shared<const std::string>(enc);
+  }
   if (type < 1 || type > 4) return Status::Corruption(where() + ": bad type " + Num(type));
   if (codec > 2) return Status::Corruption(where() + ": bad codec " + Num(codec));
   e.type = static_cast<EntryType>(type);
   e.codec = static_cast<Codec>(codec);
   if (e.mode & ~07777u) return Status::Corruption(where() + ": bad mode");
   if (e.type == EntryType::kDir) {
-    if (e.size != 0 || e.stored_len != 0 || e.codec != Codec::kRaw)
+    // Version 3 keeps the size the source gave the directory; it has no frame.
+    if ((version_ < 3 && e.size != 0) || e.size > kMaxFileSize || e.stored_len != 0 ||
+        e.codec != Codec::kRaw)
       return Status::Corruption(where() + ": directory with data");
     out_.push_back(std::move(e));
     return Status::OK();
@@ -213,10 +245,6 @@ Status IndexParser::ParseOne(const char* p, size_t path_len) {
 }
 
 Status IndexParser::Feed(std::string_view in) {
-  auto path_len_of = [](const char* p) {
-    return static_cast<size_t>(static_cast<uint8_t>(p[2]) |
-                               (size_t{static_cast<uint8_t>(p[3])} << 8));
-  };
   auto more = [&]() -> Status {
     if (out_.size() < expected_) return Status::OK();
     return Status::Corruption("index has trailing bytes after its " + Num(expected_) +
@@ -224,25 +252,24 @@ Status IndexParser::Feed(std::string_view in) {
   };
   // First complete an entry split across the previous piece and this one.
   while (!partial_.empty() && !in.empty()) {
-    size_t need = kEntryFixedSize;
-    if (partial_.size() >= kEntryFixedSize) need += path_len_of(partial_.data());
+    size_t need = partial_.size() >= fixed_ ? EntryLen(partial_.data()) : fixed_;
     const size_t take = std::min(need - partial_.size(), in.size());
     partial_.append(in.data(), take);
     in.remove_prefix(take);
-    if (partial_.size() < kEntryFixedSize) continue;
-    need = kEntryFixedSize + path_len_of(partial_.data());
+    if (partial_.size() < fixed_) continue;
+    need = EntryLen(partial_.data());
     if (partial_.size() < need) continue;
-    FS_RETURN_IF_ERROR(ParseOne(partial_.data(), need - kEntryFixedSize));
+    FS_RETURN_IF_ERROR(ParseOne(partial_.data()));
     consumed_ += need;
     partial_.clear();
   }
   // Then whole entries straight from the piece, without copying.
   while (!in.empty()) {
     FS_RETURN_IF_ERROR(more());
-    if (in.size() < kEntryFixedSize) break;
-    const size_t len = kEntryFixedSize + path_len_of(in.data());
+    if (in.size() < fixed_) break;
+    const size_t len = EntryLen(in.data());
     if (in.size() < len) break;
-    FS_RETURN_IF_ERROR(ParseOne(in.data(), len - kEntryFixedSize));
+    FS_RETURN_IF_ERROR(ParseOne(in.data()));
     consumed_ += len;
     in.remove_prefix(len);
   }
@@ -257,8 +284,7 @@ Result<std::vector<IndexEntry>> IndexParser::Finish() {
   if (out_.size() < expected_) {
     const std::string at =
         "index entry " + Num(out_.size()) + " (index byte " + Num(consumed_) + ")";
-    if (partial_.size() >= kEntryFixedSize)
-      return Status::Corruption(at + ": path runs past the index");
+    if (partial_.size() >= fixed_) return Status::Corruption(at + ": path runs past the index");
     return Status::Corruption(at + ": truncated");
   }
   if (!partial_.empty())
@@ -267,10 +293,10 @@ Result<std::vector<IndexEntry>> IndexParser::Finish() {
 }
 
 Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t data_end,
-                                              uint32_t expected_count) {
-  if (uint64_t{expected_count} * kEntryFixedSize > raw.size())
+                                              uint32_t expected_count, uint32_t version) {
+  if (uint64_t{expected_count} * EntryFixedSize(version) > raw.size())
     return Status::Corruption("absurd entry count " + Num(expected_count));
-  IndexParser parser(data_end, expected_count);
+  IndexParser parser(data_end, expected_count, version);
   FS_RETURN_IF_ERROR(parser.Feed(raw));
   return parser.Finish();
 }
@@ -289,7 +315,7 @@ Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Foote
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   if (!dctx) return Status::IOError("zstd: out of memory");
   ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, kMaxWindowLog);
-  IndexParser parser(f.index_offset, f.entry_count);
+  IndexParser parser(f.index_offset, f.entry_count, f.version);
   constexpr size_t kPiece = 256u << 10;
   std::unique_ptr<char[]> out(new char[kPiece]);
   ZSTD_inBuffer ib{stored.data(), stored.size(), 0};

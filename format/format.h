@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,13 +21,19 @@ namespace fanstore::format {
 inline constexpr char kShardMagic[8] = {'F', 'S', 'S', 'H', 'A', 'R', 'D', '1'};
 inline constexpr char kFooterMagic[8] = {'F', 'S', 'F', 'O', 'O', 'T', 'R', '1'};
 // The version written. Readers take every version from kMinVersion on: version 2 added hard
-// links (EntryType::kHardLink); a version 1 dataset is a version 2 one without them.
-inline constexpr uint32_t kVersion = 2;
+// links (EntryType::kHardLink); version 3 each entry's ctime, extended attributes and the size
+// of directories. An older dataset is a newer one without them (ctime = mtime, none, 0).
+inline constexpr uint32_t kVersion = 3;
 inline constexpr uint32_t kMinVersion = 1;
 inline bool KnownVersion(uint64_t v) { return v >= kMinVersion && v <= kVersion; }
 inline constexpr size_t kHeaderSize = 64;
 inline constexpr size_t kFooterSize = 64;
-inline constexpr size_t kEntryFixedSize = 48;  // index entry without its path
+// An index entry without its path (and, from version 3, its extended attributes).
+inline constexpr size_t kEntryFixedSizeV1 = 48;
+inline constexpr size_t kEntryFixedSizeV3 = 60;  // + ctime_ns, the attributes' length
+inline size_t EntryFixedSize(uint32_t version) {
+  return version >= 3 ? kEntryFixedSizeV3 : kEntryFixedSizeV1;
+}
 inline constexpr size_t kMaxPath = 4096;
 inline constexpr size_t kMaxName = 255;
 inline constexpr uint64_t kMaxFileSize = uint64_t{1} << 40;  // 1 TiB
@@ -75,12 +82,17 @@ struct IndexEntry {
   EntryType type = EntryType::kFile;
   Codec codec = Codec::kRaw;
   uint32_t mode = 0;  // permission bits (07777)
-  uint64_t size = 0;  // raw bytes (symlink: target length; directory: 0)
+  uint64_t size = 0;  // raw bytes (symlink: target length; directory: as the source said, or 0)
   int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;     // version 3; older versions: mtime_ns
   uint64_t offset = 0;      // of the frame within the shard
   uint64_t stored_len = 0;  // bytes of the frame
   uint64_t xxh3 = 0;        // of the raw content (symlink: of the target)
   std::string path;         // relative, canonical
+  // Version 3: files and directories: extended attributes, encoded (common/xattrs.h); null
+  // for none, which is nearly every entry (shared: a copy costs no second list).
+  std::shared_ptr<const std::string> xattrs;
+  std::string_view Xattrs() const { return xattrs ? std::string_view(*xattrs) : ""; }
 };
 
 std::string EncodeHeader(const Header& h);
@@ -91,10 +103,12 @@ std::string EncodeFooter(const Footer& f);
 // `file_size` bytes, with sane lengths.
 Status DecodeFooter(std::string_view bytes, uint64_t file_size, Footer* f);
 
-std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries);
-// Parses and validates a raw (decompressed) index. Frames must lie in [kHeaderSize, data_end).
+// In the layout of `version` (older versions drop what they cannot hold).
+std::string EncodeIndexRaw(const std::vector<IndexEntry>& entries, uint32_t version = kVersion);
+// Parses and validates a raw (decompressed) index of a shard of `version`. Frames must lie in
+// [kHeaderSize, data_end).
 Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t data_end,
-                                              uint32_t expected_count);
+                                              uint32_t expected_count, uint32_t version = kVersion);
 // Checks the stored index against the footer (hash, lengths), decompresses and parses it as a
 // stream: the raw index is never held whole, and memory grows only with the entries actually
 // decoded, whatever the footer claims.
@@ -103,14 +117,17 @@ Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Foote
 // Incremental ParseIndexRaw: Feed() the raw index in pieces of any size, then Finish().
 class IndexParser {
  public:
-  IndexParser(uint64_t data_end, uint32_t expected_count);
+  IndexParser(uint64_t data_end, uint32_t expected_count, uint32_t version = kVersion);
   Status Feed(std::string_view piece);
   Result<std::vector<IndexEntry>> Finish();
 
  private:
-  Status ParseOne(const char* p, size_t path_len);
+  Status ParseOne(const char* p);
+  size_t EntryLen(const char* p) const;  // of the entry whose fixed part starts at p
   uint64_t data_end_;
   uint32_t expected_;
+  uint32_t version_;
+  size_t fixed_;
   uint64_t consumed_ = 0;  // raw bytes of the complete entries parsed so far
   std::string partial_;    // an entry split across pieces
   std::vector<IndexEntry> out_;

@@ -4,6 +4,7 @@
 #include <zstd.h>
 
 #include "common/hash.h"
+#include "common/xattrs.h"
 
 namespace fanstore::format {
 namespace {
@@ -46,7 +47,7 @@ TEST(Format, FooterBoundsAreChecked) {
   Footer f;
   f.index_offset = 100;
   f.index_stored_len = 50;
-  f.index_raw_len = 96;
+  f.index_raw_len = 2 * EntryFixedSize(kVersion);
   f.entry_count = 2;
   std::string b = EncodeFooter(f);
   ASSERT_EQ(b.size(), kFooterSize);
@@ -80,6 +81,70 @@ TEST(Format, IndexRoundTrip) {
   ASSERT_EQ(out->size(), 3u);
   EXPECT_EQ((*out)[0].path, "a/b.txt");
   EXPECT_EQ((*out)[2].type, EntryType::kDir);
+}
+
+// Version 3 carries ctime, extended attributes and directory sizes; older versions are read
+// as before (ctime = mtime, no attributes), in their own, shorter layout.
+TEST(Format, Version3AttributesRoundTripAndOlderVersionsStillParse) {
+  IndexEntry f = File("a/b.txt", 64, 10);
+  f.mtime_ns = 1700000000123456789;
+  f.ctime_ns = 1700000001000000007;
+  f.xattrs = std::make_shared<const std::string>(
+      xattrs::Encode({{"user.origin", "imagenet"}, {"user.empty", ""}}));
+  IndexEntry d;
+  d.type = EntryType::kDir;
+  d.path = "a";
+  d.mode = 0755;
+  d.size = 12288;
+  d.ctime_ns = 5;
+  auto out = ParseIndexRaw(EncodeIndexRaw({f, d}), 200, 2);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ((*out)[0].ctime_ns, f.ctime_ns);
+  EXPECT_EQ((*out)[0].Xattrs(), f.Xattrs());
+  EXPECT_EQ((*out)[1].size, 12288u);
+  EXPECT_EQ((*out)[1].ctime_ns, 5);
+  EXPECT_TRUE((*out)[1].Xattrs().empty());
+  // A streamed parse, a byte at a time, gives the same.
+  IndexParser byte_by_byte(200, 2);
+  for (char c : EncodeIndexRaw({f, d})) ASSERT_TRUE(byte_by_byte.Feed({&c, 1}).ok());
+  auto streamed = byte_by_byte.Finish();
+  ASSERT_TRUE(streamed.ok()) << streamed.status().ToString();
+  EXPECT_EQ((*streamed)[0].Xattrs(), f.Xattrs());
+  for (uint32_t v : {1u, 2u}) {
+    d.size = 0;  // older versions have no directory sizes
+    auto old = ParseIndexRaw(EncodeIndexRaw({f, d}, v), 200, 2, v);
+    ASSERT_TRUE(old.ok()) << old.status().ToString();
+    EXPECT_EQ((*old)[0].ctime_ns, f.mtime_ns) << "version " << v;
+    EXPECT_TRUE((*old)[0].Xattrs().empty());
+    d.size = 4096;
+    EXPECT_FALSE(ParseIndexRaw(EncodeIndexRaw({f, d}, v), 200, 2, v).ok());
+  }
+}
+
+TEST(Format, HostileExtendedAttributesAreRefused) {
+  auto with = [](std::string enc, EntryType type = EntryType::kFile) {
+    IndexEntry e = File("x", 64, 10);
+    e.type = type;
+    e.xattrs = std::make_shared<const std::string>(std::move(enc));
+    return ParseIndexRaw(EncodeIndexRaw({e}), 1000, 1).status();
+  };
+  EXPECT_TRUE(with(xattrs::Encode({{"user.a", "1"}})).ok());
+  // Not the user namespace: a dataset must not bring capabilities, labels or ACLs.
+  for (const char* name : {"security.capability", "trusted.x", "system.posix_acl_access", "user."})
+    EXPECT_FALSE(with(xattrs::Encode({{name, "v"}})).ok()) << name;
+  std::string two = xattrs::Encode({{"user.b", "1"}}) + xattrs::Encode({{"user.a", "1"}});
+  EXPECT_FALSE(with(two).ok());  // out of order
+  std::string enc = xattrs::Encode({{"user.a", "12345"}});
+  EXPECT_FALSE(with(enc.substr(0, enc.size() - 1)).ok());  // runs past its list
+  enc[1] = '\xff';                                         // a value length past the list
+  EXPECT_FALSE(with(enc).ok());
+  EXPECT_FALSE(with(xattrs::Encode({{"user.a", "1"}}), EntryType::kHardLink).ok());
+  // A length field far past any list is refused before anything is buffered for it.
+  std::string raw = EncodeIndexRaw({File("x", 64, 10)});
+  raw[56] = raw[57] = raw[58] = raw[59] = '\x7f';
+  IndexParser p(1000, 1);
+  Status fed = p.Feed(raw);
+  EXPECT_FALSE(fed.ok() && p.Finish().ok());
 }
 
 Status ParseOne(const IndexEntry& e, uint64_t data_end = 1000) {

@@ -237,7 +237,7 @@ TEST_F(HostileTest, IndexClaimingHalfAGigabyteFailsInBoundedMemory) {
   WriteShard({Entry(EntryType::kDir, "d")}, "", [&](format::Footer* f, std::string* stored) {
     *stored = LyingFrame(claim);
     f->index_raw_len = claim;
-    f->entry_count = static_cast<uint32_t>(claim / 50);
+    f->entry_count = static_cast<uint32_t>(claim / 64);
   });
   ChildResult r = InChild([&] { return ReadAll(); });
   EXPECT_FALSE(r.crashed) << r.message;
@@ -253,7 +253,7 @@ TEST_F(HostileTest, IndexBombStopsAtTheFirstEntry) {
   WriteShard({Entry(EntryType::kDir, "d")}, "", [&](format::Footer* f, std::string* stored) {
     *stored = bomb;
     f->index_raw_len = claim;
-    f->entry_count = static_cast<uint32_t>(claim / 50);
+    f->entry_count = static_cast<uint32_t>(claim / 64);
   });
   ChildResult r = InChild([&] { return Stage(); });
   EXPECT_FALSE(r.crashed) << r.message;

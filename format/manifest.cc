@@ -7,6 +7,7 @@
 
 #include "common/hash.h"
 #include "common/io.h"
+#include "common/xattrs.h"
 #include "format/format.h"
 
 namespace fanstore::format {
@@ -25,6 +26,31 @@ bool GetU64(const json& j, const char* key, uint64_t* out) {
   *out = it->get<uint64_t>();
   return true;
 }
+std::string ToHex(std::string_view bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+bool FromHex(std::string_view hex, std::string* out) {
+  if (hex.size() % 2 != 0 || hex.size() > 2 * xattrs::kMaxEncoded) return false;
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  out->clear();
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi << 4 | lo));
+  }
+  return true;
+}
+
 bool GetStr(const json& j, const char* key, std::string* out) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return false;
@@ -106,7 +132,11 @@ std::string ManifestToJson(const Manifest& m) {
   j["symlinks"] = m.symlinks;
   j["raw_bytes"] = m.raw_bytes;
   j["stored_bytes"] = m.stored_bytes;
-  j["root"] = {{"mode", m.root_mode}, {"mtime_ns", m.root_mtime_ns}};
+  j["root"] = {{"mode", m.root_mode},
+               {"mtime_ns", m.root_mtime_ns},
+               {"ctime_ns", m.root_ctime_ns},
+               {"size", m.root_size}};
+  if (!m.root_xattrs.empty()) j["root"]["xattrs"] = ToHex(m.root_xattrs);
   j["codec"] = m.codec;
   j["level"] = m.level;
   if (m.dict.file.empty()) {
@@ -168,6 +198,20 @@ Result<Manifest> ManifestFromJson(const std::string& text) {
       return Status::Corruption("bad \"root\" entry");
     m.root_mode = static_cast<uint32_t>(mode);
     m.root_mtime_ns = mt->get<int64_t>();
+    m.root_ctime_ns = m.root_mtime_ns;
+    auto ct = root->find("ctime_ns");
+    if (ct != root->end()) {
+      if (!ct->is_number_integer()) return Status::Corruption("bad \"root\" ctime_ns");
+      m.root_ctime_ns = ct->get<int64_t>();
+    }
+    if (root->contains("size") &&
+        (!GetU64(*root, "size", &m.root_size) || m.root_size > kMaxFileSize))
+      return Status::Corruption("bad \"root\" size");
+    std::string hex, why;
+    if (root->contains("xattrs") &&
+        (!GetStr(*root, "xattrs", &hex) || !FromHex(hex, &m.root_xattrs) ||
+         !xattrs::Valid(m.root_xattrs, &why)))
+      return Status::Corruption("bad \"root\" xattrs" + (why.empty() ? "" : ": " + why));
   }
   auto d = j.find("dict");
   if (d != j.end() && !d->is_null()) {

@@ -32,6 +32,11 @@ struct Manifest {
   uint64_t raw_bytes = 0, stored_bytes = 0;
   uint32_t root_mode = 0755;  // permission bits of the packed tree's top directory
   int64_t root_mtime_ns = 0;
+  // Version 3: the top directory's ctime, size and extended attributes (common/xattrs.h,
+  // encoded; hex in the JSON). Older manifests: mtime, 0, none.
+  int64_t root_ctime_ns = 0;
+  uint64_t root_size = 0;
+  std::string root_xattrs;
   std::string codec = "zstd";
   int level = 3;
   DictRef dict;

@@ -111,7 +111,7 @@ TEST(Manifest, MistypedFieldsAreRefused) {
       {"format", "tarball"},
       {"format", 1},
       {"version", "1"},
-      {"version", 3},  // newer than this tool
+      {"version", 4},  // newer than this tool
       {"version", 0},
       {"version", -1},
       {"tool_version", 1},

@@ -58,7 +58,7 @@ struct dirent64* NextEntry(const table::TableView& t, VDir* v) noexcept {
     }
     v->pos = pos + 1;
     if (name.size() >= sizeof v->ent.d_name) continue;  // cannot be represented; never packed
-    v->ent.d_ino = e->ino;
+    v->ent.d_ino = t.Ino(*e);
     v->ent.d_off = static_cast<off64_t>(pos + 1);
     v->ent.d_reclen = sizeof v->ent;
     v->ent.d_type = DirentType(e->mode);

@@ -34,7 +34,7 @@ TEST(VDir, ListsDotsThenChildrenByName) {
   struct dirent64* e = NextEntry(t, v);
   ASSERT_NE(e, nullptr);
   EXPECT_STREQ(e->d_name, "b");
-  EXPECT_EQ(e->d_ino, t.Lookup("d/b")->ino);
+  EXPECT_EQ(e->d_ino, t.Ino(*t.Lookup("d/b")));
   EXPECT_EQ(e->d_off, 4);
   free(v);
 }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 
+#include "common/xattrs.h"
 #include "interceptor/wrappers.h"
 
 namespace fanstore::interceptor {
@@ -145,19 +146,22 @@ int StatFd(int fd, void* st, int (*real)(int, struct stat*)) {
       }));
 }
 
-template <typename Real>
-ssize_t GetXattrPath(const char* path, bool follow, Real&& real) {
-  return OnPath(
-      AT_FDCWD, path, follow, false, [&](int, const char* p) { return real(p); },
-      [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : -static_cast<long>(ENODATA); },
-      [](int) { return -static_cast<long>(ENODATA); });
+// Extended attributes, from the table: getxattr(2) and listxattr(2) of an entry.
+long GetXattr(const fanstore::table::Entry& e, const char* name, void* value, size_t size) {
+  return fanstore::xattrs::Get(Table().Xattrs(e), name, value, size);
+}
+long ListXattr(const fanstore::table::Entry& e, char* list, size_t size) {
+  return fanstore::xattrs::List(Table().Xattrs(e), list, size);
 }
 
-template <typename Real>
-ssize_t ListXattrPath(const char* path, bool follow, Real&& real) {
+// A path's attribute call: `answer` for an entry of the dataset, `none` for the directories
+// above the mount (which have none).
+template <typename Real, typename Answer>
+ssize_t XattrPath(const char* path, bool follow, long none, Real&& real, Answer&& answer) {
   return OnPath(
       AT_FDCWD, path, follow, false, [&](int, const char* p) { return real(p); },
-      [](const Walk& w) { return w.err ? -static_cast<long>(w.err) : 0L; }, [](int) { return 0L; });
+      [&](const Walk& w) { return w.err ? -static_cast<long>(w.err) : answer(*w.entry); },
+      [&](int) { return none; });
 }
 
 template <typename Buf, typename Real, typename Fill>
@@ -334,32 +338,37 @@ extern "C" int fanstore_fstatvfs64(int fd, struct statvfs64* buf) noexcept {
   return StatfsFd(fd, buf, Real().fstatvfs64, FillStatvfs64);
 }
 
-// ---- reading extended attributes: a file system without any -----------------------------
+// ---- reading extended attributes: the dataset's, from the table -------------------------
 
 extern "C" ssize_t fanstore_getxattr(const char* path, const char* name, void* value,
                                      size_t size) noexcept {
-  return GetXattrPath(path, true,
-                      [&](const char* p) { return Real().getxattr(p, name, value, size); });
+  return XattrPath(
+      path, true, -ENODATA, [&](const char* p) { return Real().getxattr(p, name, value, size); },
+      [&](const fanstore::table::Entry& e) { return GetXattr(e, name, value, size); });
 }
 extern "C" ssize_t fanstore_lgetxattr(const char* path, const char* name, void* value,
                                       size_t size) noexcept {
-  return GetXattrPath(path, false,
-                      [&](const char* p) { return Real().lgetxattr(p, name, value, size); });
+  return XattrPath(
+      path, false, -ENODATA, [&](const char* p) { return Real().lgetxattr(p, name, value, size); },
+      [&](const fanstore::table::Entry& e) { return GetXattr(e, name, value, size); });
 }
 extern "C" ssize_t fanstore_fgetxattr(int fd, const char* name, void* value, size_t size) noexcept {
   return OnFd(
       fd, [&] { return Real().fgetxattr(fd, name, value, size); },
-      [](const fanstore::table::Entry&) { return -static_cast<long>(ENODATA); });
+      [&](const fanstore::table::Entry& e) { return GetXattr(e, name, value, size); });
 }
 extern "C" ssize_t fanstore_listxattr(const char* path, char* list, size_t size) noexcept {
-  return ListXattrPath(path, true, [&](const char* p) { return Real().listxattr(p, list, size); });
+  return XattrPath(
+      path, true, 0, [&](const char* p) { return Real().listxattr(p, list, size); },
+      [&](const fanstore::table::Entry& e) { return ListXattr(e, list, size); });
 }
 extern "C" ssize_t fanstore_llistxattr(const char* path, char* list, size_t size) noexcept {
-  return ListXattrPath(path, false,
-                       [&](const char* p) { return Real().llistxattr(p, list, size); });
+  return XattrPath(
+      path, false, 0, [&](const char* p) { return Real().llistxattr(p, list, size); },
+      [&](const fanstore::table::Entry& e) { return ListXattr(e, list, size); });
 }
 extern "C" ssize_t fanstore_flistxattr(int fd, char* list, size_t size) noexcept {
   return OnFd(
       fd, [&] { return Real().flistxattr(fd, list, size); },
-      [](const fanstore::table::Entry&) { return 0L; });
+      [&](const fanstore::table::Entry& e) { return ListXattr(e, list, size); });
 }

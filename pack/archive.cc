@@ -23,6 +23,7 @@
 #include "common/hash.h"
 #include "common/io.h"
 #include "common/thread_pool.h"
+#include "common/xattrs.h"
 #include "pack/core.h"
 
 namespace fanstore::pack {
@@ -152,6 +153,8 @@ class ArchivePacker : PackCore {
   // Checks that `rel` is new and that its parents are directories (making missing ones).
   Status Claim(const std::string& rel, EntryType type, int64_t mtime_ns);
   Status AddDir(const std::string& rel, uint32_t mode, int64_t mtime_ns);
+  void MemberAttrs(archive_entry* ent, const std::string& where, int64_t mtime, int64_t* ctime,
+                   std::string* enc);
   Status AddFile(archive* a, const std::string& label, SrcEntry e);
   Status Spool(archive* a, const std::string& label, const SrcEntry& e, BigSource* src);
   // The reading thread hands work to the writer thread, which owns the open shard.
@@ -269,6 +272,32 @@ Status ArchivePacker::ReadArchive(archive* a, const std::string& label, const st
   return Status::OK();
 }
 
+// A member's ctime (its mtime when the archive has none) and carried extended attributes
+// (pax SCHILY.xattr records), encoded; attributes a dataset cannot hold are warned about.
+void ArchivePacker::MemberAttrs(archive_entry* ent, const std::string& where, int64_t mtime,
+                                int64_t* ctime, std::string* enc) {
+  *ctime = archive_entry_ctime_is_set(ent)
+               ? static_cast<int64_t>(archive_entry_ctime(ent)) * 1000000000 +
+                     archive_entry_ctime_nsec(ent)
+               : mtime;
+  std::vector<std::pair<std::string, std::string>> attrs;
+  archive_entry_xattr_reset(ent);
+  const char* name = nullptr;
+  const void* value = nullptr;
+  size_t size = 0;
+  while (archive_entry_xattr_next(ent, &name, &value, &size) == ARCHIVE_OK)
+    if (name && xattrs::Carried(name))
+      attrs.emplace_back(name, std::string(static_cast<const char*>(value), value ? size : 0));
+  enc->clear();
+  if (attrs.empty()) return;
+  *enc = xattrs::Encode(std::move(attrs));
+  std::string why;
+  if (!xattrs::Valid(*enc, &why)) {
+    Warn(where + ": extended attributes not stored: " + why);
+    enc->clear();
+  }
+}
+
 Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& label,
                              const std::string& prefix, int depth) {
   const char* name = archive_entry_pathname(ent);
@@ -283,10 +312,15 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
   const auto mode = static_cast<uint32_t>(archive_entry_perm(ent) & 07777);
   const int64_t mtime =
       static_cast<int64_t>(archive_entry_mtime(ent)) * 1000000000 + archive_entry_mtime_nsec(ent);
+  int64_t ctime = mtime;
+  std::string attrs;
+  if (type == AE_IFREG || type == AE_IFDIR) MemberAttrs(ent, where, mtime, &ctime, &attrs);
   if (rel.empty()) {  // "./": the root directory itself
     if (type == AE_IFDIR && prefix.empty() && depth == 0) {
       meta_.root_mode = mode;
       meta_.root_mtime_ns = mtime;
+      meta_.root_ctime_ns = ctime;
+      meta_.root_xattrs = std::move(attrs);
     }
     return Status::OK();
   }
@@ -306,7 +340,13 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
     nonfiles_.push_back({rel, EntryType::kHardLink, mode, target.size(), mtime, target});
     return Status::OK();
   }
-  if (type == AE_IFDIR) return AddDir(rel, mode, mtime);
+  if (type == AE_IFDIR) {
+    FS_RETURN_IF_ERROR(AddDir(rel, mode, mtime));
+    SrcEntry& dir = nonfiles_[nonfile_at_.at(rel)];
+    dir.ctime_ns = ctime;
+    dir.xattrs = std::move(attrs);
+    return Status::OK();
+  }
   if (type == AE_IFLNK) {
     const char* t = archive_entry_symlink(ent);
     const std::string target = t ? t : "";
@@ -345,7 +385,9 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
                   mode,
                   static_cast<uint64_t>(std::max<la_int64_t>(archive_entry_size(ent), 0)),
                   mtime,
-                  {}});
+                  {},
+                  ctime,
+                  std::move(attrs)});
 }
 
 Status ArchivePacker::Claim(const std::string& rel, EntryType type, int64_t mtime_ns) {

@@ -60,7 +60,9 @@ IndexEntry EntryFor(const SrcEntry& e) {
   ie.mode = e.mode;
   ie.size = e.size;
   ie.mtime_ns = e.mtime_ns;
+  ie.ctime_ns = e.ctime_ns != 0 ? e.ctime_ns : e.mtime_ns;  // 0: the source gave none
   ie.path = e.rel;
+  if (!e.xattrs.empty()) ie.xattrs = std::make_shared<const std::string>(e.xattrs);
   return ie;
 }
 
@@ -207,9 +209,7 @@ Status PackCore::AppendNonFiles(ShardOut& shard, const std::vector<SrcEntry>& en
       ie.xxh3 = Xxh3(e.target);
       ie.offset = shard.pos();
       FS_RETURN_IF_ERROR(shard.Write(e.target));
-    } else {
-      ie.size = 0;
-    }
+    }  // a directory keeps the size its source gave it, and has no frame
     shard.entries().push_back(std::move(ie));
   }
   return Status::OK();
@@ -271,6 +271,9 @@ Status PackCore::WriteManifest(const SourceTree& meta, uint64_t nfiles, uint64_t
   manifest_.raw_bytes = done_bytes_;
   manifest_.root_mode = meta.root_mode;
   manifest_.root_mtime_ns = meta.root_mtime_ns;
+  manifest_.root_ctime_ns = meta.root_ctime_ns;
+  manifest_.root_size = meta.root_size;
+  manifest_.root_xattrs = meta.root_xattrs;
   FS_RETURN_IF_ERROR(WriteFileAtomic(tmp_ + "/" + format::kManifestName,
                                      format::ManifestToJson(manifest_), FileMode()));
   if (stats) {

@@ -356,9 +356,10 @@ TEST_F(DamageTest, CorruptManifest) {
   Status s = OpenAndVerify();
   EXPECT_NE(s.message().find("manifest.json"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("JSON"), std::string::npos) << s.message();
-  size_t v = m.find("\"version\": 2");
+  const std::string version = "\"version\": " + std::to_string(format::kVersion);
+  size_t v = m.find(version);
   ASSERT_NE(v, std::string::npos);
-  Write(ds_ + "/manifest.json", m.substr(0, v) + "\"version\": 99" + m.substr(v + 12));
+  Write(ds_ + "/manifest.json", m.substr(0, v) + "\"version\": 99" + m.substr(v + version.size()));
   s = OpenAndVerify();
   EXPECT_NE(s.message().find("version 99"), std::string::npos) << s.message();
   size_t f = m.find("shard-00000.fsd");

@@ -14,14 +14,25 @@
 
 #include "common/io.h"
 #include "common/path.h"
+#include "common/xattrs.h"
 
 namespace fanstore::pack {
 namespace {
 
 using format::EntryType;
 
-int64_t MtimeNs(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+int64_t Ns(const struct timespec& t) {
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+int64_t MtimeNs(const struct stat& st) { return Ns(st.st_mtim); }
+
+// The carried extended attributes of `path` (not a symlink), encoded.
+Status ReadXattrs(const std::string& path, std::string* enc) {
+  const int err = xattrs::ReadFromFile(path, enc);
+  if (err) return Status::FromErrno("cannot read extended attributes of " + path, err);
+  std::string why;
+  if (!xattrs::Valid(*enc, &why)) return Status::InvalidArgument(path + ": " + why);
+  return Status::OK();
 }
 
 class Walker {
@@ -37,15 +48,24 @@ class Walker {
     if (::stat(root_.c_str(), &st) != 0) return Status::FromErrno("source " + root_, errno);
     if (!S_ISDIR(st.st_mode))
       return Status::InvalidArgument("source " + root_ + " is not a directory");
-    root_mode_ = st.st_mode & 07777;
-    root_mtime_ns_ = MtimeNs(st);
+    top_.mode = st.st_mode & 07777;
+    top_.mtime_ns = MtimeNs(st);
+    top_.ctime_ns = Ns(st.st_ctim);
+    top_.size = static_cast<uint64_t>(st.st_size);
+    FS_RETURN_IF_ERROR(ReadXattrs(root_, &top_.xattrs));
     FS_RETURN_IF_ERROR(Dir("", out));
     skipped_ += DropEscapingLinks(root_, out, opts_.warn);
     return Status::OK();
   }
   uint64_t skipped() const { return skipped_; }
-  uint32_t root_mode() const { return root_mode_; }
-  int64_t root_mtime_ns() const { return root_mtime_ns_; }
+  // The top directory: mode, times, size and extended attributes.
+  struct Root {
+    uint32_t mode = 0755;
+    int64_t mtime_ns = 0, ctime_ns = 0;
+    uint64_t size = 0;
+    std::string xattrs;
+  };
+  Root& top() { return top_; }
 
  private:
   void Warn(const std::string& msg) {
@@ -85,6 +105,8 @@ class Walker {
                  static_cast<uint32_t>(st.st_mode & 07777),
                  static_cast<uint64_t>(st.st_size),
                  MtimeNs(st),
+                 {},
+                 Ns(st.st_ctim),
                  {}};
       if (S_ISREG(st.st_mode)) {
         // A file with several names in the tree: its first name in walk order holds the data,
@@ -97,10 +119,12 @@ class Walker {
             e.size = e.target.size();
           }
         }
+        // A hard link's attributes are its file's.
+        if (e.type == EntryType::kFile) FS_RETURN_IF_ERROR(ReadXattrs(cpath, &e.xattrs));
         out->push_back(std::move(e));
       } else if (S_ISDIR(st.st_mode)) {
         e.type = EntryType::kDir;
-        e.size = 0;
+        FS_RETURN_IF_ERROR(ReadXattrs(cpath, &e.xattrs));
         out->push_back(std::move(e));
         FS_RETURN_IF_ERROR(Dir(crel, out));
       } else if (S_ISLNK(st.st_mode)) {
@@ -152,8 +176,7 @@ class Walker {
   std::map<std::pair<dev_t, ino_t>, std::string> names_of_;  // files with several names
   const Options& opts_;
   uint64_t skipped_ = 0;
-  uint32_t root_mode_ = 0755;
-  int64_t root_mtime_ns_ = 0;
+  Root top_;
 };
 
 }  // namespace
@@ -162,8 +185,12 @@ Status WalkSource(const std::string& root, const Options& opts, SourceTree* out)
   Walker w(root, opts);
   FS_RETURN_IF_ERROR(w.Run(&out->entries));
   out->skipped = w.skipped();
-  out->root_mode = w.root_mode();
-  out->root_mtime_ns = w.root_mtime_ns();
+  Walker::Root& r = w.top();
+  out->root_mode = r.mode;
+  out->root_mtime_ns = r.mtime_ns;
+  out->root_ctime_ns = r.ctime_ns;
+  out->root_size = r.size;
+  out->root_xattrs = std::move(r.xattrs);
   return Status::OK();
 }
 

@@ -21,6 +21,8 @@ struct SrcEntry {
   uint64_t size;
   int64_t mtime_ns;
   std::string target;  // symlinks; hard links: the path of the file's first name
+  int64_t ctime_ns = 0;
+  std::string xattrs = {};  // files and directories: the carried ones, encoded (common/xattrs.h)
 };
 
 struct SourceTree {
@@ -28,6 +30,9 @@ struct SourceTree {
   uint64_t skipped = 0;  // entries not stored (sockets, devices, escaping symlinks), warned about
   uint32_t root_mode = 0755;
   int64_t root_mtime_ns = 0;
+  int64_t root_ctime_ns = 0;
+  uint64_t root_size = 0;
+  std::string root_xattrs;
 };
 
 // Lists the tree under `root`; opts.warn hears about what is skipped.

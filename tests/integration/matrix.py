@@ -8,9 +8,10 @@ fields, the exit status, or the errno's name.
 matrix.py ROOT   (the working directory is a scratch directory the case may write)
 
 Left out of every comparison, because they name the file system rather than the dataset: st_dev,
-st_ino (FanStore's are stable hashes of the path), st_atime, st_ctime (FanStore reports the
-mtime; a copy of a tree has its own ctime), f_type, f_fsid and the block counts of statfs, and
-the directory sizes (st_size and st_blocks of a directory depend on the file system).
+st_ino (FanStore's are stable hashes of the path), st_atime (reading changes it on the
+reference, never on a dataset), f_type, f_fsid and the block counts of statfs. The ctime, the
+directory sizes and the extended attributes ("user." ones: the only namespace a dataset
+carries) are the packed tree's, and are compared.
 """
 import ctypes
 import ctypes.util
@@ -50,9 +51,7 @@ def cerr(rc):
 
 def st_fields(s):
     typ = stat.S_IFMT(s.st_mode)
-    size = "-" if typ == stat.S_IFDIR else s.st_size
-    blocks = "-" if typ == stat.S_IFDIR else s.st_blocks
-    return f"mode={oct(s.st_mode)} nlink={s.st_nlink if typ != stat.S_IFDIR else '-'} uid={s.st_uid} gid={s.st_gid} size={size} blocks={blocks} mtime_ns={s.st_mtime_ns}"
+    return f"mode={oct(s.st_mode)} nlink={s.st_nlink if typ != stat.S_IFDIR else '-'} uid={s.st_uid} gid={s.st_gid} size={s.st_size} blocks={s.st_blocks} mtime_ns={s.st_mtime_ns} ctime_ns={s.st_ctime_ns}"
 
 
 def sh(cmd, cwd=None, env=None):
@@ -229,6 +228,22 @@ def raw_statx(rel):
     return f"mode={oct(mode)} size={size}"
 
 
+def getxattr_c(rel, name, size, follow=True):
+    """getxattr(2)/lgetxattr(2) with a buffer of `size`: the length, the value, or the errno."""
+    buf = ctypes.create_string_buffer(max(size, 1))
+    fn = libc.getxattr if follow else libc.lgetxattr
+    n = fn(p(rel).encode(), name.encode(), buf if size else None, ctypes.c_size_t(size))
+    return cerr(n) if n < 0 else f"{n} {buf.raw[:n] if size else ''}"
+
+
+def fgetxattr(rel, name):
+    fd = os.open(p(rel), os.O_RDONLY)
+    try:
+        return attempt(lambda: os.getxattr(fd, name)) + " " + attempt(lambda: sorted(os.listxattr(fd)))
+    finally:
+        os.close(fd)
+
+
 def mkstemp_in():
     try:
         fd, name = tempfile.mkstemp(dir=p("a"))
@@ -273,8 +288,20 @@ CASES = [
     ("hard links", hardlinks),
     ("statvfs", statvfs),
     ("pathconf NAME_MAX", lambda: attempt(lambda: os.pathconf(p("a"), "PC_NAME_MAX"))),
-    ("listxattr", lambda: attempt(lambda: os.listxattr(p("a/b/numbers.txt")))),
-    ("getxattr", lambda: attempt(lambda: os.getxattr(p("a/b/numbers.txt"), "user.x"))),
+    ("listxattr, none", lambda: attempt(lambda: os.listxattr(p("a/b/numbers.txt")))),
+    ("getxattr, none", lambda: attempt(lambda: os.getxattr(p("a/b/numbers.txt"), "user.x"))),
+    ("listxattr", lambda: attempt(lambda: sorted(os.listxattr(p("a/hello.txt"))))),
+    ("getxattr", lambda: attempt(lambda: os.getxattr(p("a/hello.txt"), "user.label"))),
+    ("getxattr, empty value", lambda: attempt(lambda: os.getxattr(p("a/hello.txt"), "user.empty"))),
+    ("getxattr, size 0 and too small", lambda: getxattr_c("a/hello.txt", "user.label", 0) + " " + getxattr_c("a/hello.txt", "user.label", 2)),
+    ("getxattr, another namespace", lambda: attempt(lambda: os.getxattr(p("a/hello.txt"), "trusted.x"))),
+    ("getxattr through a symlink, and of it", lambda: getxattr_c("a/link-to-hello", "user.label", 64) + " " + getxattr_c("a/link-to-hello", "user.label", 64, follow=False)),
+    ("fgetxattr, flistxattr", lambda: fgetxattr("a/hello.txt", "user.label")),
+    ("xattrs of a directory", lambda: attempt(lambda: [(n, os.getxattr(p("a/b"), n)) for n in sorted(os.listxattr(p("a/b")))])),
+    ("xattrs of the root", lambda: attempt(lambda: [(n, os.getxattr(ROOT, n)) for n in sorted(os.listxattr(ROOT))])),
+    ("xattrs of a hard link", lambda: attempt(lambda: os.getxattr(p("hard/two"), "user.label"))),
+    ("setxattr", lambda: attempt(lambda: os.setxattr(p("a/hello.txt"), "user.label", b"changed"))),
+    ("removexattr", lambda: attempt(lambda: os.removexattr(p("a/hello.txt"), "user.label"))),
     ("inotify_add_watch", inotify),
     ("nftw", lambda: attempt(nftw_walk)),
     ("glibc fts", lambda: attempt(fts_walk)),

@@ -30,7 +30,7 @@ cd "$T" || exit 1
 chmod 0666 /dev/fuse
 
 echo "== the tree: make_tree's awkward cases, code (a script, a library, a C extension), a hard link,"
-echo "   a sparse file, a loop, 0000 entries"
+echo "   a sparse file, a loop, 0000 entries, extended attributes, a large directory"
 make_tree src 1
 mkdir -p src/bin src/lib src/hard src/locked src/closed
 # shellcheck disable=SC2016  # the script's own $1
@@ -55,14 +55,25 @@ truncate -s 1M src/sparse.bin && printf 'data' | dd of=src/sparse.bin bs=1 seek=
 ln -s loop src/loop
 printf 'secret\n' > src/locked/secret && chmod 0000 src/locked/secret
 printf 'inside\n' > src/closed/inside && chmod 0000 src/closed
-"$F" pack src ds.fs -q
-chmod -R a+rX ds.fs
+mkdir src/big && for i in $(seq 300); do : > "src/big/a-file-with-a-long-name-$i"; done  # > 4 KiB
+ln -s hello.txt src/a/link-to-hello
+$PY - src <<'PY'
+import os, sys
+r = sys.argv[1]
+os.setxattr(f"{r}/a/hello.txt", "user.label", b"n01440764")
+os.setxattr(f"{r}/a/hello.txt", "user.empty", b"")
+os.setxattr(f"{r}/a/b", "user.dir", b"\x00binary\xff")
+os.setxattr(r, "user.root", b"top")
+os.setxattr(f"{r}/hard/one", "user.label", b"linked")
+PY
 mkdir kv  # empty: the view's tmpfs holds the mount point
 
 for user in root fsalice; do
   # The reference: the tree as this user owns it (FanStore reports the job user as the owner),
   # read-only.
+  # Packed from that copy: its ctimes and directory sizes are the ones the reference shows.
   cp -a src "src-$user" && chown -R -h "$user:" "src-$user"
+  "$F" pack "src-$user" "ds-$user.fs" -q && chmod -R a+rX "ds-$user.fs"
   mkdir "ref-$user" "work-$user"
   mount --bind "src-$user" "ref-$user" && mount -o remount,bind,ro "ref-$user"
   chown "$user:" "work-$user"
@@ -70,7 +81,7 @@ for user in root fsalice; do
   as $PY "$HERE/matrix.py" "$T/ref-$user" > "ref-$user.out" 2>&1
   cases=$(wc -l < "ref-$user.out")
   for mode in eager lazy; do
-    as env FANSTORE_TEST_UNPACK_DELAY_MS=600000 "$F" run "$T/ds.fs" --unpack $mode --kernel-view \
+    as env FANSTORE_TEST_UNPACK_DELAY_MS=600000 "$F" run "$T/ds-$user.fs" --unpack $mode --kernel-view \
       --mount "$T/kv/ds" -- $PY "$HERE/matrix.py" "$T/kv/ds" > "fs-$user-$mode.out" 2> "fs-$user-$mode.err"
     if diff -q "ref-$user.out" "fs-$user-$mode.out" >/dev/null; then
       ok "$user, $mode: all $cases cases as on a read-only bind mount"
