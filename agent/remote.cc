@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <optional>
 
 #include "agent/placement.h"
 #include "common/hash.h"
@@ -138,15 +139,23 @@ Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
 Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, bool* local_error) {
   const IndexEntry& e = (*ctx_.index)[shard][entry];
   Status write_status;
-  bool written = false;  // by an earlier attempt: `out` must be emptied before the next
+  // Blocks of zeros stay holes, as in the dataset's source. Set by an attempt's first piece:
+  // `out` must be emptied before the next attempt.
+  std::optional<SparseWriter> writer;
   auto sink = [&](std::string_view piece) {
-    written = true;
-    write_status = WriteFull(out, piece.data(), piece.size(), "the copy of '" + e.path + "'");
+    if (!writer) writer.emplace(out, "the copy of '" + e.path + "'");
+    write_status = writer->Write(piece);
+    return write_status;
+  };
+  // The last piece written: the file's length, a hole at its end included.
+  auto finish = [&] {
+    write_status = writer ? writer->Finish() : Status::OK();
+    *local_error = !write_status.ok();
     return write_status;
   };
   auto rewind = [&] {
-    if (!written || (::ftruncate(out, 0) == 0 && ::lseek(out, 0, SEEK_SET) == 0)) {
-      written = false;
+    if (!writer || (::ftruncate(out, 0) == 0 && ::lseek(out, 0, SEEK_SET) == 0)) {
+      writer.reset();
       return true;
     }
     write_status = Status::FromErrno("rewind the copy of '" + e.path + "'", errno);
@@ -174,6 +183,7 @@ Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, bool* loc
         st = Status::Corruption("peer " + std::to_string(h) + " sent bad bytes for '" + e.path +
                                 "'");
       if (st.ok()) {
+        if (!finish().ok()) return write_status;
         opens_remote_++;
         bytes_remote_ += e.size;
         return st;
@@ -191,6 +201,7 @@ Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, bool* loc
     return write_status;
   }
   if (st.ok()) {
+    if (!finish().ok()) return write_status;
     opens_fallback_++;
     bytes_fallback_ += e.size;
   }
@@ -262,6 +273,7 @@ void RemoteFiles::PrefetchShard(uint32_t shard) {
     if (h == ctx_.rank) continue;
     bool full = false, skip = false;
     FileCache::Pending pending;  // the file being received, written as its pieces arrive
+    std::optional<SparseWriter> writer;
     Xxh3Stream hash;
     Status st = peers_.FetchShard(
         h, shard,
@@ -279,12 +291,13 @@ void RemoteFiles::PrefetchShard(uint32_t shard) {
             if ((skip = cache_.Has(key))) return true;
             hash = Xxh3Stream();
             if (!cache_.Begin(key, e.size, /*evict=*/false, &pending).ok()) return !(full = true);
+            writer.emplace(pending.fd.get(), "cache");
           }
           if (skip) return true;
           hash.Update(piece.data(), piece.size());
-          if (!WriteFull(pending.fd.get(), piece.data(), piece.size(), "cache").ok())
-            return !(full = true);
+          if (!writer->Write(piece).ok()) return !(full = true);
           if (off + piece.size() < e.size) return true;
+          if (!writer->Finish().ok()) return !(full = true);
           if (hash.Digest() != e.xxh3) return false;
           if (!cache_.Commit(&pending, /*want_fd=*/false).ok()) return !(full = true);
           prefetched_files_++;

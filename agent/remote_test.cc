@@ -33,7 +33,7 @@ struct FileId {
 class RemoteTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ds_.Make(12, big_bytes_);
+    ds_.Make(12, big_bytes_, /*holes=*/true);
     cache_dir_ = ds_.tmp() + "/cache";
     ASSERT_EQ(::mkdir(cache_dir_.c_str(), 0700), 0);
     remote_files_ = FilesOf(1);
@@ -120,6 +120,25 @@ TEST_F(RemoteTest, WithoutCacheTheDescriptorIsASealedMemfd) {
   EXPECT_EQ(c.opens_fallback, 2u);
   EXPECT_EQ(c.opens_cached, 0u);
   EXPECT_EQ(remote_.cache().used(), 0u);
+}
+
+// A file fetched for this node keeps the holes of its source, in the cache and in a memfd:
+// SEEK_DATA and SEEK_HOLE answer as on the source's file system.
+TEST_F(RemoteTest, FetchedFilesKeepTheirHoles) {
+  const auto [shard, entry] = ds_.Find("holes");
+  for (uint64_t capacity : {uint64_t{1} << 20, uint64_t{0}}) {
+    Init(capacity);
+    auto fd = remote_.Open(shard, entry);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    UniqueFD owned(*fd);
+    EXPECT_EQ(ReadFd(owned.get()), ds_.Bytes("holes"));
+    EXPECT_EQ(::lseek(owned.get(), 0, SEEK_DATA), 32 << 10) << "capacity " << capacity;
+    EXPECT_EQ(::lseek(owned.get(), 32 << 10, SEEK_HOLE), 36 << 10) << "capacity " << capacity;
+    struct stat st;
+    ASSERT_EQ(::fstat(owned.get(), &st), 0);
+    EXPECT_EQ(st.st_size, 64 << 10);
+    EXPECT_LT(st.st_blocks * 512, 64 << 10);
+  }
 }
 
 TEST_F(RemoteTest, DamagedShardGivesAnErrorNeverBadBytes) {

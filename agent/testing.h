@@ -70,8 +70,9 @@ inline void DamageFrame(const std::string& path, const format::IndexEntry& e) {
 // shards under <tmp>/ds.fs.
 class Dataset {
  public:
-  // Call from SetUp (gtest assertions). With big_bytes, also a file "big" of that size.
-  void Make(int files_per_dir = 12, size_t big_bytes = 0) {
+  // Call from SetUp (gtest assertions). With big_bytes, also a file "big" of that size; with
+  // holes, a file "holes" of 64 KiB of zeros with 4 bytes of data in its middle.
+  void Make(int files_per_dir = 12, size_t big_bytes = 0, bool holes = false) {
     const std::string src = tmp_.path() + "/src";
     ASSERT_EQ(::mkdir(src.c_str(), 0700), 0);
     int n = 0;
@@ -87,6 +88,11 @@ class Dataset {
     if (big_bytes) {
       files_["big"] = Content(n, big_bytes);
       format::testing::WriteFile(src + "/big", files_["big"]);
+    }
+    if (holes) {
+      files_["holes"] = std::string(64 << 10, '\0');
+      files_["holes"].replace(32 << 10, 4, "data");
+      format::testing::WriteFile(src + "/holes", files_["holes"]);
     }
     ASSERT_EQ(::symlink("d0/f1", (src + "/link").c_str()), 0);
     pack::Options po;

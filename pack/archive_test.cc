@@ -13,6 +13,7 @@
 
 #include "common/io.h"
 #include "common/testing/temp_dir.h"
+#include "common/xattrs.h"
 #include "format/dataset.h"
 #include "pack/pack.h"
 
@@ -25,9 +26,11 @@ using format::EntryType;
 struct Member {
   std::string name;
   mode_t type = AE_IFREG;
-  std::string data;      // file content
-  std::string link;      // symlink target
-  std::string hardlink;  // a hard link to this member
+  std::string data;                                              // file content
+  std::string link;                                              // symlink target
+  std::string hardlink;                                          // a hard link to this member
+  std::vector<std::pair<std::string, std::string>> xattrs = {};  // as pax SCHILY.xattr records
+  int64_t ctime = 0;                                             // seconds; 0: none
 };
 Member F(std::string name, std::string data) {
   return {std::move(name), AE_IFREG, std::move(data), {}, {}};
@@ -42,9 +45,14 @@ Member H(std::string name, std::string to) {
 Member Fifo(std::string name) { return {std::move(name), AE_IFIFO, {}, {}, {}}; }
 
 // Writes `members` as a tar archive (pax), with `filter` (e.g. ARCHIVE_FILTER_ZSTD).
-std::string Tar(const std::vector<Member>& members, int filter = ARCHIVE_FILTER_NONE) {
+// Full pax (`full`) also records ctimes and sub-second mtimes.
+std::string Tar(const std::vector<Member>& members, int filter = ARCHIVE_FILTER_NONE,
+                bool full = false) {
   archive* a = archive_write_new();
-  archive_write_set_format_pax_restricted(a);
+  if (full)
+    archive_write_set_format_pax(a);
+  else
+    archive_write_set_format_pax_restricted(a);
   archive_write_add_filter(a, filter);
   std::vector<char> buf(64u << 20);
   size_t used = 0;
@@ -57,6 +65,9 @@ std::string Tar(const std::vector<Member>& members, int filter = ARCHIVE_FILTER_
     archive_entry_set_mtime(e, 1700000000, 5);
     if (!m.link.empty()) archive_entry_set_symlink(e, m.link.c_str());
     if (!m.hardlink.empty()) archive_entry_set_hardlink(e, m.hardlink.c_str());
+    for (const auto& [name, value] : m.xattrs)
+      archive_entry_xattr_add_entry(e, name.c_str(), value.data(), value.size());
+    if (m.ctime) archive_entry_set_ctime(e, m.ctime, 7);
     archive_entry_set_size(
         e, m.type == AE_IFREG && m.hardlink.empty() ? static_cast<int64_t>(m.data.size()) : 0);
     EXPECT_EQ(archive_write_header(a, e), ARCHIVE_OK) << m.name;
@@ -140,6 +151,25 @@ TEST_F(ArchivePack, MembersBecomeTheNamespace) {
   EXPECT_EQ(Extracted("a/x.txt"), "hello");
   EXPECT_EQ(Extracted("zero"), "");
   EXPECT_TRUE(warnings_.empty());
+}
+
+// pax ctime and SCHILY.xattr records: the user namespace is kept, others are not.
+TEST_F(ArchivePack, CtimeAndUserAttributesAreKept) {
+  Member f = F("a/x.txt", "hello");
+  f.xattrs = {{"user.label", "n01"}, {"security.capability", "caps"}};
+  f.ctime = 1700000100;
+  Member d = D("a/");
+  d.xattrs = {{"user.dir", "d"}};
+  ASSERT_TRUE(
+      PackThem({Put("t.tar", Tar({d, f, F("b", "no attributes")}, ARCHIVE_FILTER_NONE, true))})
+          .ok());
+  const format::IndexEntry* x = ds_->Find("a/x.txt");
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->Xattrs(), xattrs::Encode({{"user.label", "n01"}}));
+  EXPECT_EQ(x->ctime_ns, 1700000100000000007);
+  EXPECT_EQ(ds_->Find("a")->Xattrs(), xattrs::Encode({{"user.dir", "d"}}));
+  EXPECT_TRUE(ds_->Find("b")->Xattrs().empty());
+  EXPECT_EQ(ds_->Find("b")->ctime_ns, ds_->Find("b")->mtime_ns);  // none in the archive
 }
 
 TEST_F(ArchivePack, ArchivesInsideBecomeDirectories) {

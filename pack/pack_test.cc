@@ -12,10 +12,12 @@
 #include <set>
 
 #include <gtest/gtest.h>
+#include <sys/xattr.h>
 
 #include "common/hash.h"
 #include "common/io.h"
 #include "common/testing/temp_dir.h"
+#include "common/xattrs.h"
 #include "format/dataset.h"
 #include "pack/pack.h"
 
@@ -110,6 +112,39 @@ TEST_F(PackTest, RoundTripRestoresTreeExactly) {
   ASSERT_GT(::readlink((out + "/link").c_str(), target, sizeof target), 0);
   EXPECT_STREQ(target, "a/b");
   EXPECT_NE(::lstat((out + "/escape").c_str(), &b), 0);
+}
+
+// Version 3: each entry's ctime, user.* extended attributes (on files, directories and the top)
+// and directory sizes are packed from the tree; extract restores the attributes.
+TEST_F(PackTest, CtimeAttributesAndDirectorySizesArePacked) {
+  if (::setxattr((src_ + "/a/text.txt").c_str(), "user.label", "n014", 4, 0) != 0)
+    GTEST_SKIP() << "no user xattrs on this file system";
+  ASSERT_EQ(::setxattr((src_ + "/a").c_str(), "user.dir", "", 0, 0), 0);
+  ASSERT_EQ(::setxattr(src_.c_str(), "user.top", "t", 1, 0), 0);
+  ASSERT_TRUE(DoPack().ok());
+  auto ds = Dataset::Open(ds_);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  struct stat st;
+  ASSERT_EQ(::lstat((src_ + "/a/text.txt").c_str(), &st), 0);
+  const format::IndexEntry* f = (*ds)->Find("a/text.txt");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->ctime_ns, int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec);
+  EXPECT_EQ(f->Xattrs(), xattrs::Encode({{"user.label", "n014"}}));
+  ASSERT_EQ(::lstat((src_ + "/a").c_str(), &st), 0);
+  const format::IndexEntry* d = (*ds)->Find("a");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->size, static_cast<uint64_t>(st.st_size));
+  EXPECT_EQ(d->Xattrs(), xattrs::Encode({{"user.dir", ""}}));
+  EXPECT_EQ((*ds)->manifest().root_xattrs, xattrs::Encode({{"user.top", "t"}}));
+  ASSERT_EQ(::lstat(src_.c_str(), &st), 0);
+  EXPECT_EQ((*ds)->manifest().root_size, static_cast<uint64_t>(st.st_size));
+  const std::string out = base_ + "/out";
+  ASSERT_TRUE(format::Extract(**ds, out, {}).ok());
+  char v[16] = {};
+  EXPECT_EQ(::getxattr((out + "/a/text.txt").c_str(), "user.label", v, sizeof v), 4);
+  EXPECT_STREQ(v, "n014");
+  EXPECT_EQ(::getxattr((out + "/a").c_str(), "user.dir", v, sizeof v), 0);
+  EXPECT_EQ(::getxattr(out.c_str(), "user.top", v, sizeof v), 1);
 }
 
 TEST_F(PackTest, ShardsAreBalancedByBytes) {
