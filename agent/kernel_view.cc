@@ -40,6 +40,18 @@ struct Context {
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
 
+// The mount lets every process of the task's namespace in (allow_other: Slurm enters a working
+// directory inside it with the task's mixed ids, which FUSE's own check refuses), and the mode
+// bits are the kernel's (default_permissions). What reaches the agent is answered only for the
+// job user and root, as a mount of the job user's own would be (another id gets EACCES; what
+// the kernel has cached it may still stat, as mode bits allow). Replies EACCES when refused.
+bool Refused(fuse_req_t req) {
+  const uid_t uid = fuse_req_ctx(req)->uid;
+  if (uid == 0 || uid == Ctx(req).table->header().uid) return false;
+  fuse_reply_err(req, EACCES);
+  return true;
+}
+
 // The table entry of a node id, or nullptr for one the kernel cannot have been given.
 const table::Entry* EntryOf(fuse_req_t req, fuse_ino_t ino) {
   const table::TableView& t = *Ctx(req).table;
@@ -69,6 +81,7 @@ void Init(void*, struct fuse_conn_info* conn) {
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (Refused(req)) return;
   const table::TableView& t = *Ctx(req).table;
   const table::Entry* dir = EntryOf(req, parent);
   if (!dir) return (void)fuse_reply_err(req, ENOENT);
@@ -83,6 +96,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
+  if (Refused(req)) return;
   const table::Entry* e = EntryOf(req, ino);
   if (!e) return (void)fuse_reply_err(req, ENOENT);
   struct stat st;
@@ -91,12 +105,14 @@ void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
 }
 
 void ReadLink(fuse_req_t req, fuse_ino_t ino) {
+  if (Refused(req)) return;
   const table::Entry* e = EntryOf(req, ino);
   if (!e || !table::IsLink(*e)) return (void)fuse_reply_err(req, EINVAL);
   fuse_reply_readlink(req, std::string(Ctx(req).table->LinkTarget(*e)).c_str());
 }
 
 void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
+  if (Refused(req)) return;
   const table::Entry* e = EntryOf(req, ino);
   if (!e) return (void)fuse_reply_err(req, ENOENT);
   if (table::IsDir(*e)) return (void)fuse_reply_err(req, EISDIR);
@@ -140,6 +156,7 @@ void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
 
 // Offsets: 0 ".", 1 "..", 2 + i the directory's i-th child (sorted by name).
 void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+  if (Refused(req)) return;
   const table::TableView& t = *Ctx(req).table;
   const table::Entry* e = EntryOf(req, ino);
   if (!e || !table::IsDir(*e)) return (void)fuse_reply_err(req, ENOTDIR);
@@ -162,6 +179,7 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
 }
 
 void StatFs(fuse_req_t req, fuse_ino_t) {
+  if (Refused(req)) return;
   const table::TableView& t = *Ctx(req).table;
   struct statvfs s;
   std::memset(&s, 0, sizeof s);
@@ -180,6 +198,7 @@ void ReplyXattr(fuse_req_t req, size_t size, ssize_t n, const std::vector<char>&
   fuse_reply_buf(req, buf.data(), static_cast<size_t>(n));
 }
 void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  if (Refused(req)) return;
   const table::Entry* e = EntryOf(req, ino);
   if (!e) return (void)fuse_reply_err(req, ENOENT);
   std::vector<char> buf(std::min(size, xattrs::kMaxValue));
@@ -187,6 +206,7 @@ void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
   ReplyXattr(req, size, xattrs::Get(enc, name, buf.data(), buf.size()), buf);
 }
 void ListXattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  if (Refused(req)) return;
   const table::Entry* e = EntryOf(req, ino);
   if (!e) return (void)fuse_reply_err(req, ENOENT);
   std::vector<char> buf(std::min(size, xattrs::kMaxList));

@@ -21,7 +21,7 @@ Result<UniqueFD> MountFuse(int target, uid_t uid, gid_t gid) {
   if (!dev.valid()) return Status::FromErrno("open /dev/fuse", errno);
   const std::string opts = "fd=" + std::to_string(dev.get()) +
                            ",rootmode=40000,user_id=" + std::to_string(uid) +
-                           ",group_id=" + std::to_string(gid) + ",default_permissions";
+                           ",group_id=" + std::to_string(gid) + ",default_permissions,allow_other";
   const std::string where = "/proc/self/fd/" + std::to_string(target);
   if (::mount("fanstore", where.c_str(), "fuse.fanstore", MS_RDONLY | MS_NOSUID | MS_NODEV,
               opts.c_str()) != 0)

@@ -16,7 +16,8 @@ namespace fanstore {
 
 // Mounts an empty FUSE file system of type fuse.fanstore on the directory `target` (a
 // descriptor, O_PATH will do), read-only, nosuid and nodev, with the kernel checking mode bits
-// (default_permissions) and only `uid`'s processes let in (no allow_other). Returns the
+// (default_permissions) and letting every process in (allow_other: its server, the agent,
+// answers only `uid` and root; the callers mount in a task's private namespace). Returns the
 // /dev/fuse descriptor (close-on-exec) whose reader serves it; every access waits until one does,
 // and fails with ENOTCONN once the last copy of the descriptor is closed. Needs CAP_SYS_ADMIN.
 Result<UniqueFD> MountFuse(int target, uid_t uid, gid_t gid);

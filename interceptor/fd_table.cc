@@ -27,7 +27,7 @@ bool FdTable::Set(int fd, uint64_t slot) {
 }
 
 uint64_t FdTable::Record(int fd, uint64_t kind_and_value) {
-  uint64_t gen = generation_.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu;
+  uint64_t gen = generation_.fetch_add(1, std::memory_order_relaxed) & 0x3fffffffu;
   uint64_t slot = kind_and_value | (gen << 32);
   return Set(fd, slot) ? slot : 0;
 }

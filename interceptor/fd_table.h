@@ -5,7 +5,8 @@
 //   bit 63      kind: 0 = a descriptor for table entry `value - 1`,
 //                     1 = a real directory above the mount, `value` = length of its path
 //                         (a prefix of the mount path), so that openat(fd, "ds/...") enters;
-//   bits 32-62  generation: a per-process counter bumped by every record;
+//   bit 62      for an entry: the program asked for O_NOATIME (kNoatimeBit);
+//   bits 32-61  generation: a per-process counter bumped by every record;
 //   bits 0-31   value (never 0).
 // 0 means "not ours". The generation makes a slot value name one hand-out: Untrack(fd,
 // expected) only clears the slot if it still holds that hand-out, which keeps a racing close
@@ -28,6 +29,9 @@ class FdTable {
   static constexpr uint64_t kCapacity = uint64_t{kChunkCount} << kChunkBits;
 
   static constexpr uint64_t kAncestorBit = uint64_t{1} << 63;
+  // An entry's descriptor whose program asked for O_NOATIME (the library adds it to local
+  // copies on its own; F_GETFL shows it only when asked).
+  static constexpr uint64_t kNoatimeBit = uint64_t{1} << 62;
   static bool IsEntry(uint64_t slot) { return slot != 0 && !(slot & kAncestorBit); }
   static bool IsAncestor(uint64_t slot) { return slot & kAncestorBit; }
   static uint32_t EntryOf(uint64_t slot) { return static_cast<uint32_t>(slot) - 1; }
@@ -41,7 +45,9 @@ class FdTable {
   }
   // Records that fd refers to table entry `entry`; returns the new slot value, or 0 when fd
   // is out of range or a chunk cannot be mapped.
-  uint64_t Track(int fd, uint32_t entry) { return Record(fd, uint64_t{entry} + 1); }
+  uint64_t Track(int fd, uint32_t entry, bool noatime = false) {
+    return Record(fd, (uint64_t{entry} + 1) | (noatime ? kNoatimeBit : 0));
+  }
   // Records that fd is a real directory whose path is the mount path's first `length` bytes.
   uint64_t TrackAncestor(int fd, uint32_t length) { return Record(fd, kAncestorBit | length); }
   // Copies a slot value to another descriptor (dup); 0 clears it.

@@ -585,6 +585,8 @@ const table::Entry* FdLinkEntry(const char* path) noexcept {
   const char* n = nullptr;
   if (strncmp(path, "/proc/self/fd/", 14) == 0) {
     n = path + 14;
+  } else if (strncmp(path, "/proc/thread-self/fd/", 21) == 0) {  // threads share descriptors
+    n = path + 21;
   } else if (strncmp(path, "/dev/fd/", 8) == 0) {
     n = path + 8;
   } else if (strncmp(path, "/proc/", 6) == 0) {
@@ -618,11 +620,11 @@ int OpenDirStandIn(const table::Entry& dir, int flags) noexcept {
   return fd >= 0 ? fd : -errno;
 }
 
-int TrackNew(int fd, const table::Entry& e) noexcept {
+int TrackNew(int fd, const table::Entry& e, int flags) noexcept {
   // No vfork check here: between vfork and exec only exec-preparation calls are allowed, and
   // a stray record is cleared by the parent's next pass-through open of that number.
   RealFD owned(fd);
-  if (!g_fds.Track(fd, Table().IndexOf(e))) return -EMFILE;
+  if (!g_fds.Track(fd, Table().IndexOf(e), flags & O_NOATIME)) return -EMFILE;
   return owned.Release();
 }
 

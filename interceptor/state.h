@@ -152,8 +152,8 @@ bool Permitted(const table::Entry& e, int mode, bool effective = true) noexcept;
 
 // The entry a tracked descriptor refers to, or nullptr.
 const table::Entry* TrackedEntry(int fd) noexcept;
-// The entry behind /proc/self/fd/N, /proc/<own pid>/fd/N or /dev/fd/N when N is a tracked
-// descriptor (the kernel would resolve those to the local copy), else nullptr.
+// The entry behind /proc/self/fd/N, /proc/thread-self/fd/N, /proc/<own pid>/fd/N or /dev/fd/N when
+// N is a tracked descriptor (the kernel would resolve those to the local copy), else nullptr.
 const table::Entry* FdLinkEntry(const char* path) noexcept;
 
 // Writes <local root>/<path of e> into out[PATH_MAX]; false without a local root or when it
@@ -182,7 +182,7 @@ bool CachePath(const table::Entry& e, char* out) noexcept;
 int OpenDirStandIn(const table::Entry& dir, int flags) noexcept;
 
 // Tracks fd as entry e. On failure closes fd and returns -EMFILE.
-int TrackNew(int fd, const table::Entry& e) noexcept;
+int TrackNew(int fd, const table::Entry& e, int flags = 0) noexcept;
 
 // A descriptor of the local root (O_PATH, close-on-exec, a high number), or -1: local files
 // are opened relative to it, which spares the kernel the root's own path components on every

@@ -301,7 +301,7 @@ int OpenVirtual(const Walk& w, int flags) noexcept {
     fd = OpenFileData(e, flags);
   }
   if (fd < 0) return fd;
-  return TrackNew(fd, e);
+  return TrackNew(fd, e, flags);
 }
 
 }  // namespace fanstore::interceptor
@@ -439,10 +439,15 @@ extern "C" int fanstore_dup3(int oldfd, int newfd, int flags) noexcept {
 namespace {
 
 // F_GETFL of a FanStore descriptor: without the O_NOATIME the library adds to local copies
-// (OpenLocalCopy), which the program did not ask for.
-int AfterFcntl(int fd, int cmd, int r) {
-  if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && !t_in_wrapper) CopySlot(fd, r);
-  if (r >= 0 && cmd == F_GETFL && !t_in_wrapper && TrackedEntry(fd)) r &= ~O_NOATIME;
+// (OpenLocalCopy), unless the program asked for it, at open or by F_SETFL.
+int AfterFcntl(int fd, int cmd, void* arg, int r) {
+  if (r < 0 || t_in_wrapper) return r;
+  if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) CopySlot(fd, r);
+  const uint64_t slot = g_fds.Get(fd);
+  if (!FdTable::IsEntry(slot)) return r;
+  if (cmd == F_GETFL && !(slot & FdTable::kNoatimeBit)) r &= ~O_NOATIME;
+  if (cmd == F_SETFL)
+    g_fds.Track(fd, FdTable::EntryOf(slot), reinterpret_cast<intptr_t>(arg) & O_NOATIME);
   return r;
 }
 
@@ -455,7 +460,7 @@ extern "C" int fanstore_fcntl(int fd, int cmd, ...) noexcept {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  return AfterFcntl(fd, cmd, Real().fcntl(fd, cmd, arg));
+  return AfterFcntl(fd, cmd, arg, Real().fcntl(fd, cmd, arg));
 }
 
 extern "C" int fanstore_fcntl64(int fd, int cmd, ...) noexcept {
@@ -463,5 +468,5 @@ extern "C" int fanstore_fcntl64(int fd, int cmd, ...) noexcept {
   va_start(ap, cmd);
   void* arg = va_arg(ap, void*);
   va_end(ap);
-  return AfterFcntl(fd, cmd, Real().fcntl64(fd, cmd, arg));
+  return AfterFcntl(fd, cmd, arg, Real().fcntl64(fd, cmd, arg));
 }

@@ -102,6 +102,15 @@ def getfl(flags):
         os.close(fd)
 
 
+def setfl_noatime():
+    fd = os.open(p("a/b/numbers.txt"), os.O_RDONLY)
+    try:
+        r = cerr(libc.fcntl(fd, 4, os.O_NOATIME))  # F_SETFL
+        return f"{r} flags={oct(libc.fcntl(fd, 3) & ~0o100000)}"
+    finally:
+        os.close(fd)
+
+
 def seek(rel, whence, off):
     fd = os.open(p(rel), os.O_RDONLY)
     try:
@@ -153,10 +162,10 @@ def fts_walk():
     return f"n={len(paths)} {hashlib.sha1(' '.join(sorted(paths)).encode()).hexdigest()[:12]}"
 
 
-def proc_fd_name():
+def proc_fd_name(proc="/proc/self"):
     fd = os.open(p("a/hello.txt"), os.O_RDONLY)
     try:
-        return os.readlink(f"/proc/self/fd/{fd}").replace(ROOT, "ROOT")
+        return os.readlink(f"{proc}/fd/{fd}").replace(ROOT, "ROOT")
     finally:
         os.close(fd)
 
@@ -282,6 +291,8 @@ CASES = [
     ("access W_OK", lambda: cerr(libc.access(p("a/b/numbers.txt").encode(), 2))),
     ("O_DIRECT read and F_GETFL", lambda: attempt(lambda: getfl(os.O_RDONLY | os.O_DIRECT))),
     ("F_GETFL", lambda: attempt(lambda: getfl(os.O_RDONLY))),
+    ("F_GETFL, O_NOATIME asked", lambda: attempt(lambda: getfl(os.O_RDONLY | os.O_NOATIME))),
+    ("F_GETFL after F_SETFL O_NOATIME", setfl_noatime),
     ("O_NOATIME", noatime),
     ("SEEK_DATA/SEEK_HOLE, dense file", lambda: f"{seek('a/b/numbers.txt', os.SEEK_DATA, 10)} {seek('a/b/numbers.txt', os.SEEK_HOLE, 0)}"),
     ("SEEK_DATA/SEEK_HOLE, sparse file", sparse_seek),
@@ -306,6 +317,7 @@ CASES = [
     ("nftw", lambda: attempt(nftw_walk)),
     ("glibc fts", lambda: attempt(fts_walk)),
     ("/proc/self/fd name", lambda: attempt(proc_fd_name)),
+    ("/proc/thread-self/fd name", lambda: attempt(lambda: proc_fd_name("/proc/thread-self"))),
     # --- changes: each must fail and change nothing
     ("open for write", lambda: attempt(lambda: open(p("a/b/numbers.txt"), "r+"))),
     ("create", lambda: attempt(lambda: open(p("a/new.txt"), "w"))),

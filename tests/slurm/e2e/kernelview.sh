@@ -130,13 +130,13 @@ EOF
     fi
   done
   check_clean "$j"
-  # A step started inside the mount (srun takes the library's working directory): Slurm tries to
-  # enter it before the task runs, so the view must be served by then, or the step could hang.
-  # (Slurm, with the task's mixed ids at that moment, is refused by FUSE and starts the task in
-  # /tmp, as it did before the view, when the path did not exist for it at all.)
+  # A step started inside the mount (srun takes the library's working directory): Slurm enters
+  # it before the task runs, with the task's mixed ids (real root, effective user), so the view
+  # must be served by then and let those ids in: the step starts there, and never hangs.
   cat >"$jd/job3.sh" <<'EOF'
 #!/bin/bash
-cd "$FANSTORE_MOUNT/data" && timeout 60 srun -N1 -n1 bash -c 'pwd; /bin/busybox ls | wc -l' > "$JD/inside" 2>&1
+echo "want=$FANSTORE_MOUNT/data" > "$JD/inside"
+cd "$FANSTORE_MOUNT/data" && timeout 60 srun -N1 -n1 bash -c 'echo "pwd=$(/bin/pwd)"; /bin/busybox ls | wc -l' >> "$JD/inside" 2>&1
 echo "rc=$?" >> "$JD/inside"
 EOF
   chmod 0755 "$jd/job3.sh" && chown "$TUSER:" "$jd/job3.sh"
@@ -146,6 +146,10 @@ EOF
   [[ $st == COMPLETED ]] && ok "job $j (a step started inside the mount) completed" || { bad "job $j ended $st"; job_output "$jd/out.$j"; }
   grep -qx "rc=0" "$jd/inside" && ok "a step started inside the mount runs, without hanging" \
     || bad "inside the mount: $(cat "$jd/inside" 2>&1)"
+  want=$(sed -n 's/^want=//p' "$jd/inside")
+  [[ -n $want ]] && grep -qx "pwd=$want" "$jd/inside" \
+    && ok "the step starts in its working directory inside the mount" \
+    || bad "the step's working directory: $(cat "$jd/inside" 2>&1)"
   check_clean "$j"
   # A mount outside mount_prefix (here an existing directory of the user's) gets no kernel view:
   # anywhere else a user could lay a dataset over /etc for setuid programs. The library still
