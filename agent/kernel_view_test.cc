@@ -170,7 +170,8 @@ TEST_F(KernelViewTest, NothingCanBeChanged) {
   EXPECT_EQ(Slurp(src_ + "/a/hello.txt"), "hello\n");
 }
 
-// Only the job user's processes are let in (no allow_other): another user gets EACCES.
+// Another user gets EACCES: the mount lets every process in (allow_other), the agent answers
+// only the job user and root.
 TEST_F(KernelViewTest, AnotherUserIsKeptOut) {
   pid_t pid = ::fork();
   if (pid == 0) {
