@@ -207,7 +207,7 @@ Status IndexParser::ParseOne(const char* p) {
     if (type != static_cast<uint8_t>(EntryType::kFile) &&
         type != static_cast<uint8_t>(EntryType::kDir))
       return Status::Corruption(where() + ": extended attributes on a link");
-    e.xattrs = std::make_shared<const std::string>(enc);
+    e.xattrs = XattrList(enc);
   }
   if (type < 1 || type > 4) return Status::Corruption(where() + ": bad type " + Num(type));
   if (codec > 2) return Status::Corruption(where() + ": bad codec " + Num(codec));

@@ -77,6 +77,26 @@ struct Footer {
   uint64_t dataset_id = 0;
 };
 
+// An entry's extended attributes, encoded (common/xattrs.h): nearly always none, so one pointer,
+// null for none; a copy copies the list.
+class XattrList {
+ public:
+  XattrList() = default;
+  explicit XattrList(std::string_view enc)
+      : p_(enc.empty() ? nullptr : std::make_unique<std::string>(enc)) {}
+  XattrList(const XattrList& o) : XattrList(o.view()) {}
+  XattrList& operator=(const XattrList& o) {
+    if (this != &o) *this = XattrList(o.view());
+    return *this;
+  }
+  XattrList(XattrList&&) noexcept = default;
+  XattrList& operator=(XattrList&&) noexcept = default;
+  std::string_view view() const { return p_ ? std::string_view(*p_) : std::string_view(); }
+
+ private:
+  std::unique_ptr<std::string> p_;
+};
+
 // One namespace entry as stored in a shard's index.
 struct IndexEntry {
   EntryType type = EntryType::kFile;
@@ -89,10 +109,8 @@ struct IndexEntry {
   uint64_t stored_len = 0;  // bytes of the frame
   uint64_t xxh3 = 0;        // of the raw content (symlink: of the target)
   std::string path;         // relative, canonical
-  // Version 3: files and directories: extended attributes, encoded (common/xattrs.h); null
-  // for none, which is nearly every entry (shared: a copy costs no second list).
-  std::shared_ptr<const std::string> xattrs;
-  std::string_view Xattrs() const { return xattrs ? std::string_view(*xattrs) : ""; }
+  XattrList xattrs;  // version 3: files and directories
+  std::string_view Xattrs() const { return xattrs.view(); }
 };
 
 std::string EncodeHeader(const Header& h);

@@ -89,8 +89,7 @@ TEST(Format, Version3AttributesRoundTripAndOlderVersionsStillParse) {
   IndexEntry f = File("a/b.txt", 64, 10);
   f.mtime_ns = 1700000000123456789;
   f.ctime_ns = 1700000001000000007;
-  f.xattrs = std::make_shared<const std::string>(
-      xattrs::Encode({{"user.origin", "imagenet"}, {"user.empty", ""}}));
+  f.xattrs = XattrList(xattrs::Encode({{"user.origin", "imagenet"}, {"user.empty", ""}}));
   IndexEntry d;
   d.type = EntryType::kDir;
   d.path = "a";
@@ -125,7 +124,7 @@ TEST(Format, HostileExtendedAttributesAreRefused) {
   auto with = [](std::string enc, EntryType type = EntryType::kFile) {
     IndexEntry e = File("x", 64, 10);
     e.type = type;
-    e.xattrs = std::make_shared<const std::string>(std::move(enc));
+    e.xattrs = XattrList(enc);
     return ParseIndexRaw(EncodeIndexRaw({e}), 1000, 1).status();
   };
   EXPECT_TRUE(with(xattrs::Encode({{"user.a", "1"}})).ok());

@@ -62,7 +62,7 @@ IndexEntry EntryFor(const SrcEntry& e) {
   ie.mtime_ns = e.mtime_ns;
   ie.ctime_ns = e.ctime_ns != 0 ? e.ctime_ns : e.mtime_ns;  // 0: the source gave none
   ie.path = e.rel;
-  if (!e.xattrs.empty()) ie.xattrs = std::make_shared<const std::string>(e.xattrs);
+  ie.xattrs = format::XattrList(e.xattrs);
   return ie;
 }
 
