@@ -143,6 +143,9 @@ Status Agent::ExchangeIndexes(Status st, const std::string& message, const Resul
   if (!d.ok()) return d.status();
   exchange_bytes_ = d->bytes;
   index_ = std::move(d->index);
+  peer_index_ = std::move(d->decoded);  // the views into it stay valid
+  // Published: the compressed indexes are not needed any more.
+  for (auto& sh : *shards) std::string().swap(sh->index_stored);
   links_ = std::move(d->links);
   remote_.peers().SetEndpoints(std::move(d->endpoints));
   return Status::OK();
@@ -233,6 +236,14 @@ Status Agent::StageAndPublish(Status st) {
     st = stage::UseCopies(*shards, copy_dir_);
     for (auto& sh : *shards) unpacker_.Adopt(std::move(sh));
   }
+  // index_ views our shards' entries: they live as long as the agent (eager mode: without
+  // their descriptors, which nothing reads any more).
+  if (shards.ok())
+    for (auto& sh : *shards)
+      if (sh) {
+        sh->fd.Reset();
+        shards_.push_back(std::move(sh));
+      }
   // Peers may ask for files the moment the second round ends: everything they need is in
   // place before it starts.
   if (st.ok()) serving_.store(true, std::memory_order_release);

@@ -174,12 +174,16 @@ class Agent {
   std::future<Status> staging_;
 
   // What the exchange said, and the table built from it.
-  std::vector<std::vector<format::IndexEntry>> index_;  // every shard's entries
-  std::unordered_map<std::string, std::string> links_;  // symlink targets by path
-  table::FileImage table_image_;                        // the published table, and the
-  table::TableView view_;                               // agent's own view of it
-  std::vector<FileRef> file_refs_;                      // by table entry; shard UINT32_MAX: no file
-  table::AgentLock alive_;  // held while serving; clients see its release or our death
+  // Every shard's entries: views of our own shards' (kept in shards_ or the unpacker) and of
+  // the others', decoded by the exchange into peer_index_.
+  Index index_;
+  std::vector<std::vector<format::IndexEntry>> peer_index_;
+  std::vector<std::unique_ptr<format::ShardFile>> shards_;  // eager mode: ours, after staging
+  std::unordered_map<std::string, std::string> links_;      // symlink targets by path
+  table::FileImage table_image_;                            // the published table, and the
+  table::TableView view_;                                   // agent's own view of it
+  std::vector<FileRef> file_refs_;  // by table entry; shard UINT32_MAX: no file
+  table::AgentLock alive_;          // held while serving; clients see its release or our death
   // Shared with clients (see table.h); set once the table is published, read by the stats and
   // the ticker's threads.
   std::atomic<table::ClientCounters*> client_counters_{nullptr};

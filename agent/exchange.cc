@@ -60,6 +60,7 @@ Status ReadHead(Reader& rd, uint32_t rank) {
 }
 
 // One shard record of rank `r`'s message into `out`.
+// `own` is ours by shard id (nullptr: not held here).
 Status ReadRecord(Reader& rd, uint32_t r, uint32_t self,
                   const std::vector<const format::ShardFile*>& own, std::vector<bool>& seen,
                   Decoded* out) {
@@ -71,9 +72,13 @@ Status ReadRecord(Reader& rd, uint32_t r, uint32_t self,
       !rd.Bytes(format::kFooterSize, &footer_bytes) || !rd.Str(&stored))
     return Status::Corruption("metadata exchange: bad shard record from rank " + std::to_string(r));
   seen[shard] = true;
-  if (r == self) {
-    for (const format::ShardFile* sh : own)
-      if (sh->header.shard_id == shard) out->index[shard] = sh->entries;
+  if (own[shard]) {
+    // A shard held here (published by us or by another holder): its entries were read and
+    // checked at open; a view of them, not a second copy.
+    out->index[shard] = own[shard]->entries;
+  } else if (r == self) {
+    return Status::Corruption("metadata exchange: shard " + std::to_string(shard) +
+                              " published by this agent, which does not hold it");
   } else {
     format::Footer f;
     Status fs = format::DecodeFooter(footer_bytes, file_size, &f);
@@ -81,7 +86,8 @@ Status ReadRecord(Reader& rd, uint32_t r, uint32_t self,
     auto entries = format::DecodeIndex(stored, f);
     if (!entries.ok())
       return entries.status().Prefixed("metadata exchange: shard " + std::to_string(shard));
-    out->index[shard] = std::move(entries).value();
+    out->decoded[shard] = std::move(entries).value();
+    out->index[shard] = out->decoded[shard];
   }
   if (!rd.U32(&nlinks)) return Status::Corruption("metadata exchange: bad link list");
   for (uint32_t k = 0; k < nlinks; k++) {
@@ -162,6 +168,10 @@ Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, ui
                        const std::vector<const format::ShardFile*>& own) {
   Decoded d;
   d.index.assign(nshards, {});
+  d.decoded.resize(nshards);  // never resized again: the views stay valid
+  std::vector<const format::ShardFile*> by_id(nshards, nullptr);
+  for (const format::ShardFile* sh : own)
+    if (sh->header.shard_id < nshards) by_id[sh->header.shard_id] = sh;
   d.endpoints.resize(all.size());
   std::vector<bool> seen(nshards, false);
   for (uint32_t r = 0; r < all.size(); r++) {
@@ -174,7 +184,7 @@ Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, ui
       return Status::Corruption("metadata exchange: bad data from rank " + std::to_string(r));
     d.endpoints[r] = std::string(endpoint);
     for (uint32_t i = 0; i < records; i++)
-      FS_RETURN_IF_ERROR(ReadRecord(rd, r, self, own, seen, &d));
+      FS_RETURN_IF_ERROR(ReadRecord(rd, r, self, by_id, seen, &d));
   }
   for (uint32_t s = 0; s < nshards; s++)
     if (!seen[s])

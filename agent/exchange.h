@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/index.h"
 #include "common/status.h"
 #include "format/format.h"
 #include "format/shard.h"
@@ -36,13 +37,17 @@ Result<std::string> Encode(const std::string& endpoint,
 
 // What every agent's message says, put together.
 struct Decoded {
-  std::vector<std::vector<format::IndexEntry>> index;  // by shard
-  std::unordered_map<std::string, std::string> links;  // symlink targets by path
-  std::vector<std::string> endpoints;                  // by rank ("" without a peer service)
-  uint64_t bytes = 0;                                  // received, for the stats
+  // By shard: our own shards' entries are views of `own`'s (which must outlive them); the
+  // others' are decoded into `decoded` (moving a Decoded keeps the views valid).
+  Index index;
+  std::vector<std::vector<format::IndexEntry>> decoded;  // by shard; empty for our own
+  std::unordered_map<std::string, std::string> links;    // symlink targets by path
+  std::vector<std::string> endpoints;                    // by rank ("" without a peer service)
+  uint64_t bytes = 0;                                    // received, for the stats
 };
-// Decodes `all` (one message per rank) for a dataset of `nshards` shards. Our own records
-// (rank `self`) take their indexes from `own`, read at open, instead of decoding them again.
+// Decodes `all` (one message per rank) for a dataset of `nshards` shards. The shards in `own`
+// (held here, their indexes read and checked at open) are viewed, not decoded again, whoever
+// published them.
 // Fails when a message is malformed, an agent failed, a shard is published twice or never, or
 // a symlink leads out of the dataset.
 Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, uint32_t self,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "agent/cache.h"
+#include "agent/index.h"
 #include "agent/peer.h"
 #include "common/status.h"
 #include "format/format.h"
@@ -27,7 +28,7 @@ namespace fanstore::agent {
 class RemoteFiles {
  public:
   struct Context {
-    const std::vector<std::vector<format::IndexEntry>>* index = nullptr;  // every shard's entries
+    const Index* index = nullptr;  // every shard's entries
     const format::Manifest* manifest = nullptr;
     const format::Dictionary* dict = nullptr;
     std::string dataset;  // DS.fs, for reads from the source

@@ -23,7 +23,7 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
     for (const IndexEntry& e : index_[s]) {
       table::Node n{e.path, 0, e.size, e.mtime_ns, 0, {}};
       n.ctime_ns = e.ctime_ns;
-      n.xattrs = e.Xattrs();
+      n.text = e.Xattrs();
       switch (e.type) {
         case EntryType::kFile:
           n.mode = S_IFREG | e.mode;
@@ -46,7 +46,7 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
           auto it = links_.find(e.path);
           if (it == links_.end())
             return Status::Corruption("symlink '" + e.path + "' has no target");
-          n.link_target = it->second;
+          n.text = it->second;
           break;
         }
         case EntryType::kHardLink: {  // the table points it at its file's entry
@@ -54,7 +54,8 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
           auto it = links_.find(e.path);
           if (it == links_.end())
             return Status::Corruption("hard link '" + e.path + "' has no target");
-          n.hardlink_to = it->second;
+          n.hardlink = true;
+          n.text = it->second;
           break;
         }
       }
@@ -64,7 +65,7 @@ Status Agent::TableNodes(std::vector<table::Node>* nodes) const {
   table::Node root{
       "", S_IFDIR | manifest_.root_mode, manifest_.root_size, manifest_.root_mtime_ns, 0, {}};
   root.ctime_ns = manifest_.root_ctime_ns;
-  root.xattrs = manifest_.root_xattrs;
+  root.text = manifest_.root_xattrs;
   nodes->push_back(root);
   return Status::OK();
 }

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/index.h"
 #include "common/io.h"
 #include "common/proto.h"
 #include "format/manifest.h"
@@ -108,7 +109,8 @@ class Dataset {
     ASSERT_TRUE(dict_.Load(dir(), manifest_.dict).ok());
     auto sh = stage::OpenShards(dir(), manifest_, AllShards());
     ASSERT_TRUE(sh.ok()) << sh.status().ToString();
-    for (const auto& s : *sh) index_.push_back(s->entries);
+    for (const auto& s : *sh) entries_.push_back(s->entries);
+    for (const auto& e : entries_) index_.emplace_back(e);
   }
 
   const std::string& tmp() const { return tmp_.path(); }
@@ -142,14 +144,15 @@ class Dataset {
 
   const format::Manifest& manifest() const { return manifest_; }
   const format::Dictionary& dict() const { return dict_; }
-  const std::vector<std::vector<format::IndexEntry>>& index() const { return index_; }
+  const Index& index() const { return index_; }
 
  private:
   TempDir tmp_;
   std::map<std::string, std::string> files_;
   format::Manifest manifest_;
   format::Dictionary dict_;
-  std::vector<std::vector<format::IndexEntry>> index_;  // every shard's entries
+  std::vector<std::vector<format::IndexEntry>> entries_;  // every shard's entries
+  Index index_;                                           // views of them, as the agent has
 };
 
 }  // namespace fanstore::agent::testing

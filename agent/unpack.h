@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/index.h"
 #include "common/status.h"
 #include "common/thread_pool.h"
 #include "format/format.h"
@@ -23,7 +24,7 @@ namespace fanstore::agent {
 class Unpacker {
  public:
   struct Context {
-    const std::vector<std::vector<format::IndexEntry>>* index = nullptr;  // every shard's entries
+    const Index* index = nullptr;  // every shard's entries
     const format::Dictionary* dict = nullptr;
     const format::Manifest* manifest = nullptr;
     int data_root_fd = -1;

@@ -203,15 +203,14 @@ static Status LinkNames(const std::vector<Node>& nodes, const std::vector<uint32
                         const std::vector<uint32_t>& pos, Entry* entries, uint32_t n) {
   std::unordered_map<std::string_view, uint32_t> file_at;
   for (uint32_t k = 0; k < nodes.size(); k++)
-    if (S_ISREG(nodes[k].mode) && nodes[k].hardlink_to.empty())
-      file_at.emplace(nodes[k].path, pos[k]);
+    if (S_ISREG(nodes[k].mode) && !nodes[k].hardlink) file_at.emplace(nodes[k].path, pos[k]);
   for (uint32_t i = 0; i < n; i++) {
     const Node& nd = nodes[order[i]];
-    if (nd.hardlink_to.empty()) continue;
-    auto it = file_at.find(nd.hardlink_to);
+    if (!nd.hardlink) continue;
+    auto it = file_at.find(nd.text);
     if (it == file_at.end())
       return Status::InvalidArgument("table: hard link '" + std::string(nd.path) + "' to '" +
-                                     std::string(nd.hardlink_to) + "', not a file");
+                                     std::string(nd.text) + "', not a file");
     Entry& e = entries[i];
     Entry& t = entries[it->second];
     e.flags = kHardLink;
@@ -244,9 +243,9 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
       opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
   uint32_t xattr_count = 0;
   for (const Node& nd : nodes) {
-    string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.link_target.size() : 0);
-    if (!nd.xattrs.empty() && !S_ISLNK(nd.mode) && nd.hardlink_to.empty()) {
-      string_bytes += nd.xattrs.size();
+    string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.text.size() : 0);
+    if (!nd.Xattrs().empty()) {
+      string_bytes += nd.text.size();
       xattr_count++;
     }
   }
@@ -279,16 +278,16 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
     e.path_off = static_cast<uint32_t>(str_off);
     e.path_len = static_cast<uint32_t>(nd.path.size());
     put_string(nd.path);
-    if (!nd.xattrs.empty() && !S_ISLNK(nd.mode) && nd.hardlink_to.empty()) {
+    if (!nd.Xattrs().empty()) {
       e.flags |= kXattrs;
-      xattrs[xattrs_done++] = XattrRef{i, static_cast<uint32_t>(nd.xattrs.size()), str_off};
-      put_string(nd.xattrs);
+      xattrs[xattrs_done++] = XattrRef{i, static_cast<uint32_t>(nd.text.size()), str_off};
+      put_string(nd.text);
     }
     if (S_ISREG(nd.mode)) e.aux = nd.source_shard;
     if (S_ISLNK(nd.mode)) {
       e.aux = static_cast<uint32_t>(str_off);
-      e.size = nd.link_target.size();
-      put_string(nd.link_target);
+      e.size = nd.text.size();
+      put_string(nd.text);
     }
     if (i != 0) {
       auto it = dirs.find(ParentOf(nd.path));
@@ -307,7 +306,7 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
     if (S_ISREG(entries[i].mode)) {
       entries[i].first_child = nodes[order[i]].source_index;
       entries[i].child_count = nodes[order[i]].copy_offset;
-      any_hardlink |= !nodes[order[i]].hardlink_to.empty();
+      any_hardlink |= nodes[order[i]].hardlink;
     }
   if (any_hardlink) FS_RETURN_IF_ERROR(LinkNames(nodes, order, pos, entries, n));
   if (entry_of) entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(given));

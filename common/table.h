@@ -108,21 +108,27 @@ struct XattrRef {
 };
 
 // What the builder takes for one namespace entry. Missing parent directories are added.
-// Paths and targets are views: the caller keeps their bytes until Build returns.
+// Paths and texts are views: the caller keeps their bytes until Build returns. One per file of
+// the dataset while the table is built (88 bytes: issue 13 counts them).
 struct Node {
   std::string_view path;  // relative, canonical ("a/b/c"), "" is the root
   uint32_t mode = 0;      // full st_mode with type bits
   uint64_t size = 0;
   int64_t mtime_ns = 0;
   uint32_t flags = 0;
-  std::string_view link_target;   // symlinks only
+  // A symlink: its target. A hard link (`hardlink`): the path of the regular file it is
+  // another name of (kHardLink). A file or directory: its extended attributes, encoded
+  // (common/xattrs.h).
+  std::string_view text;
   uint32_t source_shard = kNone;  // files: where the dataset holds them
   uint32_t source_index = kNone;
-  uint32_t copy_offset = 0;           // files with kRawCopy: the frame's offset in the shard copy
-  std::string_view hardlink_to = {};  // another name of the regular file at this path (kHardLink)
-  int64_t ctime_ns = 0;               // 0: mtime_ns
-  std::string_view xattrs = {};       // files and directories: encoded (common/xattrs.h)
+  uint32_t copy_offset = 0;  // files with kRawCopy: the frame's offset in the shard copy
+  bool hardlink = false;
+  int64_t ctime_ns = 0;  // 0: mtime_ns
+
+  std::string_view Xattrs() const { return hardlink || S_ISLNK(mode) ? std::string_view() : text; }
 };
+static_assert(sizeof(Node) == 88);
 
 struct BuildOptions {
   std::string local_root;  // where kLocal files live

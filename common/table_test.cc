@@ -107,7 +107,8 @@ TEST(TableBuild, HardLinksAreOneFileUnderTwoNames) {
       {"a/f", S_IFREG | 0640, 12, 1000, kLocal, {}, 3, 7},
       {"b/g", S_IFREG | 0644, 0, 0, 0, {}},
   };
-  nodes[1].hardlink_to = "a/f";
+  nodes[1].hardlink = true;
+  nodes[1].text = "a/f";
   auto img = Build(nodes, BuildOptions{});
   ASSERT_TRUE(img.ok()) << img.status().ToString();
   TableView v;
@@ -132,9 +133,9 @@ TEST(TableBuild, HardLinksAreOneFileUnderTwoNames) {
   TableView checked;
   EXPECT_TRUE(checked.Attach(*img).ok());
   // A link to what is not a file of the table is refused.
-  nodes[1].hardlink_to = "a";
+  nodes[1].text = "a";
   EXPECT_FALSE(Build(nodes, BuildOptions{}).ok());
-  nodes[1].hardlink_to = "nowhere";
+  nodes[1].text = "nowhere";
   EXPECT_FALSE(Build(nodes, BuildOptions{}).ok());
 }
 
@@ -148,10 +149,11 @@ TEST(TableBuild, CtimeDirectorySizesAndExtendedAttributes) {
       {"d/g", S_IFREG | 0644, 3, 2000, 0, {}},   {"d/h", S_IFREG | 0644, 0, 0, 0, {}},
       {"e", S_IFDIR | 0755, 0, 1000, 0, {}},
   };
-  nodes[0].xattrs = dx;
+  nodes[0].text = dx;
   nodes[1].ctime_ns = 3000000000;
-  nodes[1].xattrs = fx;
-  nodes[3].hardlink_to = "d/f";
+  nodes[1].text = fx;
+  nodes[3].hardlink = true;
+  nodes[3].text = "d/f";
   auto img = Build(nodes, BuildOptions{});
   ASSERT_TRUE(img.ok()) << img.status().ToString();
   TableView v;

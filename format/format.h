@@ -109,7 +109,7 @@ struct IndexEntry {
   uint64_t stored_len = 0;  // bytes of the frame
   uint64_t xxh3 = 0;        // of the raw content (symlink: of the target)
   std::string path;         // relative, canonical
-  XattrList xattrs;  // version 3: files and directories
+  XattrList xattrs;         // version 3: files and directories
   std::string_view Xattrs() const { return xattrs.view(); }
 };
 

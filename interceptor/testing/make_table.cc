@@ -57,7 +57,7 @@ int Visit(const char* path, const struct stat* st, int type, struct FTW*) {
       perror(path);
       return 1;
     }
-    n.link_target = g_strings.emplace_back(target, static_cast<size_t>(len));
+    n.text = g_strings.emplace_back(target, static_cast<size_t>(len));
   }
   g_nodes->push_back(std::move(n));
   return 0;

@@ -66,6 +66,17 @@ def met_text(r):
     return "**met**" if r["met"] else "**missed**"
 
 
+def analysis_for(analysis, rid):
+    """The analysis of a workload id, or of its longest dash-separated prefix that has one
+    (F3-slurm-r1: F3-slurm-r1, then F3-slurm, then F3)."""
+    parts = rid.split("-")
+    for n in range(len(parts), 0, -1):
+        text = analysis.get("-".join(parts[:n]))
+        if text:
+            return text
+    return None
+
+
 def load_analysis():
     path = os.path.join(HERE, "analysis.md")
     out = {}
@@ -238,7 +249,7 @@ def markdown(res, made, plot_rel):
             head = "not measured" if r.get("met") is None else f"missed: {ratio_text(r)} against {r['target']}"
             L.append(f"### {r['id']}: {head}")
             L.append("")
-            text = analysis.get(r["id"]) or analysis.get(r["id"].split("-")[0])
+            text = analysis_for(analysis, r["id"])
             L.append(text if text else "No analysis recorded yet.")
             L.append("")
     diag = [r for r in rows if r["id"] in analysis and r not in missed]
@@ -399,7 +410,7 @@ def scale_markdown(res):
     if missed:
         L += ["### Scale targets missed, and why", ""]
         for r in missed:
-            text = analysis.get(r["id"]) or analysis.get(r["id"].split("-")[0])
+            text = analysis_for(analysis, r["id"])
             L += [f"#### {r['id']}", "", text if text else "No analysis recorded yet.", ""]
     return "\n".join(L) + "\n"
 

@@ -39,7 +39,7 @@ expect_fail "extract into a non-empty directory" 2 "not empty" "$F" extract ds.f
 check "extract: a hard link comes back as another name of the same file" \
   test "$(stat -c '%i %h' restored/a/b/numbers.txt)" = "$(stat -c '%i %h' restored/a/numbers-again.txt)" -a \
   "$(stat -c %h restored/a/numbers-again.txt)" = 2
-check "info: the dataset is version 2" bash -c "'$F' info ds.fs --json | grep -q '\"version\": 2'"
+check "info: the dataset is version 3" bash -c "'$F' info ds.fs --json | grep -q '\"version\": 3'"
 
 echo "== pack from archives"
 # The same tree through tar(1) (pax keeps nanosecond mtimes), from a file and, compressed, from
@@ -191,8 +191,8 @@ fresh; sz=$(stat -c %s bad.fs/shard-00000.fsd); printf '\xff' | dd of=bad.fs/sha
 expect_fail "corrupt index" 1 "shard-00000.fsd: index (checksum|at offset)" "$F" verify bad.fs
 fresh; echo '{"format": "fanstore", "version": 1' > bad.fs/manifest.json
 expect_fail "corrupt manifest" 1 "manifest.json: not valid JSON" "$F" verify bad.fs
-fresh; sed -i 's/"version": 2/"version": 3/' bad.fs/manifest.json
-expect_fail "manifest of a newer version" 1 "unsupported dataset version 3 \(this tool reads versions 1 to 2\)" "$F" info bad.fs
+fresh; sed -i 's/"version": 3/"version": 4/' bad.fs/manifest.json
+expect_fail "manifest of a newer version" 1 "unsupported dataset version 4 \(this tool reads versions 1 to 3\)" "$F" info bad.fs
 
 echo "== unreadable source (as an unprivileged user)"
 if id nobody >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then
