@@ -10,8 +10,8 @@ namespace fanstore::cli {
 int CmdExtract(int argc, char** argv) {
   CLI::App app(
       "Restores the tree under DEST (created; if it exists it must be empty): content, modes,\n"
-      "mtimes, empty directories and symlinks. Every file is verified. Nothing is ever written\n"
-      "outside DEST.",
+      "mtimes, user.* extended attributes, empty directories, hard links, symlinks and the holes\n"
+      "of sparse files. Every file is verified. Nothing is ever written outside DEST.",
       "fanstore extract");
   Configure(app);
   format::ExtractOptions o;

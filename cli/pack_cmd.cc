@@ -28,8 +28,9 @@ int CmdPack(int argc, char** argv) {
   CLI::App app(
       "Packs the directory tree SRC, or one or more tar archives, into the new dataset\n"
       "directory DST.fs: manifest.json and shard files balanced by bytes. Files, directories\n"
-      "(also empty ones) and symlinks that point inside SRC are stored; sockets, devices, FIFOs,\n"
-      "hard links in archives and symlinks pointing outside are skipped with a warning.\n"
+      "(also empty ones), hard links and symlinks that point inside SRC are stored, with their\n"
+      "modes, mtimes, ctimes and user.* extended attributes; sockets, devices, FIFOs and\n"
+      "symlinks pointing outside are skipped with a warning.\n"
       "Archives (plain or compressed tar, pax, WebDataset shards; - is standard input) are read\n"
       "as a stream and never extracted. With one archive its members are the dataset's root;\n"
       "with several, each archive's members go into a directory named after it, as do those of\n"

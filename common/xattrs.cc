@@ -137,16 +137,20 @@ std::vector<std::pair<std::string_view, std::string_view>> Decode(std::string_vi
   return out;
 }
 
-int ReadFromFile(const std::string& path, std::string* enc) {
+namespace {
+
+// The carried attributes through `list` (listxattr-like) and `get` (getxattr-like), encoded.
+template <typename List, typename Get>
+int ReadWith(List&& list, Get&& get, std::string* enc) {
   enc->clear();
   std::string names(256, '\0');
   ssize_t n;
   for (;;) {
-    n = ::llistxattr(path.c_str(), names.data(), names.size());
+    n = list(names.data(), names.size());
     if (n >= 0) break;
     if (errno == ENOTSUP) return 0;
     if (errno != ERANGE) return errno;
-    const ssize_t want = ::llistxattr(path.c_str(), nullptr, 0);
+    const ssize_t want = list(nullptr, 0);
     if (want < 0) return errno;
     names.resize(static_cast<size_t>(want) + 1);
   }
@@ -161,7 +165,7 @@ int ReadFromFile(const std::string& path, std::string* enc) {
     std::string value(64, '\0');
     bool gone = false;
     for (;;) {
-      const ssize_t v = ::lgetxattr(path.c_str(), name.c_str(), value.data(), value.size());
+      const ssize_t v = get(name.c_str(), value.data(), value.size());
       if (v >= 0) {
         value.resize(static_cast<size_t>(v));
         break;
@@ -171,7 +175,7 @@ int ReadFromFile(const std::string& path, std::string* enc) {
         break;
       }
       if (errno != ERANGE) return errno;
-      const ssize_t want = ::lgetxattr(path.c_str(), name.c_str(), nullptr, 0);
+      const ssize_t want = get(name.c_str(), nullptr, 0);
       if (want < 0) return errno;
       value.resize(static_cast<size_t>(want) + 1);
     }
@@ -180,6 +184,24 @@ int ReadFromFile(const std::string& path, std::string* enc) {
   }
   *enc = Encode(std::move(attrs));
   return 0;
+}
+
+}  // namespace
+
+int ReadFromFile(const std::string& path, std::string* enc) {
+  const char* p = path.c_str();
+  return ReadWith(
+      [p](char* list, size_t size) { return ::llistxattr(p, list, size); },
+      [p](const char* name, void* value, size_t size) { return ::lgetxattr(p, name, value, size); },
+      enc);
+}
+
+int ReadFromFd(int fd, std::string* enc) {
+  return ReadWith([fd](char* list, size_t size) { return ::flistxattr(fd, list, size); },
+                  [fd](const char* name, void* value, size_t size) {
+                    return ::fgetxattr(fd, name, value, size);
+                  },
+                  enc);
 }
 
 }  // namespace fanstore::xattrs

@@ -47,5 +47,7 @@ std::vector<std::pair<std::string_view, std::string_view>> Decode(std::string_vi
 // The carried attributes of the file at `path` (not following a final symlink), encoded; ""
 // when it has none or its file system has none (ENOTSUP). Fails with errno otherwise.
 int ReadFromFile(const std::string& path, std::string* enc);
+// The same of the open file `fd`.
+int ReadFromFd(int fd, std::string* enc);
 
 }  // namespace fanstore::xattrs

@@ -152,12 +152,13 @@ Status Packer::TrainDict() {
 BatchOut Packer::Process(const Batch& b) {
   BatchOut out;
   if (b.big) return out;  // the writer streams it
-  std::string raw, comp;
+  std::string raw, comp, xattrs;
   for (uint32_t f : b.files) {
     const SrcEntry& e = entries_[f];
-    out.status = ReadWhole(Join(src_, e.rel), e, &raw);
+    out.status = ReadWhole(Join(src_, e.rel), e, &raw, &xattrs);
     if (!out.status.ok()) return out;
     CompressFile(e, raw, &comp, &out);
+    out.entries.back().xattrs = format::XattrList(xattrs);
   }
   return out;
 }
@@ -232,7 +233,9 @@ Status Packer::AppendBatch(ShardOut& shard, const Batch& b, BatchOut out) {
   auto opened = OpenSource(src.path, e);
   if (!opened.ok()) return opened.status();
   src.fd = std::move(opened).value();
-  return AppendBig(shard, src, e);
+  SrcEntry with = e;  // its attributes, read with its bytes as for the small files
+  FS_RETURN_IF_ERROR(ReadXattrs(src.fd.get(), src.path, &with.xattrs));
+  return AppendBig(shard, src, with);
 }
 
 Status Packer::WriteShards() {

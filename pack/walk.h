@@ -50,7 +50,11 @@ std::string Join(const std::string& a, const std::string& b);
 // Opens a source file found by the walk, checking that it is still the regular file of the
 // size seen.
 Result<UniqueFD> OpenSource(const std::string& path, const SrcEntry& e);
-// The whole of a (small) source file.
-Status ReadWhole(const std::string& path, const SrcEntry& e, std::string* out);
+// The whole of a (small) source file; with `xattrs`, its carried extended attributes too,
+// encoded (read through the open descriptor, on the thread that reads the file).
+Status ReadWhole(const std::string& path, const SrcEntry& e, std::string* out,
+                 std::string* xattrs = nullptr);
+// The carried extended attributes of the source file open as `fd` (named `path` in errors).
+Status ReadXattrs(int fd, const std::string& path, std::string* enc);
 
 }  // namespace fanstore::pack
