@@ -225,6 +225,7 @@ Status Agent::StageAndPublish(Status st) {
   // staging is bound by the source, the table by one core.
   bool fenced = false;
   st = ExchangeIndexes(st, message, shards, &fenced);
+  std::string().swap(message);  // sent: not kept while the table is built
   if (st.ok()) InitRoles();
   if (st.ok() && !stop_requested_) st = BuildTable();
   if (st.ok() && !stop_requested_)
