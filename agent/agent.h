@@ -129,7 +129,7 @@ class Agent {
 
   // The metadata table (table_build.cc).
   Status BuildTable();
-  Status TableNodes(std::vector<table::Node>* nodes) const;
+  class IndexNodes;  // the table's nodes, made from index_ (table_build.cc)
   table::BuildOptions TableOptions() const;
 
   // Serving (serve.cc): the local service's requests, and peers' requests for local files.

@@ -55,8 +55,7 @@ Status AppendLine(const std::string& path, std::string line) {
 // defaults.
 void TuneAllocator(char** argv) {
   if (std::getenv("FANSTORE_AGENT_MALLOC")) return;  // tuned already, or opted out
-  std::string tunables =
-      "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1";
+  std::string tunables = "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1";
   if (const char* user = std::getenv("GLIBC_TUNABLES"); user && *user)
     tunables += std::string(":") + user;  // the user's win
   // The marker first: without it the new image would re-execute itself again.

@@ -61,51 +61,78 @@ struct ViewHash {
 // few: files are never indexed here.
 using DirIndex = std::unordered_map<std::string_view, uint32_t, ViewHash>;
 
-DirIndex IndexDirs(const std::vector<Node>& nodes) {
-  DirIndex dirs;
-  for (uint32_t i = 0; i < nodes.size(); i++)
-    if (S_ISDIR(nodes[i].mode)) dirs.emplace(nodes[i].path, i);
-  return dirs;
-}
-
-// Missing parent directories (and the root) are added, as views of their children's paths; a
-// parent that exists but is not a directory is an error (found after sorting).
-void AddMissingParents(std::vector<Node>* nodes) {
-  const DirIndex dirs = IndexDirs(*nodes);
-  std::vector<Node> extra;
-  std::unordered_set<std::string_view, ViewHash> extra_seen;
-  bool has_root = false;
-  for (const Node& nd : *nodes) has_root |= nd.path.empty();
-  if (!has_root) {
-    extra.push_back(Node{"", S_IFDIR | 0555, 0, 0, 0, {}});
-    extra_seen.emplace("");
+// The builder's nodes: the caller's, by index from its NodeSource (no copy of them all), then
+// the missing parent directories the builder adds.
+class AllNodes {
+ public:
+  explicit AllNodes(const NodeSource& src) : src_(src), given_(src.size()) {}
+  uint32_t given() const { return given_; }
+  uint32_t size() const { return given_ + static_cast<uint32_t>(extra_.size()); }
+  std::string_view Path(uint32_t k) const {
+    return k < given_ ? src_.PathOf(k) : extra_[k - given_].path;
   }
-  for (const Node& nd : *nodes) {
-    if (nd.path.empty()) continue;
-    for (std::string_view parent = ParentOf(nd.path);
-         !dirs.count(parent) && extra_seen.emplace(parent).second; parent = ParentOf(parent)) {
-      extra.push_back(Node{parent, S_IFDIR | 0555, 0, nd.mtime_ns, 0, {}});
-      if (parent.empty()) break;
+  Node At(uint32_t k) const { return k < given_ ? src_.At(k) : extra_[k - given_]; }
+
+  DirIndex IndexDirs() const {
+    DirIndex dirs;
+    for (uint32_t k = 0; k < size(); k++)
+      if (S_ISDIR(At(k).mode)) dirs.emplace(Path(k), k);
+    return dirs;
+  }
+
+  // Missing parent directories (and the root) are added, as views of their children's paths;
+  // a parent that exists but is not a directory is an error (found after sorting).
+  void AddMissingParents() {
+    const DirIndex dirs = IndexDirs();
+    std::unordered_set<std::string_view, ViewHash> extra_seen;
+    bool has_root = false;
+    for (uint32_t k = 0; k < given_ && !has_root; k++) has_root = Path(k).empty();
+    if (!has_root) {
+      extra_.push_back(Node{"", S_IFDIR | 0555, 0, 0, 0, {}});
+      extra_seen.emplace("");
+    }
+    for (uint32_t k = 0; k < given_; k++) {
+      const std::string_view path = Path(k);
+      if (path.empty()) continue;
+      for (std::string_view parent = ParentOf(path);
+           !dirs.count(parent) && extra_seen.emplace(parent).second; parent = ParentOf(parent)) {
+        extra_.push_back(Node{parent, S_IFDIR | 0555, 0, At(k).mtime_ns, 0, {}});
+        if (parent.empty()) break;
+      }
     }
   }
-  nodes->insert(nodes->end(), extra.begin(), extra.end());
-}
+
+ private:
+  const NodeSource& src_;
+  const uint32_t given_;
+  std::vector<Node> extra_;
+};
+
+class VectorNodes : public NodeSource {
+ public:
+  explicit VectorNodes(const std::vector<Node>& nodes) : nodes_(nodes) {}
+  uint32_t size() const override { return static_cast<uint32_t>(nodes_.size()); }
+  std::string_view PathOf(uint32_t k) const override { return nodes_[k].path; }
+  Node At(uint32_t k) const override { return nodes_[k]; }
+
+ private:
+  const std::vector<Node>& nodes_;
+};
 
 // Order: by path, the root ("") first. Siblings share their parent's prefix, so in this order
 // each directory's children come by name. `pos` is each node's place in the order.
-Status SortByPath(const std::vector<Node>& nodes, std::vector<uint32_t>* order,
-                  std::vector<uint32_t>* pos) {
-  const uint32_t n = static_cast<uint32_t>(nodes.size());
+Status SortByPath(const AllNodes& nodes, std::vector<uint32_t>* order, std::vector<uint32_t>* pos) {
+  const uint32_t n = nodes.size();
   order->resize(n);
   pos->resize(n);
   for (uint32_t i = 0; i < n; i++) (*order)[i] = i;
   std::sort(order->begin(), order->end(),
-            [&](uint32_t a, uint32_t b) { return nodes[a].path < nodes[b].path; });
+            [&](uint32_t a, uint32_t b) { return nodes.Path(a) < nodes.Path(b); });
   for (uint32_t i = 0; i < n; i++) (*pos)[(*order)[i]] = i;
   for (uint32_t i = 1; i < n; i++)
-    if (nodes[(*order)[i]].path == nodes[(*order)[i - 1]].path)
+    if (nodes.Path((*order)[i]) == nodes.Path((*order)[i - 1]))
       return Status::InvalidArgument("table: duplicate path '" +
-                                     std::string(nodes[(*order)[i]].path) + "'");
+                                     std::string(nodes.Path((*order)[i])) + "'");
   return Status::OK();
 }
 
@@ -151,6 +178,7 @@ void LinkChildren(const Header& h, char* base) {
   auto* children = reinterpret_cast<uint32_t*>(base + h.children_off);
   auto* table = reinterpret_cast<uint32_t*>(base + h.buckets_off);
   for (uint32_t i = 0, next = 0; i < n; i++) {
+    if (S_ISREG(entries[i].mode)) continue;  // no children: its fields hold its source
     entries[i].first_child = next;
     next += entries[i].child_count;
     entries[i].child_count = 0;
@@ -199,13 +227,15 @@ Result<char*> FileImage::Create(const std::string& path, size_t size) {
 
 // Hard links: each other name points at its file's entry and takes its inode number and
 // attributes; the file counts its names.
-static Status LinkNames(const std::vector<Node>& nodes, const std::vector<uint32_t>& order,
+static Status LinkNames(const AllNodes& nodes, const std::vector<uint32_t>& order,
                         const std::vector<uint32_t>& pos, Entry* entries, uint32_t n) {
   std::unordered_map<std::string_view, uint32_t> file_at;
-  for (uint32_t k = 0; k < nodes.size(); k++)
-    if (S_ISREG(nodes[k].mode) && !nodes[k].hardlink) file_at.emplace(nodes[k].path, pos[k]);
+  for (uint32_t k = 0; k < nodes.size(); k++) {
+    const Node nd = nodes.At(k);
+    if (S_ISREG(nd.mode) && !nd.hardlink) file_at.emplace(nd.path, pos[k]);
+  }
   for (uint32_t i = 0; i < n; i++) {
-    const Node& nd = nodes[order[i]];
+    const Node nd = nodes.At(order[i]);
     if (!nd.hardlink) continue;
     auto it = file_at.find(nd.text);
     if (it == file_at.end())
@@ -228,21 +258,29 @@ static Status LinkNames(const std::vector<Node>& nodes, const std::vector<uint32
 
 Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
                  const AllocFn& alloc) {
-  const size_t given = nodes.size();
-  for (const Node& nd : nodes)
-    if (!nd.path.empty() && !IsCanonicalPath(nd.path))
-      return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
-  AddMissingParents(&nodes);
+  return BuildInto(VectorNodes(nodes), opts, entry_of, alloc);
+}
+
+Status BuildInto(const NodeSource& src, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
+                 const AllocFn& alloc) {
+  AllNodes nodes(src);
+  for (uint32_t k = 0; k < nodes.given(); k++) {
+    const std::string_view path = nodes.Path(k);
+    if (!path.empty() && !IsCanonicalPath(path))
+      return Status::InvalidArgument("table: non-canonical path '" + std::string(path) + "'");
+  }
+  nodes.AddMissingParents();
   std::vector<uint32_t> order, pos;
   FS_RETURN_IF_ERROR(SortByPath(nodes, &order, &pos));
-  const DirIndex dirs = IndexDirs(nodes);
-  const uint32_t n = static_cast<uint32_t>(nodes.size());
+  const DirIndex dirs = nodes.IndexDirs();
+  const uint32_t n = nodes.size();
 
   // The layout, then the image, written in place.
   size_t string_bytes =
       opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
   uint32_t xattr_count = 0;
-  for (const Node& nd : nodes) {
+  for (uint32_t k = 0; k < n; k++) {
+    const Node nd = nodes.At(k);
     string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.text.size() : 0);
     if (!nd.Xattrs().empty()) {
       string_bytes += nd.text.size();
@@ -266,8 +304,9 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
   };
   for (std::string_view root : {opts.local_root, opts.cache_root, opts.dataset, opts.tool})
     put_string(root);
+  bool any_hardlink = false;
   for (uint32_t i = 0; i < n; i++) {
-    const Node& nd = nodes[order[i]];
+    const Node nd = nodes.At(order[i]);
     Entry& e = entries[i];  // zeroed with the image
     e.hash = Xxh3(nd.path);
     e.mode = nd.mode;
@@ -283,7 +322,14 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
       xattrs[xattrs_done++] = XattrRef{i, static_cast<uint32_t>(nd.text.size()), str_off};
       put_string(nd.text);
     }
-    if (S_ISREG(nd.mode)) e.aux = nd.source_shard;
+    if (S_ISREG(nd.mode)) {
+      // A file has no children: first_child holds its source index, child_count its frame's
+      // offset in the shard copy (kRawCopy); LinkChildren skips files.
+      e.aux = nd.source_shard;
+      e.first_child = nd.source_index;
+      e.child_count = nd.copy_offset;
+      any_hardlink |= nd.hardlink;
+    }
     if (S_ISLNK(nd.mode)) {
       e.aux = static_cast<uint32_t>(str_off);
       e.size = nd.text.size();
@@ -299,17 +345,9 @@ Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<
     }
   }
   LinkChildren(h, base);
-  // A file has no children: first_child holds its source index, child_count its frame's offset
-  // in the shard copy (kRawCopy).
-  bool any_hardlink = false;
-  for (uint32_t i = 0; i < n; i++)
-    if (S_ISREG(entries[i].mode)) {
-      entries[i].first_child = nodes[order[i]].source_index;
-      entries[i].child_count = nodes[order[i]].copy_offset;
-      any_hardlink |= nodes[order[i]].hardlink;
-    }
   if (any_hardlink) FS_RETURN_IF_ERROR(LinkNames(nodes, order, pos, entries, n));
-  if (entry_of) entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(given));
+  if (entry_of)
+    entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(nodes.given()));
   return Status::OK();
 }
 

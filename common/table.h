@@ -108,8 +108,7 @@ struct XattrRef {
 };
 
 // What the builder takes for one namespace entry. Missing parent directories are added.
-// Paths and texts are views: the caller keeps their bytes until Build returns. One per file of
-// the dataset while the table is built (88 bytes: issue 13 counts them).
+// Paths and texts are views: the caller keeps their bytes until Build returns.
 struct Node {
   std::string_view path;  // relative, canonical ("a/b/c"), "" is the root
   uint32_t mode = 0;      // full st_mode with type bits
@@ -128,7 +127,6 @@ struct Node {
 
   std::string_view Xattrs() const { return hardlink || S_ISLNK(mode) ? std::string_view() : text; }
 };
-static_assert(sizeof(Node) == 88);
 
 struct BuildOptions {
   std::string local_root;  // where kLocal files live
@@ -160,10 +158,22 @@ class FileImage {
   size_t len_ = 0;
 };
 
+// The nodes a table is built from, by index, without a copy of them all: the builder asks for
+// each node (At) a few times and for paths (PathOf) many times while it sorts.
+class NodeSource {
+ public:
+  virtual ~NodeSource() = default;
+  virtual uint32_t size() const = 0;
+  virtual std::string_view PathOf(uint32_t k) const = 0;
+  virtual Node At(uint32_t k) const = 0;
+};
+
 // Serialises `nodes` into a table image in the memory `alloc` gives for its size (zeroed).
 // Fails on duplicate or non-canonical paths, or a parent that is not a directory. With
 // `entry_of`, (*entry_of)[k] is the table entry of nodes[k].
 using AllocFn = std::function<Result<char*>(size_t)>;
+Status BuildInto(const NodeSource& nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
+                 const AllocFn& alloc);
 Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
                  const AllocFn& alloc);
 // The same into a string.
