@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "common/hash.h"
 #include "common/path.h"
@@ -73,30 +72,28 @@ class AllNodes {
   }
   Node At(uint32_t k) const { return k < given_ ? src_.At(k) : extra_[k - given_]; }
 
-  DirIndex IndexDirs() const {
-    DirIndex dirs;
-    for (uint32_t k = 0; k < size(); k++)
-      if (S_ISDIR(At(k).mode)) dirs.emplace(Path(k), k);
-    return dirs;
-  }
+  // Every directory, the added ones included (AddMissingParents).
+  const DirIndex& dirs() const { return dirs_; }
 
-  // Missing parent directories (and the root) are added, as views of their children's paths;
-  // a parent that exists but is not a directory is an error (found after sorting).
+  // Indexes the caller's directories, then adds the missing parent directories (and the
+  // root), as views of their children's paths; a parent that exists but is not a directory is
+  // an error (found after sorting).
   void AddMissingParents() {
-    const DirIndex dirs = IndexDirs();
-    std::unordered_set<std::string_view, ViewHash> extra_seen;
+    for (uint32_t k = 0; k < given_; k++)
+      if (S_ISDIR(At(k).mode)) dirs_.emplace(Path(k), k);
+    auto add = [&](std::string_view path, int64_t mtime_ns) {
+      dirs_.emplace(path, size());
+      extra_.push_back(Node{path, S_IFDIR | 0555, 0, mtime_ns, 0, {}});
+    };
     bool has_root = false;
     for (uint32_t k = 0; k < given_ && !has_root; k++) has_root = Path(k).empty();
-    if (!has_root) {
-      extra_.push_back(Node{"", S_IFDIR | 0555, 0, 0, 0, {}});
-      extra_seen.emplace("");
-    }
+    if (!has_root) add("", 0);
     for (uint32_t k = 0; k < given_; k++) {
       const std::string_view path = Path(k);
       if (path.empty()) continue;
-      for (std::string_view parent = ParentOf(path);
-           !dirs.count(parent) && extra_seen.emplace(parent).second; parent = ParentOf(parent)) {
-        extra_.push_back(Node{parent, S_IFDIR | 0555, 0, At(k).mtime_ns, 0, {}});
+      for (std::string_view parent = ParentOf(path); !dirs_.count(parent);
+           parent = ParentOf(parent)) {
+        add(parent, At(k).mtime_ns);
         if (parent.empty()) break;
       }
     }
@@ -106,6 +103,7 @@ class AllNodes {
   const NodeSource& src_;
   const uint32_t given_;
   std::vector<Node> extra_;
+  DirIndex dirs_;
 };
 
 class VectorNodes : public NodeSource {
@@ -272,7 +270,7 @@ Status BuildInto(const NodeSource& src, const BuildOptions& opts, std::vector<ui
   nodes.AddMissingParents();
   std::vector<uint32_t> order, pos;
   FS_RETURN_IF_ERROR(SortByPath(nodes, &order, &pos));
-  const DirIndex dirs = nodes.IndexDirs();
+  const DirIndex& dirs = nodes.dirs();
   const uint32_t n = nodes.size();
 
   // The layout, then the image, written in place.

@@ -6,15 +6,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/le.h"
+
 namespace fanstore::xattrs {
 namespace {
 
 constexpr size_t kRecordHead = 5;  // u8 name_len, u32 value_len
 
-uint32_t Get32(const char* p) {
-  const auto* u = reinterpret_cast<const unsigned char*>(p);
-  return uint32_t{u[0]} | uint32_t{u[1]} << 8 | uint32_t{u[2]} << 16 | uint32_t{u[3]} << 24;
-}
+using le::Get32;
 
 // Calls fn(name, value) for each record of a valid list until fn returns false.
 template <typename Fn>
@@ -46,8 +45,7 @@ std::string Encode(std::vector<std::pair<std::string, std::string>> attrs) {
     const auto& [name, value] = attrs[i];
     if (i > 0 && name == attrs[i - 1].first) continue;  // a name given twice: the first
     out.push_back(static_cast<char>(name.size()));
-    const auto v = static_cast<uint32_t>(value.size());
-    for (int i = 0; i < 4; i++) out.push_back(static_cast<char>(v >> (8 * i)));
+    le::Put32(out, static_cast<uint32_t>(value.size()));
     out += name;
     out += value;
   }

@@ -8,28 +8,17 @@
 #include <memory>
 
 #include "common/hash.h"
+#include "common/le.h"
 #include "common/path.h"
 #include "common/xattrs.h"
 
 namespace fanstore::format {
 namespace {
 
-void Put32(std::string& s, uint32_t v) {
-  for (int i = 0; i < 4; i++) s.push_back(static_cast<char>(v >> (8 * i)));
-}
-void Put64(std::string& s, uint64_t v) {
-  for (int i = 0; i < 8; i++) s.push_back(static_cast<char>(v >> (8 * i)));
-}
-uint32_t Get32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-uint64_t Get64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
+using le::Get32;
+using le::Get64;
+using le::Put32;
+using le::Put64;
 
 std::string Num(uint64_t v) { return std::to_string(v); }
 
@@ -173,14 +162,19 @@ IndexParser::IndexParser(uint64_t data_end, uint32_t expected_count, uint32_t ve
   out_.reserve(std::min<uint32_t>(expected_count, 1u << 16));
 }
 
-size_t IndexParser::EntryLen(const char* p) const {
-  size_t len = fixed_ + (static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8));
-  if (version_ >= 3) len += std::min<size_t>(Get32(p + 56), xattrs::kMaxEncoded + 1);
-  return len;
+size_t IndexParser::PathLen(const char* p) {
+  return static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8);
 }
 
+// Capped at kMaxEncoded + 1, which xattrs::Valid refuses: nothing is buffered for more.
+size_t IndexParser::XattrLen(const char* p) const {
+  return version_ >= 3 ? std::min<size_t>(Get32(p + 56), xattrs::kMaxEncoded + 1) : 0;
+}
+
+size_t IndexParser::EntryLen(const char* p) const { return fixed_ + PathLen(p) + XattrLen(p); }
+
 Status IndexParser::ParseOne(const char* p) {
-  const size_t path_len = static_cast<uint8_t>(p[2]) | (size_t{static_cast<uint8_t>(p[3])} << 8);
+  const size_t path_len = PathLen(p);
   const uint32_t i = static_cast<uint32_t>(out_.size());
   // Error context, built only on the error path (this runs once per file at start-up).
   auto at = [&] { return "index entry " + Num(i) + " (index byte " + Num(consumed_) + ")"; };
@@ -198,10 +192,8 @@ Status IndexParser::ParseOne(const char* p) {
   if (!IsSafePath(e.path))
     return Status::Corruption(at() + ": unsafe path '" + e.path.substr(0, 200) + "'");
   auto where = [&] { return at() + " '" + e.path + "'"; };
-  if (version_ >= 3 && Get32(p + 56) != 0) {
-    // EntryLen caps the length at kMaxEncoded + 1, which Valid refuses.
-    const std::string_view enc(p + fixed_ + path_len,
-                               std::min<size_t>(Get32(p + 56), xattrs::kMaxEncoded + 1));
+  if (const size_t xattr_len = XattrLen(p); xattr_len != 0) {
+    const std::string_view enc(p + fixed_ + path_len, xattr_len);
     std::string why;
     if (!xattrs::Valid(enc, &why)) return Status::Corruption(where() + ": " + why);
     if (type != static_cast<uint8_t>(EntryType::kFile) &&

@@ -140,8 +140,11 @@ class IndexParser {
   Result<std::vector<IndexEntry>> Finish();
 
  private:
-  Status ParseOne(const char* p);
-  size_t EntryLen(const char* p) const;  // of the entry whose fixed part starts at p
+  Status ParseOne(const char* p);  // the entry whose fixed part starts at p
+  // That entry's lengths: the whole, its path, its extended attributes.
+  size_t EntryLen(const char* p) const;
+  static size_t PathLen(const char* p);
+  size_t XattrLen(const char* p) const;
   uint64_t data_end_;
   uint32_t expected_;
   uint32_t version_;

@@ -37,14 +37,16 @@ std::string ToHex(std::string_view bytes) {
   return out;
 }
 
+// A lowercase hex digit's value, or -1.
+int HexDigit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
 bool FromHex(std::string_view hex, std::string* out) {
   if (hex.size() % 2 != 0 || hex.size() > 2 * xattrs::kMaxEncoded) return false;
-  auto digit = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-  };
   out->clear();
   for (size_t i = 0; i < hex.size(); i += 2) {
-    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    const int hi = HexDigit(hex[i]), lo = HexDigit(hex[i + 1]);
     if (hi < 0 || lo < 0) return false;
     out->push_back(static_cast<char>(hi << 4 | lo));
   }
@@ -62,7 +64,7 @@ bool GetHex(const json& j, const char* key, uint64_t* out) {
   if (!GetStr(j, key, &s) || s.size() != 16) return false;
   uint64_t v = 0;
   for (char c : s) {
-    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    const int d = HexDigit(c);
     if (d < 0) return false;
     v = (v << 4) | static_cast<uint64_t>(d);
   }

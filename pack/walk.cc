@@ -42,7 +42,9 @@ class Walker {
  public:
   Walker(std::string root, const Options& o) : root_(std::move(root)), opts_(o) {}
 
-  Status Run(std::vector<SrcEntry>* out) {
+  // The entries into out->entries, the top directory's attributes into out's root fields.
+  Status Run(SourceTree* tree) {
+    std::vector<SrcEntry>* out = &tree->entries;
     char* real = ::realpath(root_.c_str(), nullptr);
     if (!real) return Status::FromErrno("source " + root_, errno);
     real_root_ = real;
@@ -51,24 +53,16 @@ class Walker {
     if (::stat(root_.c_str(), &st) != 0) return Status::FromErrno("source " + root_, errno);
     if (!S_ISDIR(st.st_mode))
       return Status::InvalidArgument("source " + root_ + " is not a directory");
-    top_.mode = st.st_mode & 07777;
-    top_.mtime_ns = MtimeNs(st);
-    top_.ctime_ns = Ns(st.st_ctim);
-    top_.size = static_cast<uint64_t>(st.st_size);
-    FS_RETURN_IF_ERROR(ReadXattrs(root_, &top_.xattrs));
+    tree->root_mode = st.st_mode & 07777;
+    tree->root_mtime_ns = MtimeNs(st);
+    tree->root_ctime_ns = Ns(st.st_ctim);
+    tree->root_size = static_cast<uint64_t>(st.st_size);
+    FS_RETURN_IF_ERROR(ReadXattrs(root_, &tree->root_xattrs));
     FS_RETURN_IF_ERROR(Dir("", out));
     skipped_ += DropEscapingLinks(root_, out, opts_.warn);
     return Status::OK();
   }
   uint64_t skipped() const { return skipped_; }
-  // The top directory: mode, times, size and extended attributes.
-  struct Root {
-    uint32_t mode = 0755;
-    int64_t mtime_ns = 0, ctime_ns = 0;
-    uint64_t size = 0;
-    std::string xattrs;
-  };
-  Root& top() { return top_; }
 
  private:
   void Warn(const std::string& msg) {
@@ -179,21 +173,14 @@ class Walker {
   std::map<std::pair<dev_t, ino_t>, std::string> names_of_;  // files with several names
   const Options& opts_;
   uint64_t skipped_ = 0;
-  Root top_;
 };
 
 }  // namespace
 
 Status WalkSource(const std::string& root, const Options& opts, SourceTree* out) {
   Walker w(root, opts);
-  FS_RETURN_IF_ERROR(w.Run(&out->entries));
+  FS_RETURN_IF_ERROR(w.Run(out));
   out->skipped = w.skipped();
-  Walker::Root& r = w.top();
-  out->root_mode = r.mode;
-  out->root_mtime_ns = r.mtime_ns;
-  out->root_ctime_ns = r.ctime_ns;
-  out->root_size = r.size;
-  out->root_xattrs = std::move(r.xattrs);
   return Status::OK();
 }
 
