@@ -1,5 +1,7 @@
 #include "agent/peer_wire.h"
 
+#include <openssl/evp.h>
+
 #include <cstring>
 
 namespace fanstore::agent::wire {
@@ -7,6 +9,12 @@ namespace {
 
 // libsodium picks its implementations once, before any use (thread-safe, idempotent).
 const int kSodiumReady = sodium_init();
+
+// libcrypto's Poly1305, fetched once; null when its providers have none.
+EVP_MAC* Poly1305() {
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "POLY1305", nullptr);
+  return mac;
+}
 
 constexpr char kBindingMagic[4] = {'F', 'S', 'B', '1'};
 constexpr size_t kMaxField = 128;  // job key and endpoints
@@ -122,24 +130,36 @@ std::string JobKey(std::string_view nspace, std::string_view job_id) {
   return hex;
 }
 
+void Mac::CtxFree::operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
+
 void Mac::Begin(const Header& h) {
   // One-time Poly1305 key per message: never reused, whatever the message count.
   unsigned char sub[crypto_onetimeauth_KEYBYTES];
   static_assert(crypto_onetimeauth_KEYBYTES == crypto_kdf_KEYBYTES, "one-time key from the KDF");
   crypto_kdf_derive_from_key(sub, sizeof sub, counter_, dir_ ? "FSP2s2c_" : "FSP2c2s_",
                              key_.data());
-  crypto_onetimeauth_init(&state_, sub);
+  if (!ctx_ && Poly1305()) ctx_.reset(EVP_MAC_CTX_new(Poly1305()));
+  if (ctx_ && EVP_MAC_init(ctx_.get(), sub, sizeof sub, nullptr) != 1) ctx_.reset();
+  if (!ctx_) crypto_onetimeauth_init(&state_, sub);
   sodium_memzero(sub, sizeof sub);
   Update(&h, sizeof h);
 }
 
 void Mac::Update(const void* data, size_t len) {
-  crypto_onetimeauth_update(&state_, static_cast<const unsigned char*>(data), len);
+  const auto* p = static_cast<const unsigned char*>(data);
+  if (ctx_)
+    EVP_MAC_update(ctx_.get(), p, len);
+  else
+    crypto_onetimeauth_update(&state_, p, len);
 }
 
 Tag Mac::Finish() {
   Tag t;
-  crypto_onetimeauth_final(&state_, t.data());
+  size_t n = 0;
+  // A failed final leaves a tag that matches nothing: the message is refused, never accepted.
+  if (ctx_ && (EVP_MAC_final(ctx_.get(), t.data(), &n, t.size()) != 1 || n != t.size()))
+    Random(t.data(), t.size());
+  if (!ctx_) crypto_onetimeauth_final(&state_, t.data());
   counter_++;
   return t;
 }

@@ -49,7 +49,7 @@ set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
-# Shared-library dependencies from dpkg-shlibdeps: libpmix2, libmunge2, libsodium23 and libzstd1
+# Shared-library dependencies from dpkg-shlibdeps: libpmix2, libmunge2, libsodium23, libssl3 and libzstd1
 # for the agent, libc6 and the C++ runtime. (xxHash is compiled in: common/hash.h, XXH_INLINE_ALL.)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)

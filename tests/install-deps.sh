@@ -8,7 +8,7 @@ build_pkgs=(
   cmake make g++ pkg-config clang libclang-rt-14-dev
   libzstd-dev zstd libxxhash-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libslurm-dev libpmix-dev libmunge-dev libsodium-dev libcli11-dev libarchive-dev
+  libslurm-dev libpmix-dev libmunge-dev libsodium-dev libssl-dev libcli11-dev libarchive-dev
   libfuse3-dev
   clang-format shellcheck scdoc dpkg-dev
 )
