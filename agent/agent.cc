@@ -188,6 +188,7 @@ void Agent::InitRoles() {
     staged_bytes_ += bytes;
   };
   uc.on_done = [this] {
+    cpu_unpacked_ = CpuSeconds();
     std::string state, error;
     {
       std::lock_guard<std::mutex> l(state_mu_);
@@ -284,6 +285,7 @@ Status Agent::Start() {
     WriteStatus("failed", st.ToString());
     return st;
   }
+  cpu_ready_ = CpuSeconds();  // before the prefetch and the unpack start
   // Warm the cache: stream every remote shard that fits, in the background, starting at a
   // rank-dependent shard so that agents spread their requests over the holders.
   const size_t nshards = manifest_.shards.size();
@@ -298,10 +300,12 @@ Status Agent::Start() {
   LOG_INFO("ready: %s, in %.2f s, metadata exchange %.3f s (%s from %u agents), mount %s",
            staged.c_str(), stage_seconds_.load(), exchange_seconds_,
            HumanBytes(exchange_bytes_).c_str(), boot_->size(), cfg_.mount.c_str());
-  if (lazy_)
+  if (lazy_) {
     unpacker_.Start();
-  else
+  } else {
+    cpu_unpacked_ = cpu_ready_.load();
     unpacker_.SetDone();
+  }
   WriteStatus("ready", "");
   return Status::OK();
 }

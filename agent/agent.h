@@ -62,6 +62,9 @@ using run_dir::kStatusName;
 using run_dir::kTableName;
 inline constexpr char kTableTmpName[] = "table.tmp";  // the table while it is built
 
+// CPU seconds (user + system) of every thread of this process so far (the benchmarks' cost model).
+double CpuSeconds();
+
 class Agent {
  public:
   explicit Agent(Config cfg);
@@ -204,6 +207,7 @@ class Agent {
   std::atomic<uint64_t> stage_bytes_total_{0}, stage_files_total_{0};
   std::atomic<double> stage_seconds_{0};  // written by the staging thread, read by stats
   double exchange_seconds_ = 0;
+  std::atomic<double> cpu_ready_{0}, cpu_unpacked_{0};  // CpuSeconds() then (0: not yet)
   uint64_t exchange_bytes_ = 0;
   std::atomic<uint64_t> opens_local_{0}, open_errors_{0};
 

@@ -1,4 +1,5 @@
 // status.json and the counters served as kStats (see agent.h).
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -113,6 +114,13 @@ std::string Agent::StatusJson() const {
                 nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
 }
 
+double CpuSeconds() {
+  struct rusage ru;
+  if (::getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
 std::string Agent::StatsJson(bool series) const {
   nlohmann::json j;
   {
@@ -157,6 +165,9 @@ std::string Agent::StatsJson(bool series) const {
                  {"on_demand", unpacker_.on_demand()},
                  {"by_clients", c.self_unpacks},
                  {"seconds", unpacker_.seconds()}};
+  // The whole agent's CPU seconds when it reported ready, when its unpack ended, and now.
+  j["cpu_seconds"] = {
+      {"ready", cpu_ready_.load()}, {"unpacked", cpu_unpacked_.load()}, {"now", CpuSeconds()}};
   j["prefetch"] = {{"shards", r.prefetched_shards},
                    {"files", r.prefetched_files},
                    {"bytes", r.prefetched_bytes}};

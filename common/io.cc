@@ -87,7 +87,7 @@ Status SparseWriter::Put(const char* p, size_t n) {
 }
 
 Status SparseWriter::Blocks(const char* p, size_t n) {
-  static const char kZeros[kBlock] = {};
+  static const char kZeros[kBlock] = {};  // a short last block is data
   auto zero_block = [&](size_t at) {
     return n - at >= kBlock && std::memcmp(p + at, kZeros, kBlock) == 0;
   };
@@ -109,7 +109,14 @@ Status SparseWriter::Blocks(const char* p, size_t n) {
 }
 
 Status SparseWriter::Write(std::string_view piece) {
-  if (partial_len_ > 0) {  // complete the block the last piece began
+  if (data_tail_ > 0) {  // the last piece ended inside a block already written as data
+    const size_t take = std::min(data_tail_, piece.size());
+    FS_RETURN_IF_ERROR(Put(piece.data(), take));
+    off_ += take;
+    data_tail_ -= take;
+    piece.remove_prefix(take);
+    if (data_tail_ > 0) return Status::OK();
+  } else if (partial_len_ > 0) {  // complete the block the last piece began
     const size_t take = std::min(kBlock - partial_len_, piece.size());
     if (take > 0) std::memcpy(partial_ + partial_len_, piece.data(), take);
     partial_len_ += take;
@@ -118,9 +125,17 @@ Status SparseWriter::Write(std::string_view piece) {
     FS_RETURN_IF_ERROR(Blocks(partial_, kBlock));
     partial_len_ = 0;
   }
-  const size_t whole = piece.size() / kBlock * kBlock;
+  const size_t whole = piece.size() / kBlock * kBlock, tail = piece.size() - whole;
+  // A short last block with data in it is data whatever follows: written with the run before
+  // it, so that a file given in one piece takes one pwrite. One of zeros waits for the rest.
+  static const char kZeros[kBlock] = {};
+  if (tail > 0 && std::memcmp(piece.data() + whole, kZeros, tail) != 0) {
+    FS_RETURN_IF_ERROR(Blocks(piece.data(), piece.size()));
+    data_tail_ = kBlock - tail;
+    return Status::OK();
+  }
   FS_RETURN_IF_ERROR(Blocks(piece.data(), whole));
-  partial_len_ = piece.size() - whole;
+  partial_len_ = tail;
   if (partial_len_ > 0) std::memcpy(partial_, piece.data() + whole, partial_len_);
   return Status::OK();
 }

@@ -22,8 +22,9 @@ Status WriteFull(int fd, const void* buf, size_t len, const std::string& what);
 // Writes a new file from its start, piece by piece, leaving a hole instead of every aligned
 // 4 KiB block of zeros, wherever the pieces end, as a sparse file had them (the dataset stores
 // the zeros; SEEK_HOLE and the space used then match the packed tree's). One pwrite per run of
-// data, and one per block that straddles two pieces. Finish writes the last short block and
-// sets the size when the file ends in a hole.
+// data (a file given in one piece without holes: one pwrite), and one per block that straddles
+// two pieces. Finish writes a last short block of zeros and sets the size when the file ends in
+// a hole.
 class SparseWriter {
  public:
   static constexpr size_t kBlock = 4096;
@@ -38,6 +39,7 @@ class SparseWriter {
   std::string what_;
   char partial_[kBlock];  // the start of a block, until the next piece completes it
   size_t partial_len_ = 0;
+  size_t data_tail_ = 0;  // bytes left of a block written as data by the last piece
   uint64_t off_ = 0;      // bytes of the file given so far
   uint64_t written_ = 0;  // end of the last byte written
 };

@@ -121,7 +121,7 @@ TEST_F(IoTest, SparseWriterLeavesHolesForBlocksOfZeros) {
   std::string data(5 * B, '\0');
   data.replace(B + 10, 4, "data");  // block 1 holds data; 0, 2, 3 and 4 are zeros
   data[2 * B - 1] = 'x';
-  for (size_t piece : {size_t{1000}, B, 3 * B + 7, data.size()}) {
+  for (size_t piece : {size_t{1000}, B, B + 12, 3 * B + 7, data.size()}) {
     const std::string path = dir_ + "/sparse" + std::to_string(piece);
     UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     ASSERT_TRUE(fd.valid());
@@ -134,6 +134,26 @@ TEST_F(IoTest, SparseWriterLeavesHolesForBlocksOfZeros) {
     EXPECT_EQ(*back, data) << "pieces of " << piece;
     EXPECT_EQ(::lseek(fd.get(), 0, SEEK_DATA), static_cast<off_t>(B)) << "pieces of " << piece;
     EXPECT_EQ(::lseek(fd.get(), B, SEEK_HOLE), static_cast<off_t>(2 * B)) << "pieces of " << piece;
+  }
+}
+
+// A file whose last block is short: one pwrite when it comes in one piece, and the same bytes
+// when a piece ends inside a block of data and the next completes it.
+TEST_F(IoTest, SparseWriterShortLastBlock) {
+  constexpr size_t B = SparseWriter::kBlock;
+  std::string data(2 * B + 100, 'd');
+  data.replace(B, B, std::string(B, '\0'));  // a hole in the middle
+  for (size_t piece : {size_t{50}, B + 50, data.size()}) {
+    const std::string path = dir_ + "/short" + std::to_string(piece);
+    UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    ASSERT_TRUE(fd.valid());
+    SparseWriter w(fd.get(), path);
+    for (size_t at = 0; at < data.size(); at += piece)
+      ASSERT_TRUE(w.Write(std::string_view(data).substr(at, piece)).ok());
+    ASSERT_TRUE(w.Finish().ok());
+    EXPECT_EQ(ReadSmallFile(path, 1 << 20).value(), data) << "pieces of " << piece;
+    EXPECT_EQ(::lseek(fd.get(), B, SEEK_HOLE), static_cast<off_t>(B)) << "pieces of " << piece;
+    EXPECT_EQ(::lseek(fd.get(), B, SEEK_DATA), static_cast<off_t>(2 * B)) << "pieces of " << piece;
   }
 }
 

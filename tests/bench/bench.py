@@ -252,9 +252,10 @@ def pfs_path(ctx, path):
 class Agent:
     """One agent (--bootstrap single) or N agents under mpirun (PMIx), with their own directories."""
 
-    def __init__(self, ctx, name, dataset, np=1, replicas=None, mount=None, extra=()):
+    def __init__(self, ctx, name, dataset, np=1, replicas=None, mount=None, extra=(), rank_extra=None):
         self.ctx, self.name, self.dataset, self.np, self.replicas = ctx, name, dataset, np, replicas
         self.extra = list(extra)
+        self.rank_extra = rank_extra or {}  # rank -> more options for that rank alone
         self.mount = mount or f"/fanstore/bench-{name}"
         self.local_t = os.path.join(ctx.local, f"{name}-%r")
         self.run_t = os.path.join(ctx.rundir, f"{name}-%r")
@@ -274,13 +275,15 @@ class Agent:
                     raise BenchError(f"{self.d(t, r)} exists: a previous agent did not clean up")
         cmd = [self.ctx.agent_bin, "--dataset", self.dataset, "--local-dir", self.local_t, "--run-dir", self.run_t,
                "--mount", self.mount]
-        if self.np == 1:
-            cmd += ["--bootstrap", "single"]
-        else:
-            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(self.np)] + cmd + ["--bootstrap", "pmix"]
+        cmd += ["--bootstrap", "single" if self.np == 1 else "pmix"]
         if self.replicas:
             cmd += ["--replicas", str(self.replicas)]
         cmd += self.extra
+        if self.np > 1:
+            # One mpirun application context per rank (MPMD) when ranks differ, else one for all.
+            ctxs = ([["-np", "1"] + cmd + self.rank_extra.get(r, []) for r in range(self.np)] if self.rank_extra
+                    else [["-np", str(self.np)] + cmd])
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe"] + [a for c in ctxs for a in c + [":"]][:-1]
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)
         self.lf = open(self.logf, "a")
@@ -880,18 +883,34 @@ def _r4_read(ctx, ag, lst, kind):
     return s
 
 
+def children_cpu():
+    """CPU seconds (user + system) of this script's finished children so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def agents_cpu(ag):
+    """CPU seconds of every agent of `ag` so far (their cpu_seconds.now counters)."""
+    return sum(agent_stats(ag.d(ag.run_t, r))["cpu_seconds"]["now"] for r in range(ag.np))
+
+
 def _r4_first(ctx, d, nat, res):
     state = {}
 
-    def fresh(i):
-        ag = Agent(ctx, f"r4f{i}", d["fs"], np=2, replicas=1)
+    def fresh(i, node=False):
+        # node: only the reading agent prefetches; on one machine that is the work of one node
+        # in the default mode on real nodes (its own fetches, and serving the other's).
+        ag = Agent(ctx, f"r4{'n' if node else 'f'}{i}", d["fs"], np=2, replicas=1,
+                   rank_extra={1: ["--no-prefetch"]} if node else None)
         ag.start()
         try:
+            remote = _r4_shares(ag)
             if "list" not in state:
-                remote = _r4_shares(ag)
                 random.Random(44).shuffle(remote)
                 state["list"] = write_list(os.path.join(ctx.lists, "r4-first.list"), remote)
                 state["files"] = len(remote)
+            elif len(remote) != state["files"]:
+                raise BenchError(f"R4: rank 1 holds {len(remote)} files, {state['files']} before")
             s = _r4_read(ctx, ag, state["list"], "first")
         finally:
             s_stats = ag.stop()
@@ -909,15 +928,15 @@ def _r4_first(ctx, d, nat, res):
         dst = os.path.join(ctx.work, "r4-floor")
         os.makedirs(dst)
         try:
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            before = children_cpu()
             s = rates(run_json([ctx.fsbench, "netcopy", nat, state["list"], dst]))
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            s["cpu_seconds"] = children_cpu() - before
         finally:
             drop_tree(dst)
-        s["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         return s
 
-    smp = rounds(ctx, "R4", [("fanstore_first", fresh), ("native", native), ("floor", floor)])
+    smp = rounds(ctx, "R4", [("fanstore_first", fresh), ("native", native), ("floor", floor),
+                             ("fanstore_node", lambda i: fresh(i, node=True))])
     res["first"] = dict(samples=smp, remote_files=state["files"])
 
 
@@ -957,27 +976,34 @@ def _r4_report(ctx, res, munge_state):
 
     fi, dm = res["first"]["samples"], res["demand"]["samples"]
     add_workload(ctx, "R4", "reads of files held by the other agent (2 agents, --replicas 1)",
-                 {"native_first": fi["native"], "fanstore_first": fi["fanstore_first"], "floor": fi["floor"], "native": dm["native"],
+                 {"native_first": fi["native"], "fanstore_first": fi["fanstore_first"], "floor": fi["floor"],
+                  "fanstore_node": fi["fanstore_node"], "native": dm["native"],
                   "fanstore_demand": dm["fanstore_demand"], "fanstore_repeat": dm["fanstore_repeat"]},
                  metric="files_per_s", agent_stats={"demand": res["demand"]["stats"]},
                  remote_files=res["first"]["remote_files"], munged=munge_state,
                  cache="native copy warm (tmpfs); the holder's staged copy warm (tmpfs); agents on one machine, "
                        "peer traffic over loopback TCP", dataset="images")
-    add_row(ctx, "R4-first", f"first epoch over the {res['first']['remote_files']:,} files held by the other agent, "
-            "started when the agents are ready (default settings: prefetch runs meanwhile); fresh agents each round",
-            "native local", med(fi["native"], "files_per_s"), med(fi["fanstore_first"], "files_per_s"), "files/s",
-            "≥ 0.5× native", 0.5, pairs=paired(fi, "native", "fanstore_first", "files_per_s"),
-            note=f"opens by source: {served(fi['fanstore_first'])}; munged {munge_state}")
-    nat_s = med(fi["native"], "seconds")
+    nat_s, floor_cpu = med(fi["native"], "seconds"), med(fi["floor"], "cpu_seconds")
     add_row(ctx, "R4-floor", "the same files moved over loopback TCP into tmpfs and read there, with nothing else "
-            "(`fsbench netcopy`: no protocol, verification or cache; diagnostic)", "native local",
+            "(`fsbench netcopy`: no protocol, verification or cache)", "native local",
             med(fi["native"], "files_per_s"), med(fi["floor"], "files_per_s"), "files/s", "report", None,
             pairs=paired(fi, "native", "floor", "files_per_s"),
-            note=f"{fmt(med(fi['floor'], 'cpu_seconds'))} s of CPU for what native reads in {fmt(nat_s)} s: on "
-                 f"{ctx.cores} cores no design with a TCP transport and a local cache can finish an epoch in less "
-                 f"than {fmt(med(fi['floor'], 'cpu_seconds') / ctx.cores)} s, "
-                 f"{fmt(nat_s / (med(fi['floor'], 'cpu_seconds') / ctx.cores))}× native; R4-first reaches "
-                 f"{fmt(med(fi['fanstore_first'], 'files_per_s') / med(fi['floor'], 'files_per_s'))}× of this floor's rate")
+            note=f"{fmt(floor_cpu)} s of CPU for what native reads in {fmt(nat_s)} s: on {ctx.cores} cores no design "
+                 f"with a TCP transport and a local cache can finish an epoch in less than "
+                 f"{fmt(floor_cpu / ctx.cores)} s, {fmt(nat_s / (floor_cpu / ctx.cores))}× native")
+    floor_rate = med(fi["floor"], "files_per_s")
+    add_row(ctx, "R4-first", f"first epoch over the {res['first']['remote_files']:,} files held by the other agent, "
+            "started when the agents are ready (default settings: both agents prefetch meanwhile); fresh agents each "
+            "round", "R4-floor", floor_rate, med(fi["fanstore_first"], "files_per_s"), "files/s",
+            "≥ 0.8× R4-floor", 0.8, pairs=paired(fi, "floor", "fanstore_first", "files_per_s"),
+            note=f"opens by source: {served(fi['fanstore_first'])}; "
+                 f"{fmt(med(fi['fanstore_first'], 'files_per_s') / med(fi['native'], 'files_per_s'))}× native; "
+                 f"munged {munge_state}")
+    add_row(ctx, "R4-node", "R4-first with only the reading agent prefetching (the other serves): on one machine, "
+            "the work of one node of the default mode on real nodes (diagnostic)", "R4-floor", floor_rate,
+            med(fi["fanstore_node"], "files_per_s"), "files/s", "report", None,
+            pairs=paired(fi, "floor", "fanstore_node", "files_per_s"),
+            note=f"opens by source: {served(fi['fanstore_node'])}")
     b = med(dm["native"], "files_per_s")
     add_row(ctx, "R4-repeat", "repeat read of the same files (local cache)", "native local", b,
             med(dm["fanstore_repeat"], "files_per_s"), "files/s", "≥ 0.95× native", 0.95,
@@ -985,6 +1011,136 @@ def _r4_report(ctx, res, munge_state):
     add_row(ctx, "R4-demand", "first read with `--no-prefetch`: each file fetched from the peer on open (diagnostic)",
             "native local", b, med(dm["fanstore_demand"], "files_per_s"), "files/s", "report", None,
             pairs=paired(dm, "native", "fanstore_demand", "files_per_s"), note=f"opens by source: {served(dm['fanstore_demand'])}")
+
+
+# Per-node CPU-cost model (C1): the phases one node runs, measured apart on two datasets of very
+# different file sizes, and fitted as CPU seconds per GB plus per million files.
+COST_PHASES = (
+    ("stage", "stage-in: start to ready (shard copy with XXH3, indexes, exchange, table), per byte copied and per file of the dataset"),
+    ("unpack", "unpack: every file of the node's shards created and written (lazy mode, after ready)"),
+    ("serve", "serving: the library's and the agent's CPU beyond a native read, per file read"),
+    ("peer", "peer transfer: both agents, holder and fetcher (prefetch streams: read, tag, send, receive, check, cache)"),
+    ("native", "native read: open + read + close of the same files on local storage (the job's own cost)"),
+)
+
+
+def _cost_local(ctx, name, i):
+    """Session A: one agent, lazy unpack. Stage-in, unpack, then a serving pass against native."""
+    d = ctx.datasets[name]
+    ag = Agent(ctx, f"c1l-{name}{i}", d["fs"], extra=["--unpack", "lazy"])
+    ag.start()
+    try:
+        rd = ag.d(ag.run_t, 0)
+        st = agent_stats(rd)
+        cpu = st["cpu_seconds"]
+        lst, _ = shuffled_list(ctx, name, seed=21, tag="-c1")
+        a0, c0 = agents_cpu(ag), children_cpu()
+        fs = run_json([ctx.fsbench, "read", ag.mount, lst], env=ag.env(0))
+        a1, c1 = agents_cpu(ag), children_cpu()
+        nat = run_json([ctx.fsbench, "read", os.path.join(ctx.native, name), lst])
+        c2 = children_cpu()
+    finally:
+        ag.stop()
+    if fs["hash"] != nat["hash"] or fs["files"] != d["files"]:
+        raise BenchError(f"C1 {name}: the serving pass read other data than native")
+    gb, mf = d["raw_bytes"] / 1e9, d["files"] / 1e6
+    return {"stage": (st["bytes_read_from_source"] / 1e9, mf, cpu["ready"]),
+            "unpack": (st["bytes_staged"] / 1e9, st["files_staged"] / 1e6, cpu["unpacked"] - cpu["ready"]),
+            "serve": (gb, mf, (c1 - c0) - (c2 - c1) + (a1 - a0)),
+            "native": (gb, mf, c2 - c1)}
+
+
+def _cost_peer(ctx, name, i):
+    """Session B: two agents, eager unpack (done before ready); only rank 0 prefetches. Both
+    agents' CPU from ready until rank 0 has streamed every shard rank 1 holds."""
+    d = ctx.datasets[name]
+    ag = Agent(ctx, f"c1p-{name}{i}", d["fs"], np=2, replicas=1, extra=["--unpack", "eager"],
+               rank_extra={1: ["--no-prefetch"]})
+    ag.start()
+    try:
+        with open(os.path.join(ag.d(ag.run_t, 1), "status.json")) as f:
+            remote_shards = len(json.load(f)["shards"])
+        rd = ag.d(ag.run_t, 0)
+        t0, last, last_t = time.perf_counter(), None, time.perf_counter()
+        while True:
+            pf = agent_stats(rd)["prefetch"]
+            if pf["shards"] >= remote_shards:
+                break
+            if pf != last:
+                last, last_t = pf, time.perf_counter()
+            elif time.perf_counter() - last_t > 2:  # the cache is full: what was streamed counts
+                break
+            if time.perf_counter() - t0 > 300:
+                raise BenchError(f"C1 {name}: prefetch not done after 300 s")
+            time.sleep(0.02)
+        stats = [agent_stats(ag.d(ag.run_t, r)) for r in range(2)]
+    finally:
+        ag.stop()
+    pf = stats[0]["prefetch"]
+    if not pf["files"]:
+        raise BenchError(f"C1 {name}: nothing prefetched")
+    cpu = sum(s["cpu_seconds"]["now"] - s["cpu_seconds"]["ready"] for s in stats)
+    return {"peer": (pf["bytes"] / 1e9, pf["files"] / 1e6, cpu)}
+
+
+def cost_fit(points):
+    """CPU = a * GB + b * Mfiles through two (GB, Mfiles, CPU) points: (a, b)."""
+    (g1, f1, c1), (g2, f2, c2) = points
+    det = g1 * f2 - g2 * f1
+    if abs(det) < 1e-12:
+        return None, None
+    return (c1 * f2 - c2 * f1) / det, (g1 * c2 - g2 * c1) / det
+
+
+def wl_cost(ctx):
+    """C1: CPU seconds per GB and per million files for each phase of a node (BENCHMARKS.md R4's
+    per-node CPU-cost model), fitted on `images` (110 KiB files) and `text` (4.5 KiB, zstd), and
+    the prediction it makes for larger nodes, checked against R4-node of the same run."""
+    if not ctx.wanted("C1"):
+        return
+    names = ("images", "text")
+    reps = min(3, ctx.rounds["reps"])
+    per = {n: [] for n in names}
+    munge = Munge()
+    munge.ensure()
+    try:
+        for i in range(reps):
+            for n in names:
+                smp = _cost_local(ctx, n, i)
+                smp.update(_cost_peer(ctx, n, i))
+                per[n].append(smp)
+                log(f"C1 {n} round {i}: " + ", ".join(f"{k} {v[2]:.2f} s" for k, v in smp.items()))
+    finally:
+        munge.stop()
+    model, measured = {}, {}
+    for ph, _ in COST_PHASES:
+        pts = []
+        for n in names:
+            g = median([s[ph][0] for s in per[n]])
+            f = median([s[ph][1] for s in per[n]])
+            c = median([s[ph][2] for s in per[n]])
+            measured.setdefault(ph, {})[n] = {"gb": g, "mfiles": f, "cpu_seconds": c,
+                                              "s_per_gb": c / g if g else None, "us_per_file": c / f if f else None}
+            pts.append((g, f, c))
+        a, b = cost_fit(pts)
+        model[ph] = {"s_per_gb": a, "s_per_mfile": b}
+    w = add_workload(ctx, "C1", "per-node CPU-cost model", {n: per[n] for n in names}, model=model,
+                     measured=measured, rounds=reps, phases=COST_PHASES)
+    # The model's check: R4-node (one node's work of the default mode) on this machine's cores.
+    r4 = ctx.results["workloads"].get("R4")
+    if r4:
+        node = [s for s in r4["arms"]["fanstore_node"] if not s.get("warmup")]
+        gb, mf = median([s["bytes"] for s in node]) / 1e9, median([s["files"] for s in node]) / 1e6
+        cpu = sum(model[p]["s_per_gb"] * gb + model[p]["s_per_mfile"] * mf for p in ("peer", "serve", "native"))
+        w["check"] = {"predicted_seconds": cpu / ctx.cores, "measured_seconds": median([s["seconds"] for s in node]),
+                      "cores": ctx.cores, "gb": gb, "mfiles": mf}
+    phases = "; ".join(f"{ph} {fmt(m['s_per_gb'])} s/GB + {fmt(m['s_per_mfile'])} s/M files" for ph, m in model.items())
+    if "check" in w:
+        c = w["check"]
+        add_row(ctx, "C1", "the CPU-cost model's time for R4-node (its peer, serving and native-read CPU over this "
+                f"machine's {ctx.cores} cores) against R4-node's measured time (diagnostic)", "model", c["predicted_seconds"],
+                c["measured_seconds"], "s", "report", None, higher_is_better=False,
+                note=f"fitted on `images` and `text`, {reps} rounds: {phases}")
 
 
 def cat_shards(d, where=None):
@@ -1396,8 +1552,8 @@ def machine(ctx):
 
 # --- main ----------------------------------------------------------------------------------------------------
 
-ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-repeat", "R4-demand",
-            "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
+ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-node",
+            "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
 
 
 def sanity(ctx):
@@ -1496,6 +1652,7 @@ def main():
         for a in list(agents.values()):
             a.stop()
         wl_r4(ctx)
+        wl_cost(ctx)
         wl_pack(ctx)
         wl_stage(ctx)
         wl_e1(ctx)

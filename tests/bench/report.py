@@ -195,6 +195,58 @@ def plots(res, d):
     return made
 
 
+# ImageNet-1k as the C1 prediction's dataset: 1,281,167 files of 110 KiB on average.
+IMAGENET_FILES, IMAGENET_GB = 1_281_167, 140.0
+
+
+def cost_model_section(c1):
+    mo, me = c1["model"], c1["measured"]
+    L = ["## C1: per-node CPU-cost model", "",
+         "CPU seconds (user + system, every thread) of each phase one node runs, measured apart: one agent alone "
+         "for stage-in, unpack and serving (lazy mode: the unpack runs after ready), two agents where only one "
+         "prefetches for the peer transfer (both agents' CPU from ready until every remote shard is streamed). "
+         f"Median of {c1.get('rounds', '?')} rounds on `images` (110 KiB files, raw) and `text` (4.5 KiB, zstd); the "
+         "model is the line CPU = a × GB + b × million files through the two. The two datasets differ in codec too, so "
+         "`text`'s zstd decoding lands in the per-file term of unpack.", "",
+         "| phase | images: s/GB | images: µs/file | text: s/GB | text: µs/file | a (s/GB) | b (s/M files) |",
+         "|---|---|---|---|---|---|---|"]
+    for ph, what in c1["phases"]:
+        i, t = me[ph]["images"], me[ph]["text"]
+        L.append(f"| {what} | {fmt(i['s_per_gb'])} | {fmt(i['us_per_file'])} | {fmt(t['s_per_gb'])} | "
+                 f"{fmt(t['us_per_file'])} | {fmt(mo[ph]['s_per_gb'])} | {fmt(mo[ph]['s_per_mfile'])} |")
+    L.append("")
+    ck = c1.get("check")
+    if ck:
+        L.append(f"Check against this run: for R4-node ({ck['mfiles'] * 1e6:,.0f} files, {ck['gb']:.2f} GB fetched from the "
+                 f"other agent and read) the model gives {ck['predicted_seconds']:.2f} s of work per core on "
+                 f"{ck['cores']} cores; R4-node took {ck['measured_seconds']:.2f} s.")
+        L.append("")
+    cost = lambda ph, gb, mf: mo[ph]["s_per_gb"] * gb + mo[ph]["s_per_mfile"] * mf
+    L.append(f"Prediction: ImageNet-1k ({IMAGENET_FILES:,} files, {IMAGENET_GB:.0f} GB) on 16 nodes, `--fanstore-replicas=1`, "
+             "default mode. Per node: stage-in of its sixteenth (the table of every file), unpack of its files, the "
+             "peer transfer of the other fifteen sixteenths (fetching them, and by symmetry serving as much of its own "
+             "to the others), then serving every file once per epoch. Core-seconds, and the time they take when "
+             "spread over the node's cores (a lower bound: the job's own processes share the cores).")
+    L.append("")
+    L.append("| phase | core-seconds per node | on 8 cores | on 16 cores |")
+    L.append("|---|---|---|---|")
+    n = 16
+    rows = [("stage-in", cost("stage", IMAGENET_GB / n, 0) + cost("stage", 0, IMAGENET_FILES / 1e6)),
+            ("unpack", cost("unpack", IMAGENET_GB / n, IMAGENET_FILES / 1e6 / n)),
+            ("peer transfer (first epoch)", cost("peer", IMAGENET_GB * (n - 1) / n, IMAGENET_FILES / 1e6 * (n - 1) / n)),
+            ("serving, per epoch", cost("serve", IMAGENET_GB, IMAGENET_FILES / 1e6)),
+            ("the job's own native reads, per epoch (for scale)", cost("native", IMAGENET_GB, IMAGENET_FILES / 1e6))]
+    for label, cs in rows:
+        L.append(f"| {label} | {cs:,.0f} | {cs / 8:,.1f} s | {cs / 16:,.1f} s |")
+    L.append("")
+    if "peer" in mo:
+        L.append("The prefetch is one stream per agent, so its receiving half (about half of the peer cost) runs on one "
+                 f"core: at most about {1 / max(mo['peer']['s_per_gb'] / 2, 1e-9):.1f} GB/s per node however many cores "
+                 "it has; a node that must fetch faster needs more streams.")
+        L.append("")
+    return L
+
+
 def markdown(res, made, plot_rel):
     m = res.get("machine", {})
     rows = res["rows"]
@@ -312,6 +364,9 @@ def markdown(res, made, plot_rel):
                  "oversubscribed agents; on a cluster the fence latency grows with the network diameter and the byte term "
                  "dominates for large namespaces.")
         L.append("")
+    c1 = ws.get("C1")
+    if c1 and "model" in c1:
+        L += cost_model_section(c1)
     L.append("## Machine")
     L.append("")
     L.append("| | |")
