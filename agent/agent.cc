@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "agent/exchange.h"
@@ -171,6 +173,14 @@ void Agent::InitRoles() {
   rc.replicas = replicas_;
   rc.peers = cfg_.peers;
   rc.prefetch = cfg_.prefetch;
+  rc.prefetch_streams = cfg_.prefetch_streams;
+  if (rc.prefetch_streams == 0) {
+    // Each stream's receiving side keeps about one core busy (docs/benchmarks.md, C1): more
+    // streams where the job was given more cores, leaving most of them to the job.
+    cpu_set_t cpus;
+    const int n = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    rc.prefetch_streams = static_cast<uint32_t>(std::clamp(n / 4, 1, 4));
+  }
   remote_.Init(std::move(rc), cfg_.local_dir + "/cache",
                mine_.size() == index_.size() ? 0 : cache_capacity_);
   if (!lazy_) return;

@@ -49,12 +49,13 @@ struct Config {
   uint32_t replicas = 0;  // 0: every node holds every shard
   std::string node_name;  // for messages; default: SLURMD_NODENAME or the hostname
   size_t threads = 0;
-  uint64_t cache_size = 0;      // bytes for files fetched from peers; 0: half the free space left
-  bool peers = true;            // fetch from other agents (else straight from the dataset)
-  bool prefetch = true;         // on first use of a remote shard, stream all of it into the cache
-  std::string unpack = "auto";  // auto|eager|lazy, see --unpack
-  std::string job_id;           // the Slurm job id, with the PMIx namespace the job's identity
-  std::string peer_addr;        // address or interface for the peer service; "" picks one
+  uint64_t cache_size = 0;        // bytes for files fetched from peers; 0: half the free space left
+  bool peers = true;              // fetch from other agents (else straight from the dataset)
+  bool prefetch = true;           // on first use of a remote shard, stream all of it into the cache
+  uint32_t prefetch_streams = 0;  // shards streamed at once; 0: a quarter of the usable CPUs, 1-4
+  std::string unpack = "auto";    // auto|eager|lazy, see --unpack
+  std::string job_id;             // the Slurm job id, with the PMIx namespace the job's identity
+  std::string peer_addr;          // address or interface for the peer service; "" picks one
 };
 
 using run_dir::kSocketName;

@@ -40,13 +40,15 @@ RemoteFiles::Counters RemoteFiles::counters() const {
 }
 
 void RemoteFiles::Stop() {
+  std::vector<std::thread> threads;  // a later caller finds none left to join
   {
     std::lock_guard<std::mutex> l(prefetch_mu_);
     prefetch_stop_ = true;
+    threads.swap(prefetchers_);
   }
   stopping_ = true;
   prefetch_cv_.notify_all();
-  if (prefetcher_.joinable()) prefetcher_.join();
+  for (auto& t : threads) t.join();
 }
 
 Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
@@ -246,7 +248,8 @@ void RemoteFiles::MaybePrefetch(uint32_t shard) {
   // Only what fits without evicting anything: prefetch must never push out files in use.
   if (shard_raw_bytes_[shard] > cache_.free_bytes()) return;
   prefetch_queue_.push_back(shard);
-  if (!prefetcher_.joinable()) prefetcher_ = std::thread([this] { PrefetchLoop(); });
+  while (prefetchers_.size() < std::max<uint32_t>(ctx_.prefetch_streams, 1))
+    prefetchers_.emplace_back([this] { PrefetchLoop(); });
   prefetch_cv_.notify_one();
 }
 

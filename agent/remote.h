@@ -33,8 +33,9 @@ class RemoteFiles {
     const format::Dictionary* dict = nullptr;
     std::string dataset;  // DS.fs, for reads from the source
     uint32_t rank = 0, size = 1, replicas = 1;
-    bool peers = true;     // fetch from other agents (else from the dataset)
-    bool prefetch = true;  // stream whole remote shards into the cache in the background
+    bool peers = true;              // fetch from other agents (else from the dataset)
+    bool prefetch = true;           // stream whole remote shards into the cache in the background
+    uint32_t prefetch_streams = 1;  // shards streamed at once (one thread each)
   };
   struct Counters {
     uint64_t opens_remote, opens_cached, opens_fallback;
@@ -93,7 +94,7 @@ class RemoteFiles {
   std::vector<uint64_t> shard_raw_bytes_;
   bool prefetch_stop_ = false;
   std::atomic<bool> stopping_{false};
-  std::thread prefetcher_;
+  std::vector<std::thread> prefetchers_;  // started with the first shard queued
   std::atomic<uint64_t> opens_remote_{0}, opens_cached_{0}, opens_fallback_{0};
   std::atomic<uint64_t> bytes_remote_{0}, bytes_cached_{0}, bytes_fallback_{0}, peer_errors_{0};
   std::atomic<uint64_t> prefetched_files_{0}, prefetched_bytes_{0}, prefetched_shards_{0};

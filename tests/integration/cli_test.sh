@@ -232,7 +232,7 @@ expect_fail "fanstore-agent with an unknown option" 2 "not expected: --frobnicat
 expect_fail "fanstore-agent without --run-dir" 2 "--run-dir is required" "$A" --dataset ds.fs --local-dir l --mount /m
 agent_help=$("$A" --help)
 for opt in --dataset --local-dir --run-dir --mount --bootstrap --replicas --threads --cache-size --no-peers \
-  --no-prefetch --unpack --node-name --job-id --peer-addr --stats-out --verbose --quiet --help; do
+  --no-prefetch --prefetch-streams --unpack --node-name --job-id --peer-addr --stats-out --verbose --quiet --help; do
   check "fanstore-agent --help lists $opt" grep -qE -- "(^|[ ,])$opt( |$)" <<<"$agent_help"
 done
 expect_fail "fanstore-agent --read-entry with a bad index" 2 "INDEX: 'x' is not a whole number" "$A" --read-entry ds.fs 0 x

@@ -159,13 +159,14 @@ except OSError as e:
     print('error', errno.errorcode[e.errno])" 2>&1)
 check "a frame corrupted on the dataset gives EIO, never bad bytes ($vpath)" grep -q "error EIO" <<<"$out"
 
-echo "== prefetch of a shard with a file larger than one transfer piece (4 MiB)"
+echo "== prefetch, 3 streams at once, of shards with a file larger than one transfer piece (4 MiB)"
 kill "$MPI_PID" 2>/dev/null; wait "$MPI_PID" 2>/dev/null; MPI_PID=
-mkdir -p src2/a && head -c $((10 << 20)) /dev/urandom > src2/a/big && seq 1 3000 > src2/a/small
-"$F" pack src2 ds2.fs -q --shard-size 4M && chmod -R a+rX ds2.fs
+mkdir -p src2/a src2/b && head -c $((10 << 20)) /dev/urandom > src2/a/big && seq 1 3000 > src2/a/small
+for i in $(seq 12); do head -c $((1 << 20)) /dev/urandom > src2/b/f$i; done
+"$F" pack src2 ds2.fs -q --shard-size 2M && chmod -R a+rX ds2.fs
 RD=$RD.pf
 runuser -u fsalice -- mpirun -np 2 "$B/bin/fanstore-agent" --dataset "$T/ds2.fs" --local-dir "$T/local/pf%r" \
-  --run-dir "$RD.%r" --mount $M --replicas 1 --quiet >>agents.log 2>&1 &
+  --run-dir "$RD.%r" --mount $M --replicas 1 --prefetch-streams 3 --quiet >>agents.log 2>&1 &
 MPI_PID=$!
 for _ in $(seq 100); do ready 0 && ready 1 && break; sleep 0.1; done
 big_rank=$(for r in 0 1; do [[ -f $T/local/pf$r/data/a/big ]] && echo $r; done)
@@ -176,6 +177,12 @@ check "agent $other prefetched the 10 MiB file held by agent $big_rank ($(field 
 got=$(client $other cat $M/a/big | md5sum)
 check "it reads back identical" test "$got" == "$(md5sum < src2/a/big)"
 check "that open was a cached one ($(field "$(stats $other)" "['opens']"))" test "$(field "$(stats $other)" "['opens']['cached']")" -ge 1
+remote_shards=$($PY -c "import json; print(len(json.load(open('$RD.$big_rank/status.json'))['shards']))")
+for _ in $(seq 100); do [[ $(field "$(stats $other)" "['prefetch']['shards']") -ge $remote_shards ]] && break; sleep 0.1; done
+check "agent $other streamed each of the $remote_shards shards of agent $big_rank once ($(field "$(stats $other)" "['prefetch']"))" \
+  test "$(field "$(stats $other)" "['prefetch']['shards']")" -eq "$remote_shards"
+got=$(client $other bash -c "cd $M && find . -type f | LC_ALL=C sort | xargs md5sum")
+check "every file reads back identical through agent $other" test "$got" == "$(hashes src2)"
 echo "== one agent's stage-in fails after the indexes are exchanged"
 # The frame corrupted above is in a shard of rank 1: its copy (lazy) or unpack (eager) fails
 # while rank 0 stages fine. The second round of the exchange must fail both, naming the cause.
