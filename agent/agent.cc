@@ -112,6 +112,7 @@ void Agent::Cancel() {
 Status Agent::StartPeerService() {
   if (boot_->size() < 2 || !cfg_.peers) return Status::OK();
   peer_pool_ = std::make_unique<ThreadPool>(8);
+  peer_stream_pool_ = std::make_unique<ThreadPool>(PeerServer::kStreamThreads);
   const PeerIdentity me{wire::JobKey(boot_->nspace(), cfg_.job_id), boot_->rank()};
   remote_.peers().SetIdentity(me);
   auto addr = PeerListenAddress(cfg_.peer_addr);
@@ -119,7 +120,7 @@ Status Agent::StartPeerService() {
   return peer_server_.Start(
       *addr, me,
       [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
-      [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get());
+      [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get(), peer_stream_pool_.get());
 }
 
 Result<std::string> Agent::ExchangeMessage(const Shards& shards) {
@@ -175,11 +176,12 @@ void Agent::InitRoles() {
   rc.prefetch = cfg_.prefetch;
   rc.prefetch_streams = cfg_.prefetch_streams;
   if (rc.prefetch_streams == 0) {
-    // Each stream's receiving side keeps about one core busy (docs/benchmarks.md, C1): more
-    // streams where the job was given more cores, leaving most of them to the job.
+    // Each stream's receiving side keeps about one core busy (docs/benchmarks.md, C1): a second
+    // one where the job was given 16 cores or more. Holders serve PeerServer::kStreamThreads
+    // streams at once, so the average load of every holder stays below that.
     cpu_set_t cpus;
     const int n = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    rc.prefetch_streams = static_cast<uint32_t>(std::clamp(n / 4, 1, 4));
+    rc.prefetch_streams = static_cast<uint32_t>(std::clamp(n / 8, 1, 2));
   }
   remote_.Init(std::move(rc), cfg_.local_dir + "/cache",
                mine_.size() == index_.size() ? 0 : cache_capacity_);

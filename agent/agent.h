@@ -52,7 +52,7 @@ struct Config {
   uint64_t cache_size = 0;        // bytes for files fetched from peers; 0: half the free space left
   bool peers = true;              // fetch from other agents (else straight from the dataset)
   bool prefetch = true;           // on first use of a remote shard, stream all of it into the cache
-  uint32_t prefetch_streams = 0;  // shards streamed at once; 0: a quarter of the usable CPUs, 1-4
+  uint32_t prefetch_streams = 0;  // shards streamed at once; 0: one per 8 usable CPUs, 1-2
   std::string unpack = "auto";    // auto|eager|lazy, see --unpack
   std::string job_id;             // the Slurm job id, with the PMIx namespace the job's identity
   std::string peer_addr;          // address or interface for the peer service; "" picks one
@@ -193,7 +193,7 @@ class Agent {
   std::atomic<table::ClientCounters*> client_counters_{nullptr};
 
   LocalServer server_;
-  std::unique_ptr<ThreadPool> peer_pool_;
+  std::unique_ptr<ThreadPool> peer_pool_, peer_stream_pool_;
   PeerServer peer_server_;
   std::atomic<bool> serving_{false};  // peers are served once the share is staged
   bool created_local_ = false, created_run_ = false;

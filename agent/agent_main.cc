@@ -117,10 +117,10 @@ void AddPeerOptions(CLI::App& app, Config* cfg) {
       "fetch remote files one by one only; by default the first use of a\n"
       "remote shard streams the whole shard into the cache when it fits");
   app.add_option("--prefetch-streams", cfg->prefetch_streams,
-                 "remote shards streamed into the cache at once, one thread each\n"
-                 "(default: a quarter of the CPUs this agent may use, 1 to 4)")
+                 "remote shards streamed into the cache at once, one thread each,\n"
+                 "1 to 4 (default: 2 with 16 CPUs or more to use, else 1)")
       ->type_name("N")
-      ->check(args::IntRange(1, 64));
+      ->check(args::IntRange(1, 4));
   app.add_option("--job-id", cfg->job_id,
                  "the Slurm job id; with the PMIx namespace it binds the peers'\n"
                  "credentials to this job (default: SLURM_JOB_ID)")

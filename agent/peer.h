@@ -56,12 +56,16 @@ class PeerServer {
   static constexpr int kMaxConnections = 512;
   static constexpr int kHandshakeMs = 5000;  // from accept to the end of the handshake
   static constexpr int kRequestMs = 10000;   // from a request's first byte to its last
+  // Whole-shard streams served at once, on a pool of their own: however many clients stream,
+  // single-file requests and handshakes keep the main pool.
+  static constexpr int kStreamThreads = 4;
 
   PeerServer();
   ~PeerServer();
-  // Listens on `addr`, on an ephemeral port. `pool` runs the handshakes and the requests.
+  // Listens on `addr`, on an ephemeral port. `pool` runs the handshakes and the requests,
+  // `streams` the whole-shard streams (default: `pool`).
   Status Start(const std::string& addr, PeerIdentity me, LocalFileFn local,
-               ShardFilesFn shard_files, ThreadPool* pool);
+               ShardFilesFn shard_files, ThreadPool* pool, ThreadPool* streams = nullptr);
   void Stop();
   std::string Endpoint() const;  // "addr:port"; "" before Start
   uint64_t refused() const { return refused_.load(); }
@@ -84,6 +88,7 @@ class PeerServer {
   LocalFileFn local_;
   ShardFilesFn shard_files_;
   ThreadPool* pool_ = nullptr;
+  ThreadPool* streams_ = nullptr;
   std::string addr_;
   UniqueFD listen_fd_, epoll_fd_, wake_fd_;
   uint16_t port_ = 0;

@@ -49,11 +49,12 @@ PeerServer::PeerServer() = default;
 PeerServer::~PeerServer() { Stop(); }
 
 Status PeerServer::Start(const std::string& addr, PeerIdentity me, LocalFileFn local,
-                         ShardFilesFn shard_files, ThreadPool* pool) {
+                         ShardFilesFn shard_files, ThreadPool* pool, ThreadPool* streams) {
   me_ = std::move(me);
   local_ = std::move(local);
   shard_files_ = std::move(shard_files);
   pool_ = pool;
+  streams_ = streams ? streams : pool;
   addr_ = addr;
   listen_fd_.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listen_fd_.valid()) return Status::FromErrno("peer service: socket", errno);
@@ -211,7 +212,11 @@ void PeerServer::OnReadable(int fd) {
     c->busy = true;
   }
   busy_++;
-  pool_->Submit([this, c] {
+  // The op only picks the pool: Serve checks the request's tag before acting on it.
+  wire::Header h{};
+  if (c->phase == wire::Phase::kReady && c->in.size() >= sizeof h)
+    std::memcpy(&h, c->in.data(), sizeof h);
+  (h.op == wire::kGetShard ? streams_ : pool_)->Submit([this, c] {
     Serve(c);
     busy_--;
   });

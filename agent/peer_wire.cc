@@ -138,8 +138,8 @@ void Mac::Begin(const Header& h) {
   static_assert(crypto_onetimeauth_KEYBYTES == crypto_kdf_KEYBYTES, "one-time key from the KDF");
   crypto_kdf_derive_from_key(sub, sizeof sub, counter_, dir_ ? "FSP2s2c_" : "FSP2c2s_",
                              key_.data());
-  if (!ctx_ && Poly1305()) ctx_.reset(EVP_MAC_CTX_new(Poly1305()));
-  if (ctx_ && EVP_MAC_init(ctx_.get(), sub, sizeof sub, nullptr) != 1) ctx_.reset();
+  if (counter_ == 0 && UsesLibcrypto()) ctx_.reset(EVP_MAC_CTX_new(Poly1305()));
+  failed_ = ctx_ && EVP_MAC_init(ctx_.get(), sub, sizeof sub, nullptr) != 1;
   if (!ctx_) crypto_onetimeauth_init(&state_, sub);
   sodium_memzero(sub, sizeof sub);
   Update(&h, sizeof h);
@@ -147,22 +147,24 @@ void Mac::Begin(const Header& h) {
 
 void Mac::Update(const void* data, size_t len) {
   const auto* p = static_cast<const unsigned char*>(data);
-  if (ctx_)
-    EVP_MAC_update(ctx_.get(), p, len);
-  else
+  if (!ctx_)
     crypto_onetimeauth_update(&state_, p, len);
+  else if (!failed_)
+    failed_ = EVP_MAC_update(ctx_.get(), p, len) != 1;
 }
 
 Tag Mac::Finish() {
   Tag t;
   size_t n = 0;
-  // A failed final leaves a tag that matches nothing: the message is refused, never accepted.
-  if (ctx_ && (EVP_MAC_final(ctx_.get(), t.data(), &n, t.size()) != 1 || n != t.size()))
-    Random(t.data(), t.size());
-  if (!ctx_) crypto_onetimeauth_final(&state_, t.data());
+  if (!ctx_)
+    crypto_onetimeauth_final(&state_, t.data());
+  else if (failed_ || EVP_MAC_final(ctx_.get(), t.data(), &n, t.size()) != 1 || n != t.size())
+    Random(t.data(), t.size());  // a tag that matches nothing: the message is refused
   counter_++;
   return t;
 }
+
+bool Mac::UsesLibcrypto() { return Poly1305() != nullptr; }
 
 bool Mac::Equal(const Tag& a, const Tag& b) { return crypto_verify_16(a.data(), b.data()) == 0; }
 

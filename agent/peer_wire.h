@@ -99,6 +99,7 @@ class Mac {
   Tag Finish();  // and moves on to the next message number
   bool Verify(const Tag& t) { return Equal(Finish(), t); }
   static bool Equal(const Tag& a, const Tag& b);
+  static bool UsesLibcrypto();  // false: libcrypto has no Poly1305 here, libsodium's is used
 
  private:
   struct CtxFree {
@@ -107,6 +108,7 @@ class Mac {
   Key key_{};
   bool dir_ = false;
   uint64_t counter_ = 0;
+  bool failed_ = false;  // a libcrypto call failed: this message's tag matches nothing
   std::unique_ptr<EVP_MAC_CTX, CtxFree> ctx_;  // null: libsodium's state below
   crypto_onetimeauth_state state_;
 };

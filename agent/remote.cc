@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
 #include <optional>
+#include <system_error>
 
 #include "agent/placement.h"
 #include "common/hash.h"
@@ -40,7 +42,8 @@ RemoteFiles::Counters RemoteFiles::counters() const {
 }
 
 void RemoteFiles::Stop() {
-  std::vector<std::thread> threads;  // a later caller finds none left to join
+  std::lock_guard<std::mutex> stop(stop_mu_);  // a second caller returns once they are joined
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> l(prefetch_mu_);
     prefetch_stop_ = true;
@@ -248,8 +251,14 @@ void RemoteFiles::MaybePrefetch(uint32_t shard) {
   // Only what fits without evicting anything: prefetch must never push out files in use.
   if (shard_raw_bytes_[shard] > cache_.free_bytes()) return;
   prefetch_queue_.push_back(shard);
-  while (prefetchers_.size() < std::max<uint32_t>(ctx_.prefetch_streams, 1))
-    prefetchers_.emplace_back([this] { PrefetchLoop(); });
+  try {
+    while (prefetchers_.size() < std::max<uint32_t>(ctx_.prefetch_streams, 1))
+      prefetchers_.emplace_back([this] { PrefetchLoop(); });
+  } catch (const std::system_error& e) {  // no thread to spare: the streams started do the rest
+    LOG_WARN("prefetch: %zu of %u streams started: %s", prefetchers_.size(), ctx_.prefetch_streams,
+             e.what());
+    if (prefetchers_.empty()) prefetch_queue_.clear();  // remote files are fetched on open
+  }
   prefetch_cv_.notify_one();
 }
 

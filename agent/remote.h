@@ -87,6 +87,7 @@ class RemoteFiles {
   std::unordered_map<uint32_t, UniqueFD> shard_fds_;  // shards opened for reads from the source
   std::counting_semaphore<kMaxSourceReads> source_slots_{kMaxSourceReads};
   std::atomic<int> source_in_flight_{0}, source_peak_{0};
+  std::mutex stop_mu_;  // Stop() from more than one thread
   std::mutex prefetch_mu_;
   std::condition_variable prefetch_cv_;
   std::vector<uint32_t> prefetch_queue_;

@@ -70,6 +70,10 @@ Status WriteFull(int fd, const void* buf, size_t len, const std::string& what) {
   return Status::OK();
 }
 
+namespace {
+const char kZeros[SparseWriter::kBlock] = {};
+}  // namespace
+
 Status SparseWriter::Put(const char* p, size_t n) {
   uint64_t at = off_;
   while (n > 0) {
@@ -87,8 +91,7 @@ Status SparseWriter::Put(const char* p, size_t n) {
 }
 
 Status SparseWriter::Blocks(const char* p, size_t n) {
-  static const char kZeros[kBlock] = {};  // a short last block is data
-  auto zero_block = [&](size_t at) {
+  auto zero_block = [&](size_t at) {  // a short last block is data
     return n - at >= kBlock && std::memcmp(p + at, kZeros, kBlock) == 0;
   };
   while (n > 0) {
@@ -128,7 +131,6 @@ Status SparseWriter::Write(std::string_view piece) {
   const size_t whole = piece.size() / kBlock * kBlock, tail = piece.size() - whole;
   // A short last block with data in it is data whatever follows: written with the run before
   // it, so that a file given in one piece takes one pwrite. One of zeros waits for the rest.
-  static const char kZeros[kBlock] = {};
   if (tail > 0 && std::memcmp(piece.data() + whole, kZeros, tail) != 0) {
     FS_RETURN_IF_ERROR(Blocks(piece.data(), piece.size()));
     data_tail_ = kBlock - tail;

@@ -256,6 +256,8 @@ class Agent:
         self.ctx, self.name, self.dataset, self.np, self.replicas = ctx, name, dataset, np, replicas
         self.extra = list(extra)
         self.rank_extra = rank_extra or {}  # rank -> more options for that rank alone
+        if self.rank_extra and np < 2:
+            raise BenchError(f"agent {name}: options per rank need np >= 2")
         self.mount = mount or f"/fanstore/bench-{name}"
         self.local_t = os.path.join(ctx.local, f"{name}-%r")
         self.run_t = os.path.join(ctx.rundir, f"{name}-%r")
@@ -1030,9 +1032,7 @@ def _cost_local(ctx, name, i):
     ag = Agent(ctx, f"c1l-{name}{i}", d["fs"], extra=["--unpack", "lazy"])
     ag.start()
     try:
-        rd = ag.d(ag.run_t, 0)
-        st = agent_stats(rd)
-        cpu = st["cpu_seconds"]
+        st = agent_stats(ag.d(ag.run_t, 0))
         lst, _ = shuffled_list(ctx, name, seed=21, tag="-c1")
         a0, c0 = agents_cpu(ag), children_cpu()
         fs = run_json([ctx.fsbench, "read", ag.mount, lst], env=ag.env(0))
@@ -1043,11 +1043,11 @@ def _cost_local(ctx, name, i):
         ag.stop()
     if fs["hash"] != nat["hash"] or fs["files"] != d["files"]:
         raise BenchError(f"C1 {name}: the serving pass read other data than native")
-    gb, mf = d["raw_bytes"] / 1e9, d["files"] / 1e6
-    return {"stage": (st["bytes_read_from_source"] / 1e9, mf, cpu["ready"]),
+    cpu, read = st["cpu_seconds"], (d["raw_bytes"] / 1e9, d["files"] / 1e6)
+    return {"stage": (st["bytes_read_from_source"] / 1e9, read[1], cpu["ready"]),
             "unpack": (st["bytes_staged"] / 1e9, st["files_staged"] / 1e6, cpu["unpacked"] - cpu["ready"]),
-            "serve": (gb, mf, (c1 - c0) - (c2 - c1) + (a1 - a0)),
-            "native": (gb, mf, c2 - c1)}
+            "serve": read + ((c1 - c0) - (c2 - c1) + (a1 - a0),),
+            "native": read + (c2 - c1,)}
 
 
 def _cost_peer(ctx, name, i):
@@ -1128,15 +1128,15 @@ def wl_cost(ctx):
                      measured=measured, rounds=reps, phases=COST_PHASES)
     # The model's check: R4-node (one node's work of the default mode) on this machine's cores.
     r4 = ctx.results["workloads"].get("R4")
-    if r4:
+    if r4 and all(None not in model[p].values() for p in ("peer", "serve", "native")):
         node = [s for s in r4["arms"]["fanstore_node"] if not s.get("warmup")]
         gb, mf = median([s["bytes"] for s in node]) / 1e9, median([s["files"] for s in node]) / 1e6
         cpu = sum(model[p]["s_per_gb"] * gb + model[p]["s_per_mfile"] * mf for p in ("peer", "serve", "native"))
         w["check"] = {"predicted_seconds": cpu / ctx.cores, "measured_seconds": median([s["seconds"] for s in node]),
                       "cores": ctx.cores, "gb": gb, "mfiles": mf}
     phases = "; ".join(f"{ph} {fmt(m['s_per_gb'])} s/GB + {fmt(m['s_per_mfile'])} s/M files" for ph, m in model.items())
-    if "check" in w:
-        c = w["check"]
+    c = w.get("check")
+    if c and c["predicted_seconds"] > 0:  # a fit through noise can go negative: then no row
         add_row(ctx, "C1", "the CPU-cost model's time for R4-node (its peer, serving and native-read CPU over this "
                 f"machine's {ctx.cores} cores) against R4-node's measured time (diagnostic)", "model", c["predicted_seconds"],
                 c["measured_seconds"], "s", "report", None, higher_is_better=False,
