@@ -123,6 +123,11 @@ TEST_F(AgentTest, ServesEveryFileAndCountsTheOpens) {
   EXPECT_EQ(j["unpack"]["mode"], "eager");
   EXPECT_EQ(j["unpack"]["done"], true);
   EXPECT_EQ(j["size"], 1);
+  // CPU seconds at ready, at the unpack's end (eager: the same) and now, in that order.
+  const auto& cpu = j["cpu_seconds"];
+  EXPECT_GT(cpu["ready"].get<double>(), 0);
+  EXPECT_EQ(cpu["unpacked"], cpu["ready"]);
+  EXPECT_GE(cpu["now"].get<double>(), cpu["ready"].get<double>());
   // The same counters over the socket, as `fanstore stats` reads them.
   auto a = Ask(c.get(), proto::kStats);
   ASSERT_EQ(a.rc, 0);
@@ -163,6 +168,8 @@ TEST_F(AgentTest, LazyUnpackServesAFileBeforeTheBackgroundPass) {
   EXPECT_EQ(j["unpack"]["mode"], "lazy");
   EXPECT_EQ(j["unpack"]["done"], false);
   EXPECT_EQ(j["unpack"]["on_demand"], 0);
+  EXPECT_GT(j["cpu_seconds"]["ready"].get<double>(), 0);
+  EXPECT_EQ(j["cpu_seconds"]["unpacked"], 0);  // not yet
 
   const std::string path = ds_.files().begin()->first;
   UniqueFD c = Client();

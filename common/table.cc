@@ -136,8 +136,10 @@ Status SortByPath(const AllNodes& nodes, std::vector<uint32_t>* order, std::vect
 
 // The image's layout for `n` entries and `string_bytes` of strings (the roots first).
 Header Layout(uint32_t n, uint64_t string_bytes, uint32_t xattr_count, const BuildOptions& opts) {
-  uint32_t buckets = 16;
-  while (buckets < 2ull * n) buckets <<= 1;
+  // Load factor 1/2, any count: 8-byte slots at 2n take 16 bytes per entry, where 4-byte ones
+  // at the power of two >= 2n took 8-16 (at 1.33M entries: 21 MB, was 17; stat 0.97 -> 0.79 s).
+  const uint32_t buckets =
+      static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(16, 2 * uint64_t{n}), kNone - 1));
   Header h;
   std::memset(&h, 0, sizeof h);
   std::memcpy(h.magic, kMagic, sizeof kMagic);
@@ -145,7 +147,7 @@ Header Layout(uint32_t n, uint64_t string_bytes, uint32_t xattr_count, const Bui
   h.entry_count = n;
   h.bucket_count = buckets;
   h.buckets_off = Align8(sizeof(Header));
-  h.entries_off = Align8(h.buckets_off + uint64_t{buckets} * 4);
+  h.entries_off = Align8(h.buckets_off + uint64_t{buckets} * sizeof(Bucket));
   h.children_off = h.entries_off + uint64_t{n} * sizeof(Entry);
   h.children_count = n > 0 ? n - 1 : 0;
   h.strings_off = Align8(h.children_off + h.children_count * 4);
@@ -174,7 +176,7 @@ void LinkChildren(const Header& h, char* base) {
   const uint32_t n = h.entry_count, buckets = h.bucket_count;
   auto* entries = reinterpret_cast<Entry*>(base + h.entries_off);
   auto* children = reinterpret_cast<uint32_t*>(base + h.children_off);
-  auto* table = reinterpret_cast<uint32_t*>(base + h.buckets_off);
+  auto* table = reinterpret_cast<Bucket*>(base + h.buckets_off);
   for (uint32_t i = 0, next = 0; i < n; i++) {
     if (S_ISREG(entries[i].mode)) continue;  // no children: its fields hold its source
     entries[i].first_child = next;
@@ -186,11 +188,11 @@ void LinkChildren(const Header& h, char* base) {
     children[p.first_child + p.child_count++] = i;
     if (S_ISDIR(entries[i].mode)) p.aux++;
   }
-  std::memset(table, 0xff, uint64_t{buckets} * 4);  // kNone
+  std::memset(table, 0xff, uint64_t{buckets} * sizeof(Bucket));  // kNone
   for (uint32_t i = 0; i < n; i++) {
-    uint32_t b = static_cast<uint32_t>(entries[i].hash) & (buckets - 1);
-    while (table[b] != kNone) b = (b + 1) & (buckets - 1);
-    table[b] = i;
+    uint32_t b = Slot(entries[i].hash, buckets);
+    while (table[b].entry != kNone) b = b + 1 == buckets ? 0 : b + 1;
+    table[b] = Bucket{i, entries[i].path_off};
   }
 }
 
@@ -480,18 +482,18 @@ Status TableView::Validate(size_t len, bool check_entries) {
   if (h.version != kVersion) return Status::Corruption("table: unsupported version");
   auto fits = [len](uint64_t off, uint64_t bytes) { return off <= len && bytes <= len - off; };
   if (h.total_size != len || h.entry_count == 0 || h.bucket_count == 0 ||
-      (h.bucket_count & (h.bucket_count - 1)) != 0 || h.bucket_count < h.entry_count ||
-      !fits(h.buckets_off, uint64_t{h.bucket_count} * 4) ||
+      h.bucket_count <= h.entry_count ||
+      !fits(h.buckets_off, uint64_t{h.bucket_count} * sizeof(Bucket)) ||
       !fits(h.entries_off, uint64_t{h.entry_count} * sizeof(Entry)) ||
       !fits(h.children_off, h.children_count * 4) || !fits(h.strings_off, h.strings_size) ||
-      h.entries_off % 8 != 0 || h.buckets_off % 4 != 0 || h.children_off % 4 != 0 ||
+      h.entries_off % 8 != 0 || h.buckets_off % 8 != 0 || h.children_off % 4 != 0 ||
       h.local_root_off + h.local_root_len > h.strings_size ||
       h.cache_root_off + h.cache_root_len > h.strings_size || h.dataset_off > h.strings_size ||
       h.dataset_len > h.strings_size - h.dataset_off || h.tool_off > h.strings_size ||
       h.tool_len > h.strings_size - h.tool_off || h.xattrs_off % 8 != 0 ||
       !fits(h.xattrs_off, uint64_t{h.xattr_count} * sizeof(XattrRef)))
     return Status::Corruption("table: inconsistent header");
-  buckets_ = reinterpret_cast<const uint32_t*>(base_ + h.buckets_off);
+  buckets_ = reinterpret_cast<const Bucket*>(base_ + h.buckets_off);
   entries_ = reinterpret_cast<const Entry*>(base_ + h.entries_off);
   children_ = reinterpret_cast<const uint32_t*>(base_ + h.children_off);
   strings_ = base_ + h.strings_off;
@@ -517,7 +519,9 @@ Status TableView::Validate(size_t len, bool check_entries) {
         xattrs_[i].entry >= h.entry_count || (i > 0 && xattrs_[i].entry <= xattrs_[i - 1].entry))
       return Status::Corruption("table: extended attributes out of bounds");
   for (uint32_t i = 0; i < h.bucket_count; i++)
-    if (buckets_[i] != kNone && buckets_[i] >= h.entry_count)
+    if (buckets_[i].entry != kNone &&
+        (buckets_[i].entry >= h.entry_count ||
+         buckets_[i].path_off != entries_[buckets_[i].entry].path_off))
       return Status::Corruption("table: bucket out of bounds");
   if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0)
     return Status::Corruption("table: bad root");
@@ -532,12 +536,16 @@ std::string_view TableView::Name(const Entry& e) const {
 
 const Entry* TableView::Lookup(std::string_view rel) const {
   const uint64_t h = Xxh3(rel);
-  const uint32_t mask = hdr_->bucket_count - 1;
-  for (uint32_t b = static_cast<uint32_t>(h) & mask, probes = 0; probes <= mask;
-       b = (b + 1) & mask, probes++) {
-    uint32_t i = buckets_[b];
-    if (i == kNone) return nullptr;
-    const Entry& e = entries_[i];
+  const uint32_t count = hdr_->bucket_count;
+  for (uint32_t b = Slot(h, count), probes = 0; probes < count;
+       b = b + 1 == count ? 0 : b + 1, probes++) {
+    const Bucket bk = buckets_[b];
+    if (bk.entry == kNone) return nullptr;
+    // The path's line is fetched while the entry's is (a prefetch never faults, whatever the
+    // offset); the comparison below reads the entry's own offset.
+    __builtin_prefetch(
+        reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(strings_) + bk.path_off));
+    const Entry& e = entries_[bk.entry];
     if (e.hash == h && e.path_len == rel.size() &&
         std::memcmp(strings_ + e.path_off, rel.data(), rel.size()) == 0)
       return &e;

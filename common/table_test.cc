@@ -250,6 +250,25 @@ TEST(TableView, RejectsCorruptImage) {
   reinterpret_cast<Header*>(bad.data())->entry_count = 1000000;
   EXPECT_FALSE(v.Attach(bad).ok());
   EXPECT_FALSE(v.Attach(std::string_view(img.value()).substr(0, 10)).ok());
+  // A slot that names a missing entry, or another path than its entry's.
+  const Header& h = *reinterpret_cast<const Header*>(img.value().data());
+  ASSERT_GT(h.bucket_count, h.entry_count);
+  for (int field = 0; field < 2; field++) {
+    bad = img.value();
+    auto* slots = reinterpret_cast<Bucket*>(bad.data() + h.buckets_off);
+    Bucket* used = nullptr;
+    for (uint32_t i = 0; i < h.bucket_count && !used; i++)
+      if (slots[i].entry != kNone) used = &slots[i];
+    ASSERT_NE(used, nullptr);
+    if (field == 0)
+      used->entry = h.entry_count;
+    else
+      used->path_off += 1;
+    EXPECT_FALSE(v.Attach(bad).ok()) << "field " << field;
+  }
+  ASSERT_TRUE(v.Attach(img.value()).ok());
+  EXPECT_NE(v.Lookup("f"), nullptr);
+  EXPECT_EQ(v.Lookup("g"), nullptr);
 }
 
 }  // namespace
