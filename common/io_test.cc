@@ -114,6 +114,20 @@ TEST_F(IoTest, WriteFullWritesEverythingOrNamesTheTarget) {
   EXPECT_NE(s.message().find("the read end"), std::string::npos);
 }
 
+// Writes `data` to a new file through a SparseWriter, in pieces of `piece` bytes; checks that
+// the same bytes read back and returns the file, open, for its holes.
+UniqueFD WriteSparse(const std::string& path, const std::string& data, size_t piece) {
+  UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  EXPECT_TRUE(fd.valid());
+  SparseWriter w(fd.get(), path);
+  for (size_t at = 0; at < data.size(); at += piece)
+    EXPECT_TRUE(w.Write(std::string_view(data).substr(at, piece)).ok());
+  EXPECT_TRUE(w.Finish().ok());
+  auto back = ReadSmallFile(path, 1 << 20);
+  EXPECT_TRUE(back.ok() && *back == data) << "pieces of " << piece;
+  return fd;
+}
+
 // Whole aligned blocks of zeros become holes, wherever the pieces end; the bytes read back are
 // the same, and a file that ends in a hole gets its size.
 TEST_F(IoTest, SparseWriterLeavesHolesForBlocksOfZeros) {
@@ -122,16 +136,7 @@ TEST_F(IoTest, SparseWriterLeavesHolesForBlocksOfZeros) {
   data.replace(B + 10, 4, "data");  // block 1 holds data; 0, 2, 3 and 4 are zeros
   data[2 * B - 1] = 'x';
   for (size_t piece : {size_t{1000}, B, B + 12, 3 * B + 7, data.size()}) {
-    const std::string path = dir_ + "/sparse" + std::to_string(piece);
-    UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    ASSERT_TRUE(fd.valid());
-    SparseWriter w(fd.get(), path);
-    for (size_t at = 0; at < data.size(); at += piece)
-      ASSERT_TRUE(w.Write(std::string_view(data).substr(at, piece)).ok());
-    ASSERT_TRUE(w.Finish().ok());
-    auto back = ReadSmallFile(path, 1 << 20);
-    ASSERT_TRUE(back.ok());
-    EXPECT_EQ(*back, data) << "pieces of " << piece;
+    UniqueFD fd = WriteSparse(dir_ + "/sparse" + std::to_string(piece), data, piece);
     EXPECT_EQ(::lseek(fd.get(), 0, SEEK_DATA), static_cast<off_t>(B)) << "pieces of " << piece;
     EXPECT_EQ(::lseek(fd.get(), B, SEEK_HOLE), static_cast<off_t>(2 * B)) << "pieces of " << piece;
   }
@@ -144,14 +149,7 @@ TEST_F(IoTest, SparseWriterShortLastBlock) {
   std::string data(2 * B + 100, 'd');
   data.replace(B, B, std::string(B, '\0'));  // a hole in the middle
   for (size_t piece : {size_t{50}, B + 50, data.size()}) {
-    const std::string path = dir_ + "/short" + std::to_string(piece);
-    UniqueFD fd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    ASSERT_TRUE(fd.valid());
-    SparseWriter w(fd.get(), path);
-    for (size_t at = 0; at < data.size(); at += piece)
-      ASSERT_TRUE(w.Write(std::string_view(data).substr(at, piece)).ok());
-    ASSERT_TRUE(w.Finish().ok());
-    EXPECT_EQ(ReadSmallFile(path, 1 << 20).value(), data) << "pieces of " << piece;
+    UniqueFD fd = WriteSparse(dir_ + "/short" + std::to_string(piece), data, piece);
     EXPECT_EQ(::lseek(fd.get(), B, SEEK_HOLE), static_cast<off_t>(B)) << "pieces of " << piece;
     EXPECT_EQ(::lseek(fd.get(), B, SEEK_DATA), static_cast<off_t>(2 * B)) << "pieces of " << piece;
   }

@@ -162,7 +162,7 @@ check "a frame corrupted on the dataset gives EIO, never bad bytes ($vpath)" gre
 echo "== prefetch, 3 streams at once, of shards with a file larger than one transfer piece (4 MiB)"
 kill "$MPI_PID" 2>/dev/null; wait "$MPI_PID" 2>/dev/null; MPI_PID=
 mkdir -p src2/a src2/b && head -c $((10 << 20)) /dev/urandom > src2/a/big && seq 1 3000 > src2/a/small
-for i in $(seq 12); do head -c $((1 << 20)) /dev/urandom > src2/b/f$i; done
+for i in $(seq 12); do head -c $((1 << 20)) /dev/urandom > "src2/b/f$i"; done
 "$F" pack src2 ds2.fs -q --shard-size 2M && chmod -R a+rX ds2.fs
 RD=$RD.pf
 runuser -u fsalice -- mpirun -np 2 "$B/bin/fanstore-agent" --dataset "$T/ds2.fs" --local-dir "$T/local/pf%r" \
