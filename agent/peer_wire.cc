@@ -132,13 +132,18 @@ std::string JobKey(std::string_view nspace, std::string_view job_id) {
 
 void Mac::CtxFree::operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
 
+// The implementation is chosen once per session and direction.
+Mac::Mac(const Key& session, bool server_to_client)
+    : key_(session),
+      dir_(server_to_client),
+      ctx_(UsesLibcrypto() ? EVP_MAC_CTX_new(Poly1305()) : nullptr) {}
+
 void Mac::Begin(const Header& h) {
   // One-time Poly1305 key per message: never reused, whatever the message count.
   unsigned char sub[crypto_onetimeauth_KEYBYTES];
   static_assert(crypto_onetimeauth_KEYBYTES == crypto_kdf_KEYBYTES, "one-time key from the KDF");
   crypto_kdf_derive_from_key(sub, sizeof sub, counter_, dir_ ? "FSP2s2c_" : "FSP2c2s_",
                              key_.data());
-  if (counter_ == 0 && UsesLibcrypto()) ctx_.reset(EVP_MAC_CTX_new(Poly1305()));
   failed_ = ctx_ && EVP_MAC_init(ctx_.get(), sub, sizeof sub, nullptr) != 1;
   if (!ctx_) crypto_onetimeauth_init(&state_, sub);
   sodium_memzero(sub, sizeof sub);

@@ -92,7 +92,7 @@ std::string JobKey(std::string_view nspace, std::string_view job_id);
 class Mac {
  public:
   Mac() = default;
-  Mac(const Key& session, bool server_to_client) : key_(session), dir_(server_to_client) {}
+  Mac(const Key& session, bool server_to_client);
   // Tag of the next message: header and payload (which may come in pieces).
   void Begin(const Header& h);
   void Update(const void* data, size_t len);

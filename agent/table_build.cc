@@ -80,8 +80,8 @@ class Agent::IndexNodes : public table::NodeSource {
   }
   // Every symlink and hard link has its target (checked before the build).
   Status Check() const {
-    for (uint64_t r : refs_) {
-      const IndexEntry& e = a_.index_[r >> 32][static_cast<uint32_t>(r)];
+    for (uint32_t k = 0; k < refs_.size(); k++) {
+      const IndexEntry& e = Ref(k);
       if ((e.type == EntryType::kSymlink || e.type == EntryType::kHardLink) &&
           !a_.links_.count(e.path))
         return Status::Corruption(

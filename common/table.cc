@@ -191,17 +191,17 @@ void LinkChildren(const Header& h, char* base) {
   std::memset(table, 0xff, uint64_t{buckets} * sizeof(Bucket));  // kNone
   for (uint32_t i = 0; i < n; i++) {
     uint32_t b = Slot(entries[i].hash, buckets);
-    while (table[b].entry != kNone) b = b + 1 == buckets ? 0 : b + 1;
+    while (table[b].entry != kNone) b = NextSlot(b, buckets);
     table[b] = Bucket{i, entries[i].path_off};
   }
 }
 
 }  // namespace
 
-Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
+Result<std::string> Build(const std::vector<Node>& nodes, const BuildOptions& opts,
                           std::vector<uint32_t>* entry_of) {
   std::string image;
-  FS_RETURN_IF_ERROR(BuildInto(std::move(nodes), opts, entry_of, [&](size_t n) -> Result<char*> {
+  FS_RETURN_IF_ERROR(BuildInto(nodes, opts, entry_of, [&](size_t n) -> Result<char*> {
     image.assign(n, '\0');
     return image.data();
   }));
@@ -256,8 +256,8 @@ static Status LinkNames(const AllNodes& nodes, const std::vector<uint32_t>& orde
   return Status::OK();
 }
 
-Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
-                 const AllocFn& alloc) {
+Status BuildInto(const std::vector<Node>& nodes, const BuildOptions& opts,
+                 std::vector<uint32_t>* entry_of, const AllocFn& alloc) {
   return BuildInto(VectorNodes(nodes), opts, entry_of, alloc);
 }
 
@@ -537,8 +537,7 @@ std::string_view TableView::Name(const Entry& e) const {
 const Entry* TableView::Lookup(std::string_view rel) const {
   const uint64_t h = Xxh3(rel);
   const uint32_t count = hdr_->bucket_count;
-  for (uint32_t b = Slot(h, count), probes = 0; probes < count;
-       b = b + 1 == count ? 0 : b + 1, probes++) {
+  for (uint32_t b = Slot(h, count), probes = 0; probes < count; b = NextSlot(b, count), probes++) {
     const Bucket bk = buckets_[b];
     if (bk.entry == kNone) return nullptr;
     // The path's line is fetched while the entry's is (a prefetch never faults, whatever the

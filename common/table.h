@@ -109,10 +109,12 @@ struct Bucket {
 };
 static_assert(sizeof(Bucket) == 8);
 
-// The first slot of a hash among `count` (multiply-shift: any count, no division).
+// The first slot of a hash among `count` (multiply-shift: any count, no division), and the
+// slot probed after `b` (linear probing, wrapping around).
 inline uint32_t Slot(uint64_t hash, uint32_t count) {
   return static_cast<uint32_t>((uint64_t{static_cast<uint32_t>(hash)} * count) >> 32);
 }
+inline uint32_t NextSlot(uint32_t b, uint32_t count) { return b + 1 == count ? 0 : b + 1; }
 
 // The extended attributes of entry `entry`: `len` bytes at `off` in strings, encoded
 // (common/xattrs.h).
@@ -189,10 +191,10 @@ class NodeSource {
 using AllocFn = std::function<Result<char*>(size_t)>;
 Status BuildInto(const NodeSource& nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
                  const AllocFn& alloc);
-Status BuildInto(std::vector<Node> nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
-                 const AllocFn& alloc);
+Status BuildInto(const std::vector<Node>& nodes, const BuildOptions& opts,
+                 std::vector<uint32_t>* entry_of, const AllocFn& alloc);
 // The same into a string.
-Result<std::string> Build(std::vector<Node> nodes, const BuildOptions& opts,
+Result<std::string> Build(const std::vector<Node>& nodes, const BuildOptions& opts,
                           std::vector<uint32_t>* entry_of = nullptr);
 
 // Writes `image` to `path` (mode 0600) atomically: a temporary file, then rename.

@@ -1136,9 +1136,10 @@ def wl_cost(ctx):
                       "cores": ctx.cores, "gb": gb, "mfiles": mf}
     phases = "; ".join(f"{ph} {fmt(m['s_per_gb'])} s/GB + {fmt(m['s_per_mfile'])} s/M files" for ph, m in model.items())
     c = w.get("check")
-    if c and c["predicted_seconds"] > 0:  # a fit through noise can go negative: then no row
+    if c:  # a fit through noise can go negative: then the row has no model figure
         add_row(ctx, "C1", "the CPU-cost model's time for R4-node (its peer, serving and native-read CPU over this "
-                f"machine's {ctx.cores} cores) against R4-node's measured time (diagnostic)", "model", c["predicted_seconds"],
+                f"machine's {ctx.cores} cores) against R4-node's measured time (diagnostic)", "model",
+                c["predicted_seconds"] if c["predicted_seconds"] > 0 else None,
                 c["measured_seconds"], "s", "report", None, higher_is_better=False,
                 note=f"fitted on `images` and `text`, {reps} rounds: {phases}")
 
