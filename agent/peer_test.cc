@@ -197,13 +197,14 @@ TEST_F(PeerTest, HostileLengthsAndEarlyRequestsAreDroppedWithoutAllocating) {
   for (auto h : {wire::Header{wire::kMagic, wire::kHello, 0, 1, 0xffffffffull},
                  wire::Header{wire::kMagic, wire::kAuth, 0, 1, 0x100000000ull},
                  wire::Header{wire::kMagic, wire::kGet, 0, 1, 0},  // a request before the handshake
-                 wire::Header{0x31505346, 1, 0, 0, 200}}) {        // the old protocol's kAuth
+                 wire::Header{wire::kMagic, wire::kGetShard, 0, 0, 0},  // a stream, likewise
+                 wire::Header{0x31505346, 1, 0, 0, 200}}) {             // the old protocol's kAuth
     UniqueFD fd = Raw(server_->Endpoint());
     ASSERT_TRUE(fd.valid());
     ASSERT_EQ(::send(fd.get(), &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
     EXPECT_EQ(Drain(fd.get()), "");  // closed, nothing sent
   }
-  EXPECT_EQ(server_->refused(), 4u);
+  EXPECT_EQ(server_->refused(), 5u);
   auto c = Client();
   std::string got;
   EXPECT_TRUE(FetchInto(*c, 5, &got).ok());  // still serving
