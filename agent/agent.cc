@@ -123,13 +123,15 @@ Status Agent::StartPeerService() {
       [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get(), peer_stream_pool_.get());
 }
 
-Result<std::string> Agent::ExchangeMessage(const Shards& shards) {
+std::string Agent::ExchangeMessage(const Shards& shards) {
   const uint32_t size = boot_->size(), rank = boot_->rank();
   // Every agent publishes the indexes of the shards it is primary for.
-  std::vector<const format::ShardFile*> primary;
-  for (const auto& sh : shards)
-    if (Holders(sh->header.shard_id, size, replicas_)[0] == rank) primary.push_back(sh.get());
-  return exchange::Encode(size > 1 && cfg_.peers ? peer_server_.Endpoint() : "", primary, dict_);
+  std::vector<exchange::Published> primary;
+  for (const auto& sh : shards) {
+    const uint32_t id = sh->header.shard_id;
+    if (Holders(id, size, replicas_)[0] == rank) primary.push_back({sh.get(), &own_links_[id]});
+  }
+  return exchange::Encode(size > 1 && cfg_.peers ? peer_server_.Endpoint() : "", primary);
 }
 
 Status Agent::ExchangeIndexes(Status st, const std::string& message, const Result<Shards>& shards,
@@ -141,16 +143,16 @@ Status Agent::ExchangeIndexes(Status st, const std::string& message, const Resul
   exchange_seconds_ = Since(t0);
   FS_RETURN_IF_ERROR(st);
   if (!all.ok()) return all.status().Prefixed("metadata exchange");
-  auto d = exchange::Decode(*all, static_cast<uint32_t>(manifest_.shards.size()), boot_->rank(),
-                            Pointers(*shards));
+  exchanged_ = std::move(all).value();
+  auto d = exchange::Decode(exchanged_, static_cast<uint32_t>(manifest_.shards.size()),
+                            boot_->rank(), Pointers(*shards));
   if (!d.ok()) return d.status();
   exchange_bytes_ = d->bytes;
-  index_ = std::move(d->index);
-  peer_index_ = std::move(d->decoded);  // the views into it stay valid
-  // Published: the compressed indexes are not needed any more.
+  decoded_ = std::move(d).value();  // its views into exchanged_ stay valid
+  // Published, and in the messages: the table is built from those.
   for (auto& sh : *shards) std::string().swap(sh->index_stored);
-  links_ = std::move(d->links);
-  remote_.peers().SetEndpoints(std::move(d->endpoints));
+  links_ = std::move(decoded_.links);
+  remote_.peers().SetEndpoints(std::move(decoded_.endpoints));
   return Status::OK();
 }
 
@@ -183,8 +185,7 @@ void Agent::InitRoles() {
     const int n = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     rc.prefetch_streams = static_cast<uint32_t>(std::clamp(n / 8, 1, 2));
   }
-  remote_.Init(std::move(rc), cfg_.local_dir + "/cache",
-               mine_.size() == index_.size() ? 0 : cache_capacity_);
+  remote_.Init(std::move(rc), cfg_.local_dir + "/cache", CacheCapacity());
   if (!lazy_) return;
   Unpacker::Context uc;
   uc.index = &index_;
@@ -225,22 +226,25 @@ Status Agent::StageAndPublish(Status st) {
   // Files held here are served to the other agents once every agent is ready.
   if (st.ok()) st = StartPeerService();
   std::string message;
-  if (st.ok()) {
-    auto m = ExchangeMessage(*shards);
-    if (m.ok())
-      message = std::move(m).value();
-    else
-      st = m.status();
+  if (st.ok()) message = ExchangeMessage(*shards);
+  std::vector<exchange::Links>().swap(own_links_);  // in the message (and in every agent's)
+  // Eager unpack reads the entries as it stages. Lazy mode copies the shards as they are, and
+  // decodes each index again only when it unpacks that shard: no entries beside the table.
+  if (st.ok() && !lazy_) {
+    for (auto& sh : *shards)
+      if (st.ok()) st = format::ReadIndex(sh.get());
+    if (st.ok()) st = StageAsync(&*shards);
   }
-  if (st.ok() && !lazy_) st = StageAsync(&*shards);
 
   // 2. The indexes are exchanged and the table built while the shards are staged: the
   // staging is bound by the source, the table by one core.
   bool fenced = false;
   st = ExchangeIndexes(st, message, shards, &fenced);
   std::string().swap(message);  // sent: not kept while the table is built
-  if (st.ok()) InitRoles();
-  if (st.ok() && !stop_requested_) st = BuildTable();
+  if (st.ok() && !stop_requested_) {
+    st = BuildTable();
+    if (st.ok()) InitRoles();
+  }
   if (st.ok() && !stop_requested_)
     st = PublishTable();  // clients use it once the status says ready
   if (!st.ok()) stage_abort_ = true;
@@ -250,14 +254,6 @@ Status Agent::StageAndPublish(Status st) {
     st = stage::UseCopies(*shards, copy_dir_);
     for (auto& sh : *shards) unpacker_.Adopt(std::move(sh));
   }
-  // index_ views our shards' entries: they live as long as the agent (eager mode: without
-  // their descriptors, which nothing reads any more).
-  if (shards.ok())
-    for (auto& sh : *shards)
-      if (sh) {
-        sh->fd.Reset();
-        shards_.push_back(std::move(sh));
-      }
   // Peers may ask for files the moment the second round ends: everything they need is in
   // place before it starts.
   if (st.ok()) serving_.store(true, std::memory_order_release);

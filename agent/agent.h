@@ -25,6 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/bootstrap.h"
+#include "agent/exchange.h"
+#include "agent/index.h"
 #include "agent/kernel_view.h"
 #include "agent/peer.h"
 #include "agent/remote.h"
@@ -86,11 +88,6 @@ class Agent {
   std::string StatsJson(bool series = false) const;
 
  private:
-  struct FileRef {
-    uint32_t shard;
-    uint32_t entry;
-    bool local;
-  };
   using Shards = std::vector<std::unique_ptr<format::ShardFile>>;
 
   // Lifecycle (agent.cc).
@@ -103,7 +100,7 @@ class Agent {
   Status StartPeerService();
   // This agent's exchange message: the indexes and symlink targets of the shards it is primary
   // for, and its peer endpoint.
-  Result<std::string> ExchangeMessage(const Shards& shards);
+  std::string ExchangeMessage(const Shards& shards);
   // Sends `message` (or the failure `st`) and decodes every agent's.
   Status ExchangeIndexes(Status st, const std::string& message, const Result<Shards>& shards,
                          bool* fenced);
@@ -122,19 +119,28 @@ class Agent {
   // Opens this node's shards and checks the share against the free space; the lazy copy is
   // started first, and dropped for eager unpack when the exact share does not fit beside it.
   Status OpenAndPlan(Result<Shards>* shards);
-  // The exact space check, with the indexes: how much the share and the cache may take, and
-  // whether the lazy copies and files fit side by side after all.
-  Status PlanStage(const Shards& shards, bool* lazy_fits);
+  // What this node's share holds, from one pass over each index as read at open (not kept as
+  // entries); the targets of its links go to own_links_ for the exchange.
+  struct Share {
+    uint64_t entries = 0, files = 0, bytes = 0;
+  };
+  Status DigestShards(const Shards& shards, Share* share);
+  // The exact space check: how much the share and the cache may take, and whether the lazy
+  // copies and files fit side by side after all.
+  Status PlanStage(const Shards& shards, const Share& totals, bool* lazy_fits);
   // Copies this node's shards (lazy) or unpacks `shards` (eager) in the background; StageWait
   // returns its outcome. The staging stops on stage_abort_.
   Status StageAsync(const Shards* shards);
   Status StageWait();
   Status Stage(const Shards* shards);
 
-  // The metadata table (table_build.cc).
+  // The metadata table (table_build.cc), from the exchange's stored indexes, which it frees.
   Status BuildTable();
-  class IndexNodes;  // the table's nodes, made from index_ (table_build.cc)
   table::BuildOptions TableOptions() const;
+  // Bytes for files fetched from peers: none when every shard is held here.
+  uint64_t CacheCapacity() const {
+    return mine_.size() == manifest_.shards.size() ? 0 : cache_capacity_;
+  }
 
   // Serving (serve.cc): the local service's requests, and peers' requests for local files.
   Reply Handle(proto::Op op, const std::string& payload, UniqueFD passed);
@@ -178,16 +184,14 @@ class Agent {
   std::future<Status> staging_;
 
   // What the exchange said, and the table built from it.
-  // Every shard's entries: views of our own shards' (kept in shards_ or the unpacker) and of
-  // the others', decoded by the exchange into peer_index_.
-  Index index_;
-  std::vector<std::vector<format::IndexEntry>> peer_index_;
-  std::vector<std::unique_ptr<format::ShardFile>> shards_;  // eager mode: ours, after staging
-  std::unordered_map<std::string, std::string> links_;      // symlink targets by path
-  table::FileImage table_image_;                            // the published table, and the
-  table::TableView view_;                                   // agent's own view of it
-  std::vector<FileRef> file_refs_;  // by table entry; shard UINT32_MAX: no file
-  table::AgentLock alive_;          // held while serving; clients see its release or our death
+  std::vector<exchange::Links> own_links_;  // by shard: the targets of our shards' links
+  std::vector<std::string> exchanged_;      // every agent's message, until the table is built
+  exchange::Decoded decoded_;               // views into exchanged_, until the table is built
+  std::unordered_map<std::string, std::string> links_;  // symlink targets by path
+  table::FileImage table_image_;                        // the published table, and the
+  table::TableView view_;                               // agent's own view of it
+  Index index_;             // every shard's frames, by the table's entries
+  table::AgentLock alive_;  // held while serving; clients see its release or our death
   // Shared with clients (see table.h); set once the table is published, read by the stats and
   // the ticker's threads.
   std::atomic<table::ClientCounters*> client_counters_{nullptr};

@@ -2,12 +2,9 @@
 #include "agent/exchange.h"
 
 #include <cstring>
-#include <unordered_set>
 
 namespace fanstore::agent::exchange {
 namespace {
-
-using format::EntryType;
 
 constexpr uint32_t kMagic = 0x58534d46;  // "FMSX"
 constexpr uint32_t kVersion = 1;
@@ -73,9 +70,8 @@ Status ReadRecord(Reader& rd, uint32_t r, uint32_t self,
     return Status::Corruption("metadata exchange: bad shard record from rank " + std::to_string(r));
   seen[shard] = true;
   if (own[shard]) {
-    // A shard held here (published by us or by another holder): its entries were read and
-    // checked at open; a view of them, not a second copy.
-    out->index[shard] = own[shard]->entries;
+    // A shard held here (published by us or by another holder): checked against our footer.
+    out->index[shard] = StoredIndex{own[shard]->footer, stored};
   } else if (r == self) {
     return Status::Corruption("metadata exchange: shard " + std::to_string(shard) +
                               " published by this agent, which does not hold it");
@@ -83,11 +79,7 @@ Status ReadRecord(Reader& rd, uint32_t r, uint32_t self,
     format::Footer f;
     Status fs = format::DecodeFooter(footer_bytes, file_size, &f);
     if (!fs.ok()) return fs.Prefixed("metadata exchange: shard " + std::to_string(shard));
-    auto entries = format::DecodeIndex(stored, f);
-    if (!entries.ok())
-      return entries.status().Prefixed("metadata exchange: shard " + std::to_string(shard));
-    out->decoded[shard] = std::move(entries).value();
-    out->index[shard] = out->decoded[shard];
+    out->index[shard] = StoredIndex{f, stored};
   }
   if (!rd.U32(&nlinks)) return Status::Corruption("metadata exchange: bad link list");
   for (uint32_t k = 0; k < nlinks; k++) {
@@ -96,27 +88,6 @@ Status ReadRecord(Reader& rd, uint32_t r, uint32_t self,
       return Status::Corruption("metadata exchange: bad link");
     out->links.emplace(std::string(p), std::string(t));
   }
-  return Status::OK();
-}
-
-// Each target stays inside when resolved through the other links too, not only lexically.
-Status CheckLinks(const Decoded& d) {
-  if (d.links.empty()) return Status::OK();
-  std::unordered_set<std::string_view> dirs;
-  for (const auto& entries : d.index)
-    for (const auto& e : entries)
-      if (e.type == EntryType::kDir) dirs.insert(e.path);
-  auto lookup = [&](const std::string& path, std::string* target) {
-    if (path.empty() || dirs.count(path)) return format::NodeKind::kDir;
-    auto it = d.links.find(path);
-    if (it == d.links.end()) return format::NodeKind::kOther;
-    *target = it->second;
-    return format::NodeKind::kLink;
-  };
-  for (const auto& [path, target] : d.links)
-    if (!format::LinkStaysInside(path, target, lookup))
-      return Status::Corruption("metadata exchange: symlink '" + path +
-                                "' leads out of the dataset");
   return Status::OK();
 }
 
@@ -136,27 +107,17 @@ Status CheckHead(std::string_view message, uint32_t rank) {
   return ReadHead(rd, rank);
 }
 
-Result<std::string> Encode(const std::string& endpoint,
-                           const std::vector<const format::ShardFile*>& primary,
-                           const format::Dictionary& dict) {
+std::string Encode(const std::string& endpoint, const std::vector<Published>& primary) {
   std::string blob = EncodeHead(Status::OK());
   PutStr(blob, endpoint);
   Put32(blob, static_cast<uint32_t>(primary.size()));
-  format::FrameDecoder dec(&dict);
-  for (const format::ShardFile* sh : primary) {
+  for (const auto& [sh, links] : primary) {
     Put32(blob, sh->header.shard_id);
     Put64(blob, sh->size);
     blob += format::EncodeFooter(sh->footer);
     PutStr(blob, sh->index_stored);
-    std::vector<std::pair<std::string, std::string>> links;
-    for (const auto& e : sh->entries) {
-      if (e.type != EntryType::kSymlink && e.type != EntryType::kHardLink) continue;
-      std::string target;
-      FS_RETURN_IF_ERROR(format::ReadEntry(*sh, e, &dec, &target));
-      links.emplace_back(e.path, std::move(target));
-    }
-    Put32(blob, static_cast<uint32_t>(links.size()));
-    for (auto& [p, t] : links) {
+    Put32(blob, static_cast<uint32_t>(links->size()));
+    for (const auto& [p, t] : *links) {
       PutStr(blob, p);
       PutStr(blob, t);
     }
@@ -168,7 +129,6 @@ Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, ui
                        const std::vector<const format::ShardFile*>& own) {
   Decoded d;
   d.index.assign(nshards, {});
-  d.decoded.resize(nshards);  // never resized again: the views stay valid
   std::vector<const format::ShardFile*> by_id(nshards, nullptr);
   for (const format::ShardFile* sh : own)
     if (sh->header.shard_id < nshards) by_id[sh->header.shard_id] = sh;
@@ -189,8 +149,23 @@ Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, ui
   for (uint32_t s = 0; s < nshards; s++)
     if (!seen[s])
       return Status::Corruption("metadata exchange: no agent published shard " + std::to_string(s));
-  FS_RETURN_IF_ERROR(CheckLinks(d));
   return d;
+}
+
+Status CheckLinks(const std::unordered_map<std::string, std::string>& links,
+                  const std::function<bool(const std::string&)>& is_dir) {
+  auto lookup = [&](const std::string& path, std::string* target) {
+    if (path.empty() || is_dir(path)) return format::NodeKind::kDir;
+    auto it = links.find(path);
+    if (it == links.end()) return format::NodeKind::kOther;
+    *target = it->second;
+    return format::NodeKind::kLink;
+  };
+  for (const auto& [path, target] : links)
+    if (!format::LinkStaysInside(path, target, lookup))
+      return Status::Corruption("metadata exchange: symlink '" + path +
+                                "' leads out of the dataset");
+  return Status::OK();
 }
 
 }  // namespace fanstore::agent::exchange

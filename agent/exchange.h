@@ -11,9 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "agent/index.h"
@@ -29,28 +31,35 @@ std::string EncodeHead(const Status& st);
 // when it failed.
 Status CheckHead(std::string_view message, uint32_t rank);
 
-// This agent's message: `primary` are the shards it publishes (their indexes were read and
-// checked at open); their symlink targets are read from the shards with `dict`.
-Result<std::string> Encode(const std::string& endpoint,
-                           const std::vector<const format::ShardFile*>& primary,
-                           const format::Dictionary& dict);
+// The targets of a shard's symlinks and hard links, by path.
+using Links = std::vector<std::pair<std::string, std::string>>;
+// A shard this agent publishes: as opened (footer, stored index), and its links' targets.
+struct Published {
+  const format::ShardFile* shard;
+  const Links* links;
+};
+// This agent's message: the shards it is primary for.
+std::string Encode(const std::string& endpoint, const std::vector<Published>& primary);
 
 // What every agent's message says, put together.
 struct Decoded {
-  // By shard: our own shards' entries are views of `own`'s (which must outlive them); the
-  // others' are decoded into `decoded` (moving a Decoded keeps the views valid).
-  Index index;
-  std::vector<std::vector<format::IndexEntry>> decoded;  // by shard; empty for our own
-  std::unordered_map<std::string, std::string> links;    // symlink targets by path
-  std::vector<std::string> endpoints;                    // by rank ("" without a peer service)
-  uint64_t bytes = 0;                                    // received, for the stats
+  // By shard: its stored index, a view into the messages (which must outlive it), with the
+  // footer it is checked against when decoded (ours for a shard held here, whoever published
+  // it; else the publisher's, checked for sanity).
+  std::vector<StoredIndex> index;
+  std::unordered_map<std::string, std::string> links;  // symlink targets by path
+  std::vector<std::string> endpoints;                  // by rank ("" without a peer service)
+  uint64_t bytes = 0;                                  // received, for the stats
 };
-// Decodes `all` (one message per rank) for a dataset of `nshards` shards. The shards in `own`
-// (held here, their indexes read and checked at open) are viewed, not decoded again, whoever
-// published them.
-// Fails when a message is malformed, an agent failed, a shard is published twice or never, or
-// a symlink leads out of the dataset.
+// Reads `all` (one message per rank) for a dataset of `nshards` shards; `own` are the shards
+// held here. Fails when a message is malformed, an agent failed, or a shard is published twice
+// or never. The indexes themselves are decoded (and checked) as the table is built.
 Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, uint32_t self,
                        const std::vector<const format::ShardFile*>& own);
+
+// Fails when a symlink's target leads out of the dataset, resolved through the other links
+// too, not only lexically; `is_dir` says which paths are directories.
+Status CheckLinks(const std::unordered_map<std::string, std::string>& links,
+                  const std::function<bool(const std::string&)>& is_dir);
 
 }  // namespace fanstore::agent::exchange

@@ -52,6 +52,24 @@ class ExchangeTest : public ::testing::Test {
   }
 
   uint32_t nshards() const { return static_cast<uint32_t>(shards_.size()); }
+  // The message of an agent publishing the shards with ids in [from, to), with their links
+  // read as the agent reads them.
+  std::string Message(const std::string& endpoint, uint32_t from, uint32_t to) {
+    format::FrameDecoder dec(&dict_);
+    links_.resize(nshards());
+    std::vector<Published> pub;
+    for (uint32_t s = from; s < to; s++) {
+      links_[s].clear();
+      for (const auto& e : shards_[s]->entries) {
+        if (e.type != format::EntryType::kSymlink) continue;
+        std::string target;
+        EXPECT_TRUE(format::ReadEntry(*shards_[s], e, &dec, &target).ok());
+        links_[s].emplace_back(e.path, target);
+      }
+      pub.push_back({shards_[s].get(), &links_[s]});
+    }
+    return Encode(endpoint, pub);
+  }
   // The shards with ids in [from, to).
   std::vector<const ShardFile*> Range(uint32_t from, uint32_t to) const {
     std::vector<const ShardFile*> out;
@@ -60,16 +78,14 @@ class ExchangeTest : public ::testing::Test {
   }
   // Rank 0 publishes the first shard, rank 1 the rest.
   std::vector<std::string> TwoRanks() {
-    auto a = Encode("10.0.0.1:7000", Range(0, 1), dict_);
-    auto b = Encode("10.0.0.2:7000", Range(1, nshards()), dict_);
-    EXPECT_TRUE(a.ok() && b.ok());
-    return {*a, *b};
+    return {Message("10.0.0.1:7000", 0, 1), Message("10.0.0.2:7000", 1, nshards())};
   }
 
   std::string dir_;
   format::Manifest manifest_;
   format::Dictionary dict_;
   std::vector<std::unique_ptr<ShardFile>> shards_;
+  std::vector<Links> links_;  // by shard
 };
 
 TEST_F(ExchangeTest, RoundTripGivesEveryIndexLinkAndEndpoint) {
@@ -79,13 +95,21 @@ TEST_F(ExchangeTest, RoundTripGivesEveryIndexLinkAndEndpoint) {
   ASSERT_EQ(d->index.size(), nshards());
   size_t files = 0;
   for (uint32_t s = 0; s < nshards(); s++) {
-    ASSERT_EQ(d->index[s].size(), shards_[s]->entries.size());
-    for (size_t i = 0; i < d->index[s].size(); i++) {
-      EXPECT_EQ(d->index[s][i].path, shards_[s]->entries[i].path);
-      EXPECT_EQ(d->index[s][i].size, shards_[s]->entries[i].size);
-      EXPECT_EQ(d->index[s][i].xxh3, shards_[s]->entries[i].xxh3);
-      files += d->index[s][i].type == format::EntryType::kFile;
-    }
+    size_t i = 0;
+    const auto& want = shards_[s]->entries;
+    Status st = format::ForEachIndexEntry(d->index[s].stored, d->index[s].footer,
+                                          [&](const format::IndexEntry& e) {
+                                            EXPECT_LT(i, want.size());
+                                            if (i >= want.size()) return Status::OK();
+                                            EXPECT_EQ(e.path, want[i].path);
+                                            EXPECT_EQ(e.size, want[i].size);
+                                            EXPECT_EQ(e.xxh3, want[i].xxh3);
+                                            files += e.type == format::EntryType::kFile;
+                                            i++;
+                                            return Status::OK();
+                                          });
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(i, want.size());
   }
   EXPECT_EQ(files, 80u);
   ASSERT_EQ(d->links.size(), 1u);
@@ -123,31 +147,41 @@ TEST_F(ExchangeTest, CorruptRecordsAreRefusedNamingTheShard) {
   // Rank 1's first record (shard 1) starts after the head (16 B), the endpoint (4 + 13 B) and
   // the record count; then u32 shard, u64 file size, the 64 B footer, u32 length, the index.
   const size_t record = 16 + 4 + 13 + 4, footer = record + 12, index = footer + 64 + 4;
-  for (size_t at : {footer + 3, index + 5, index + 40}) {
-    std::string bad = all[1];
-    bad[at] ^= 0x5a;
-    auto d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
-    ASSERT_FALSE(d.ok()) << "flipped byte " << at;
-    EXPECT_NE(d.status().ToString().find("metadata exchange: shard 1"), std::string::npos)
-        << d.status().ToString();
-  }
   std::string bad = all[1];
-  bad[0] ^= 1;  // the magic
+  bad[footer + 3] ^= 0x5a;
   auto d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().ToString().find("metadata exchange: shard 1"), std::string::npos)
+      << d.status().ToString();
+  // A flipped byte of an index is found where the table is built, which decodes every index
+  // against its footer.
+  for (size_t at : {index + 5, index + 40}) {
+    bad = all[1];
+    bad[at] ^= 0x5a;
+    d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    Status st = format::ForEachIndexEntry(d->index[1].stored, d->index[1].footer,
+                                          [](const format::IndexEntry&) { return Status::OK(); });
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << "flipped byte " << at;
+  }
+  // A shard held here is checked against our own footer, whoever published it.
+  bad = all[1];
+  bad[index + 5] ^= 0x5a;
+  d = Decode({all[0], bad}, nshards(), 0, Range(0, 2));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->index[1].footer.index_xxh3, shards_[1]->footer.index_xxh3);
+  bad = all[1];
+  bad[0] ^= 1;  // the magic
+  d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().ToString().find("bad data from rank 1"), std::string::npos);
 }
 
 TEST_F(ExchangeTest, ShardPublishedTwiceOrNeverIsRefused) {
-  auto a = Encode("", Range(0, 2), dict_);
-  auto b = Encode("", Range(1, nshards()), dict_);
-  ASSERT_TRUE(a.ok() && b.ok());
-  auto twice = Decode({*a, *b}, nshards(), 0, Range(0, 2));
+  auto twice = Decode({Message("", 0, 2), Message("", 1, nshards())}, nshards(), 0, Range(0, 2));
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.status().ToString().find("bad shard record from rank 1"), std::string::npos);
-  auto c = Encode("", Range(2, nshards()), dict_);
-  ASSERT_TRUE(c.ok());
-  auto never = Decode({*Encode("", Range(0, 1), dict_), *c}, nshards(), 0, Range(0, 1));
+  auto never = Decode({Message("", 0, 1), Message("", 2, nshards())}, nshards(), 0, Range(0, 1));
   ASSERT_FALSE(never.ok());
   EXPECT_NE(never.status().ToString().find("no agent published shard 1"), std::string::npos);
 }
@@ -157,6 +191,15 @@ TEST_F(ExchangeTest, ShardIdOutOfRangeIsRefused) {
   auto d = Decode(all, /*nshards=*/1, 0, Range(0, 1));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().ToString().find("bad shard record from rank 1"), std::string::npos);
+}
+
+// A symlink leading out of the dataset, lexically or through another link, is refused.
+TEST(ExchangeLinks, LinksLeadingOutAreRefused) {
+  auto is_dir = [](const std::string& p) { return p == "d" || p == "d/e"; };
+  EXPECT_TRUE(CheckLinks({{"d/l", "e"}, {"m", "d/l"}}, is_dir).ok());
+  EXPECT_FALSE(CheckLinks({{"d/l", "../../x"}}, is_dir).ok());
+  Status st = CheckLinks({{"up", ".."}, {"d/l", "../up/x"}}, is_dir);
+  EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
 }
 
 }  // namespace

@@ -15,7 +15,6 @@
 
 namespace fanstore::agent {
 
-using format::EntryType;
 using format::IndexEntry;
 
 struct RemoteFiles::Inflight {
@@ -27,10 +26,11 @@ struct RemoteFiles::Inflight {
 void RemoteFiles::Init(Context ctx, const std::string& cache_dir, uint64_t cache_capacity) {
   ctx_ = std::move(ctx);
   cache_.Init(cache_dir, cache_capacity);
-  const auto& index = *ctx_.index;
+  const Index& index = *ctx_.index;
   shard_raw_bytes_.assign(index.size(), 0);
-  for (size_t s = 0; s < index.size(); s++)
-    for (const auto& e : index[s]) shard_raw_bytes_[s] += e.size;
+  for (uint32_t s = 0; s < index.size(); s++)
+    for (uint32_t i = 0; i < index.count(s); i++)
+      if (index.IsFile(s, i)) shard_raw_bytes_[s] += index.Size(s, i);
   prefetch_seen_.assign(index.size(), false);
 }
 
@@ -55,14 +55,14 @@ void RemoteFiles::Stop() {
 }
 
 Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
-  const IndexEntry& e = (*ctx_.index)[shard][entry];
-  const uint64_t key = Xxh3(e.path);
+  const uint64_t key = ctx_.index->Meta(shard, entry).hash;  // XXH3 of its path
+  const uint64_t size = ctx_.index->Size(shard, entry);
   MaybePrefetch(shard);
   while (true) {
     int fd = cache_.Open(key);
     if (fd >= 0) {
       opens_cached_++;
-      bytes_cached_ += e.size;
+      bytes_cached_ += size;
       return fd;
     }
     // One fetch per file: later openers wait for the first, then take it from the cache.
@@ -95,7 +95,7 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
     if (int again = cache_.Open(key); again >= 0) {
       finish();
       opens_cached_++;
-      bytes_cached_ += e.size;
+      bytes_cached_ += size;
       return again;
     }
     return FetchNew(shard, entry, key, finish);
@@ -106,7 +106,7 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
 // fails), into a sealed memfd: never whole into the agent's memory.
 Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
                                   const std::function<void()>& finish) {
-  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  const IndexEntry e = ctx_.index->Entry(shard, entry);
   FileCache::Pending pending;
   if (cache_.Begin(key, e.size, /*evict=*/true, &pending).ok()) {
     bool local_error = false;
@@ -142,7 +142,7 @@ Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
 
 // Holders are tried in an order that spreads the load; `out` is rewound before every attempt.
 Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, bool* local_error) {
-  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  const IndexEntry e = ctx_.index->Entry(shard, entry);
   Status write_status;
   // Blocks of zeros stay holes, as in the dataset's source. Set by an attempt's first piece:
   // `out` must be emptied before the next attempt.
@@ -218,7 +218,7 @@ Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, bool* loc
 // drops what the sink got and turns the error into EIO.
 Status RemoteFiles::ReadFromDataset(uint32_t shard, uint32_t entry,
                                     const std::function<Status(std::string_view)>& sink) {
-  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  const IndexEntry e = ctx_.index->Entry(shard, entry);
   const std::string shard_path = ctx_.dataset + "/" + ctx_.manifest->shards[shard].file;
   int shard_fd;
   {
@@ -278,7 +278,7 @@ void RemoteFiles::PrefetchLoop() {
 
 // One remote shard streamed into the cache from a holder, the next holder if it fails.
 void RemoteFiles::PrefetchShard(uint32_t shard) {
-  const auto& entries = (*ctx_.index)[shard];
+  const Index& index = *ctx_.index;
   const auto holders = Holders(shard, ctx_.size, ctx_.replicas);
   for (size_t k = 0; k < holders.size(); k++) {
     uint32_t h = holders[(ctx_.rank + shard + k) % holders.size()];
@@ -290,30 +290,30 @@ void RemoteFiles::PrefetchShard(uint32_t shard) {
     Status st = peers_.FetchShard(
         h, shard,
         [&](uint32_t i) -> std::optional<uint64_t> {
-          if (i < entries.size() && entries[i].type == EntryType::kFile) return entries[i].size;
+          if (i < index.count(shard) && index.IsFile(shard, i)) return index.Size(shard, i);
           return std::nullopt;
         },
         [&](uint32_t i, uint64_t off, std::string_view piece) {
-          const IndexEntry& e = entries[i];
+          const uint64_t size = index.Size(shard, i);
           if (stopping_) return false;
           if (off == 0) {
             // A file the job opened before the stream reached it is cached already: its bytes
             // are read off the connection, not written again.
-            const uint64_t key = Xxh3(e.path);
+            const uint64_t key = index.Meta(shard, i).hash;
             if ((skip = cache_.Has(key))) return true;
             hash = Xxh3Stream();
-            if (!cache_.Begin(key, e.size, /*evict=*/false, &pending).ok()) return !(full = true);
+            if (!cache_.Begin(key, size, /*evict=*/false, &pending).ok()) return !(full = true);
             writer.emplace(pending.fd.get(), "cache");
           }
           if (skip) return true;
           hash.Update(piece.data(), piece.size());
           if (!writer->Write(piece).ok()) return !(full = true);
-          if (off + piece.size() < e.size) return true;
+          if (off + piece.size() < size) return true;
           if (!writer->Finish().ok()) return !(full = true);
-          if (hash.Digest() != e.xxh3) return false;
+          if (hash.Digest() != index.frame(shard, i).xxh3) return false;
           if (!cache_.Commit(&pending, /*want_fd=*/false).ok()) return !(full = true);
           prefetched_files_++;
-          prefetched_bytes_ += e.size;
+          prefetched_bytes_ += size;
           return true;
         });
     if (pending.active) cache_.Abort(&pending);

@@ -6,9 +6,6 @@
 
 namespace fanstore::agent {
 
-using format::EntryType;
-using format::IndexEntry;
-
 Reply Agent::Handle(proto::Op op, const std::string& payload, UniqueFD passed) {
   switch (op) {
     case proto::kStatus:
@@ -30,19 +27,21 @@ Reply Agent::Open(const std::string& path) {
   }
   const table::Entry* te = view_.Lookup(path);
   if (te) te = &view_.Target(*te);  // a hard link opens its file
-  const FileRef* ref = te ? &file_refs_[view_.IndexOf(*te)] : nullptr;
-  if (!ref || ref->shard == UINT32_MAX) return Reply{ENOENT, "", -1};
+  uint32_t shard, entry;
+  if (!te || !view_.Source(*te, &shard, &entry) || shard >= index_.size() ||
+      entry >= index_.count(shard))
+    return Reply{ENOENT, "", -1};
   auto fail = [&](const Status& st) {
     open_errors_++;
     LOG_ERROR("open %s: %s", path.c_str(), st.ToString().c_str());
     return Reply{st.ToErrno(), "", -1};
   };
-  if (!ref->local) {
-    auto fd = remote_.Open(ref->shard, ref->entry);
+  if (!local_shard_[shard]) {
+    auto fd = remote_.Open(shard, entry);
     return fd.ok() ? Reply{0, "", *fd} : fail(fd.status());
   }
   if (lazy_ && !unpacker_.done()) {
-    Status st = unpacker_.EnsureUnpacked(ref->shard, ref->entry);
+    Status st = unpacker_.EnsureUnpacked(shard, entry);
     if (!st.ok()) return fail(st);
   }
   int fd = ::open((data_root_ + "/" + std::string(view_.Path(*te))).c_str(),
@@ -72,20 +71,19 @@ Reply Agent::ServeView(UniqueFD dev) {
 int Agent::ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size) {
   if (!serving_.load(std::memory_order_acquire))
     return EAGAIN;  // only a confused peer asks this early
-  if (shard >= index_.size() || !local_shard_[shard] || entry >= index_[shard].size())
-    return ENOENT;
-  const IndexEntry& e = index_[shard][entry];
-  if (e.type != EntryType::kFile) return EINVAL;
+  if (shard >= index_.size() || !local_shard_[shard] || entry >= index_.count(shard)) return ENOENT;
+  if (!index_.IsFile(shard, entry)) return EINVAL;
+  const std::string path(index_.Path(shard, entry));
   if (lazy_ && !unpacker_.done()) {
     Status st = unpacker_.EnsureUnpacked(shard, entry);
     if (!st.ok()) {
-      LOG_ERROR("serve %s to a peer: %s", e.path.c_str(), st.ToString().c_str());
+      LOG_ERROR("serve %s to a peer: %s", path.c_str(), st.ToString().c_str());
       return EIO;
     }
   }
-  *fd = ::open((data_root_ + "/" + e.path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  *fd = ::open((data_root_ + "/" + path).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (*fd < 0) return errno;
-  *size = e.size;
+  *size = index_.Size(shard, entry);
   return 0;
 }
 
@@ -93,8 +91,8 @@ std::vector<uint32_t> Agent::ShardFiles(uint32_t shard) {
   std::vector<uint32_t> out;
   if (!serving_.load(std::memory_order_acquire) || shard >= index_.size() || !local_shard_[shard])
     return out;
-  for (uint32_t i = 0; i < index_[shard].size(); i++)
-    if (index_[shard][i].type == EntryType::kFile) out.push_back(i);
+  for (uint32_t i = 0; i < index_.count(shard); i++)
+    if (index_.IsFile(shard, i)) out.push_back(i);
   return out;
 }
 

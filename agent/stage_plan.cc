@@ -60,10 +60,12 @@ Status Agent::OpenAndPlan(Result<Shards>* shards) {
   WriteStatus("staging", "");
   FS_RETURN_IF_ERROR(ChooseUnpack());
   if (lazy_) FS_RETURN_IF_ERROR(StageAsync(nullptr));
-  *shards = stage::OpenShards(cfg_.dataset, manifest_, mine_);
+  *shards = stage::OpenShards(cfg_.dataset, manifest_, mine_, /*parse=*/false);
   if (!shards->ok()) return shards->status();
+  Share share;
+  FS_RETURN_IF_ERROR(DigestShards(**shards, &share));
   bool lazy_fits = true;
-  FS_RETURN_IF_ERROR(PlanStage(**shards, &lazy_fits));
+  FS_RETURN_IF_ERROR(PlanStage(**shards, share, &lazy_fits));
   WriteStatus("staging", "");  // with the totals now known
   if (lazy_fits) return Status::OK();
   // The estimate let the copy start, the exact share does not fit beside it: unpack eagerly.
@@ -80,14 +82,31 @@ Status Agent::OpenAndPlan(Result<Shards>* shards) {
 // Inodes kept free beyond the share: the cache's files, the table's temporary, status.json.
 constexpr uint64_t kSpareInodes = 64;
 
-Status Agent::PlanStage(const Shards& shards, bool* lazy_fits) {
-  uint64_t need = 0, files = 0, stored = 0, inodes = 0;
+Status Agent::DigestShards(const Shards& shards, Share* share) {
+  own_links_.assign(manifest_.shards.size(), {});
+  format::FrameDecoder dec(&dict_);
   for (const auto& sh : shards) {
-    stored += sh->size;
-    inodes += sh->entries.size();  // files, and the directories they need
-    for (const auto& e : sh->entries)
-      if (e.type == EntryType::kFile) files++, need += e.size;
+    exchange::Links& links = own_links_[sh->header.shard_id];
+    Status st = format::ForEachIndexEntry(
+        sh->index_stored, sh->footer, [&](const format::IndexEntry& e) -> Status {
+          share->entries++;
+          if (e.type == EntryType::kFile) share->files++, share->bytes += e.size;
+          if (e.type != EntryType::kSymlink && e.type != EntryType::kHardLink) return Status::OK();
+          std::string target;
+          FS_RETURN_IF_ERROR(format::ReadEntry(*sh, e, &dec, &target));
+          links.emplace_back(e.path, std::move(target));
+          return Status::OK();
+        });
+    if (!st.ok()) return st.Prefixed(sh->path);
   }
+  return Status::OK();
+}
+
+Status Agent::PlanStage(const Shards& shards, const Share& totals, bool* lazy_fits) {
+  const uint64_t need = totals.bytes, files = totals.files;
+  uint64_t stored = 0;
+  for (const auto& sh : shards) stored += sh->size;
+  uint64_t inodes = totals.entries;  // files, and the directories they need
   const std::string share = "this node's share of the dataset (" + std::to_string(mine_.size()) +
                             " of " + std::to_string(manifest_.shards.size()) + " shards) needs ";
   // Every file is created before the job reads it (eager) or while it does (lazy): short of
@@ -120,7 +139,7 @@ Status Agent::PlanStage(const Shards& shards, bool* lazy_fits) {
            manifest_.shards.size(), HumanBytes(need).c_str(),
            static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
            lazy ? ": copying the shards, unpacking in the background once ready" : "");
-  return lazy ? stage::MakeParentDirs(data_root_fd_.get(), data_root_, shards) : Status::OK();
+  return Status::OK();  // the directories are made with the table (BuildTable)
 }
 
 Status Agent::StageAsync(const Shards* shards) {

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -109,8 +110,29 @@ class Dataset {
     ASSERT_TRUE(dict_.Load(dir(), manifest_.dict).ok());
     auto sh = stage::OpenShards(dir(), manifest_, AllShards());
     ASSERT_TRUE(sh.ok()) << sh.status().ToString();
-    for (const auto& s : *sh) entries_.push_back(s->entries);
-    for (const auto& e : entries_) index_.emplace_back(e);
+    // The agent's index and table, built as the agent builds them from the stored indexes.
+    format::FrameDecoder dec(&dict_);
+    for (const auto& s : *sh) {
+      entries_.push_back(s->entries);
+      stored_.push_back(s->index_stored);
+      for (const auto& e : s->entries) {
+        if (e.type != format::EntryType::kSymlink) continue;
+        ASSERT_TRUE(format::ReadEntry(*s, e, &dec, &links_[e.path]).ok());
+      }
+    }
+    Index::Source is;
+    for (uint32_t s = 0; s < nshards(); s++)
+      is.shards.push_back(StoredIndex{(*sh)[s]->footer, stored_[s]});
+    is.links = &links_;
+    is.root = table::Node{"", S_IFDIR | 0755, 0, 0, 0, {}};
+    is.file_flags = [](uint32_t, const format::IndexEntry&, table::Node*) {};
+    st = index_.Build(is, {}, [&](size_t n) -> Result<char*> {
+      table_.assign(n, '\0');
+      return table_.data();
+    });
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE(view_.Attach(table_).ok());
+    index_.Attach(&view_);
   }
 
   const std::string& tmp() const { return tmp_.path(); }
@@ -125,16 +147,16 @@ class Dataset {
   // The regular files of shard `s`, by entry.
   std::vector<uint32_t> Files(uint32_t s) const {
     std::vector<uint32_t> out;
-    for (uint32_t i = 0; i < index_[s].size(); i++)
-      if (index_[s][i].type == format::EntryType::kFile) out.push_back(i);
+    for (uint32_t i = 0; i < entries_[s].size(); i++)
+      if (entries_[s][i].type == format::EntryType::kFile) out.push_back(i);
     return out;
   }
-  const format::IndexEntry& Entry(uint32_t s, uint32_t i) const { return index_[s][i]; }
+  const format::IndexEntry& Entry(uint32_t s, uint32_t i) const { return entries_[s][i]; }
   // The shard and entry of the file at `path`.
   std::pair<uint32_t, uint32_t> Find(const std::string& path) const {
-    for (uint32_t s = 0; s < index_.size(); s++)
-      for (uint32_t i = 0; i < index_[s].size(); i++)
-        if (index_[s][i].path == path) return {s, i};
+    for (uint32_t s = 0; s < entries_.size(); s++)
+      for (uint32_t i = 0; i < entries_[s].size(); i++)
+        if (entries_[s][i].path == path) return {s, i};
     ADD_FAILURE() << path << " not in the dataset";
     return {0, 0};
   }
@@ -152,7 +174,11 @@ class Dataset {
   format::Manifest manifest_;
   format::Dictionary dict_;
   std::vector<std::vector<format::IndexEntry>> entries_;  // every shard's entries
-  Index index_;                                           // views of them, as the agent has
+  std::vector<std::string> stored_;                       // every shard's stored index
+  std::unordered_map<std::string, std::string> links_;    // symlink targets
+  std::string table_;
+  table::TableView view_;
+  Index index_;  // as the agent has it
 };
 
 }  // namespace fanstore::agent::testing

@@ -37,11 +37,7 @@ void Unpacker::Init(Context ctx, const std::vector<uint32_t>& mine) {
   const size_t nshards = ctx_.index->size();
   copies_.resize(nshards);
   state_.resize(nshards);
-  table_index_.resize(nshards);
-  for (uint32_t s : mine) {
-    state_[s].assign((*ctx_.index)[s].size(), kPacked);
-    table_index_[s].assign((*ctx_.index)[s].size(), UINT32_MAX);
-  }
+  for (uint32_t s : mine) state_[s].assign(ctx_.index->count(s), kPacked);
 }
 
 void Unpacker::Adopt(std::unique_ptr<format::ShardFile> copy) {
@@ -68,11 +64,11 @@ bool Unpacker::Claim(uint32_t shard, uint32_t entry, bool wait) {
 }
 
 void Unpacker::Finish(uint32_t shard, uint32_t entry, bool ok) {
-  const IndexEntry& e = (*ctx_.index)[shard][entry];
-  if (ok)
-    ctx_.on_file(table_index_[shard][entry], e.size);  // from now on clients open it themselves
+  const Index& index = *ctx_.index;
+  if (ok)  // from now on clients open it themselves
+    ctx_.on_file(index.TableEntry(shard, entry), index.Size(shard, entry));
   else
-    (void)::unlinkat(ctx_.data_root_fd, e.path.c_str(), 0);
+    (void)::unlinkat(ctx_.data_root_fd, std::string(index.Path(shard, entry)).c_str(), 0);
   {
     std::lock_guard<std::mutex> l(mu_);
     state_[shard][entry] = ok ? kDone : kPacked;
@@ -85,7 +81,7 @@ Status Unpacker::EnsureUnpacked(uint32_t shard, uint32_t entry) {
     std::lock_guard<std::mutex> l(mu_);
     return state_[shard][entry] == kDone ? Status::OK() : Status::IOError("unpack failed");
   }
-  const IndexEntry& e = (*ctx_.index)[shard][entry];
+  const IndexEntry e = ctx_.index->Entry(shard, entry);
   const format::ShardFile& copy = *copies_[shard];
   Status st;
   {
@@ -107,7 +103,14 @@ Status Unpacker::EnsureUnpacked(uint32_t shard, uint32_t entry) {
 
 // One shard copy, scanned in order on a pool; files claimed by openers are skipped.
 Status Unpacker::UnpackShard(uint32_t s, ThreadPool* workers, format::DecoderPool* decoders) {
-  const format::ShardFile& copy = *copies_[s];
+  format::ShardFile& copy = *copies_[s];
+  // Its entries, read again from the verified copy for this scan only (the table holds the
+  // metadata; the agent keeps no second copy of it).
+  FS_RETURN_IF_ERROR(format::ReadIndex(&copy));
+  ScopeExit drop([&] {
+    std::vector<IndexEntry>().swap(copy.entries);
+    std::string().swap(copy.index_stored);
+  });
   format::ScanOptions so;
   so.pool = workers;
   so.check_file_hash = true;
@@ -159,11 +162,11 @@ void Unpacker::Loop() {
   }
   if (!ok || stop_) return;
   // Every file is in place (a file claimed by an opener when the scan passed it is waited for).
-  const auto& index = *ctx_.index;
+  const Index& index = *ctx_.index;
   uint64_t files = 0;
   for (uint32_t s = 0; s < copies_.size(); s++)
-    for (uint32_t i = 0; copies_[s] && i < index[s].size(); i++) {
-      if (index[s][i].type != EntryType::kFile) continue;
+    for (uint32_t i = 0; copies_[s] && i < index.count(s); i++) {
+      if (!index.IsFile(s, i)) continue;
       if (stop_ || !EnsureUnpacked(s, i).ok()) return;
       files++;
     }

@@ -24,7 +24,7 @@ namespace fanstore::agent {
 class Unpacker {
  public:
   struct Context {
-    const Index* index = nullptr;  // every shard's entries
+    const Index* index = nullptr;  // every shard's frames, with the table
     const format::Dictionary* dict = nullptr;
     const format::Manifest* manifest = nullptr;
     int data_root_fd = -1;
@@ -44,10 +44,8 @@ class Unpacker {
 
   // Lazy mode: the state of the files of the local shards `mine`, all still packed.
   void Init(Context ctx, const std::vector<uint32_t>& mine);
-  void SetTableEntry(uint32_t shard, uint32_t entry, uint32_t table_entry) {
-    table_index_[shard][entry] = table_entry;
-  }
-  // The shard copy the files are unpacked from (opened and checked).
+  // The shard copy the files are unpacked from (opened and checked; its entries are read again
+  // when it is unpacked).
   void Adopt(std::unique_ptr<format::ShardFile> copy);
   // Starts the background pass, at low priority.
   void Start();
@@ -78,8 +76,7 @@ class Unpacker {
   std::vector<std::unique_ptr<format::ShardFile>> copies_;  // by shard id
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::vector<uint8_t>> state_;         // by shard, entry
-  std::vector<std::vector<uint32_t>> table_index_;  // the table entry of each file
+  std::vector<std::vector<uint8_t>> state_;  // by shard, entry
   std::atomic<bool> done_{false}, stop_{false};
   std::atomic<uint64_t> on_demand_{0};
   std::atomic<double> seconds_{0};

@@ -68,12 +68,7 @@ class UnpackTest : public ::testing::Test {
     };
     ctx.on_done = [this] { done_calls_++; };
     unpacker_.Init(std::move(ctx), ds_.AllShards());
-    // Table entries: a number of our own per file, to see that each call names its file.
-    for (uint32_t s = 0; s < ds_.nshards(); s++)
-      for (uint32_t i = 0; i < ds_.index()[s].size(); i++) {
-        unpacker_.SetTableEntry(s, i, TableEntry(s, i));
-        total_files_ += ds_.index()[s][i].type == format::EntryType::kFile;
-      }
+    for (uint32_t s = 0; s < ds_.nshards(); s++) total_files_ += ds_.Files(s).size();
     for (auto& sh : *shards) unpacker_.Adopt(std::move(sh));
   }
   void TearDown() override {
@@ -81,7 +76,8 @@ class UnpackTest : public ::testing::Test {
     ::unsetenv("FANSTORE_TEST_UNPACK_DELAY_MS");
   }
 
-  static uint32_t TableEntry(uint32_t s, uint32_t i) { return 1000 * s + i; }
+  // Each call names its file by its table entry.
+  uint32_t TableEntry(uint32_t s, uint32_t i) const { return ds_.index().TableEntry(s, i); }
   std::string StagedPath(uint32_t s, uint32_t i) const {
     return data_root_ + "/" + ds_.Entry(s, i).path;
   }

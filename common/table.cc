@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/hash.h"
 #include "common/path.h"
@@ -56,81 +58,47 @@ namespace {
 struct ViewHash {
   size_t operator()(std::string_view v) const { return Xxh3(v); }
 };
-// Directories by path (indexes into the nodes). Only directories can be parents, and they are
-// few: files are never indexed here.
-using DirIndex = std::unordered_map<std::string_view, uint32_t, ViewHash>;
 
-// The builder's nodes: the caller's, by index from its NodeSource (no copy of them all), then
-// the missing parent directories the builder adds.
-class AllNodes {
- public:
-  explicit AllNodes(const NodeSource& src) : src_(src), given_(src.size()) {}
-  uint32_t given() const { return given_; }
-  uint32_t size() const { return given_ + static_cast<uint32_t>(extra_.size()); }
-  std::string_view Path(uint32_t k) const {
-    return k < given_ ? src_.PathOf(k) : extra_[k - given_].path;
-  }
-  Node At(uint32_t k) const { return k < given_ ? src_.At(k) : extra_[k - given_]; }
+// The strings a node adds to the table: its path, and its text (a symlink's target, the file a
+// hard link names, or extended attributes).
+uint64_t StringBytes(const Node& nd) { return nd.path.size() + nd.text.size(); }
 
-  // Every directory, the added ones included (AddMissingParents).
-  const DirIndex& dirs() const { return dirs_; }
+// What the first pass learns: how large the image is, and which parent directories nobody
+// gave (added after the given nodes, each with the mtime of the first node under it).
+struct Census {
+  uint32_t given = 0;
+  uint64_t string_bytes = 0;
+  uint32_t xattr_count = 0;
+  std::map<std::string, int64_t> missing;  // by path: the order is the image's
+};
 
-  // Indexes the caller's directories, then adds the missing parent directories (and the
-  // root), as views of their children's paths; a parent that exists but is not a directory is
-  // an error (found after sorting).
-  void AddMissingParents() {
-    for (uint32_t k = 0; k < given_; k++)
-      if (S_ISDIR(At(k).mode)) dirs_.emplace(Path(k), k);
-    auto add = [&](std::string_view path, int64_t mtime_ns) {
-      dirs_.emplace(path, size());
-      extra_.push_back(Node{path, S_IFDIR | 0555, 0, mtime_ns, 0, {}});
-    };
-    bool has_root = false;
-    for (uint32_t k = 0; k < given_ && !has_root; k++) has_root = Path(k).empty();
-    if (!has_root) add("", 0);
-    for (uint32_t k = 0; k < given_; k++) {
-      const std::string_view path = Path(k);
-      if (path.empty()) continue;
-      for (std::string_view parent = ParentOf(path); !dirs_.count(parent);
-           parent = ParentOf(parent)) {
-        add(parent, At(k).mtime_ns);
-        if (parent.empty()) break;
-      }
+Status Count(const NodeSource& src, const Node& root, Census* c) {
+  // Directories only: they are few (files are never held here).
+  std::unordered_set<std::string> dirs;
+  std::unordered_map<std::string, int64_t> parents;
+  std::string last_parent = "\1";  // siblings come together: one lookup per run of them
+  c->string_bytes = StringBytes(root);
+  c->xattr_count = root.Xattrs().empty() ? 0 : 1;
+  FS_RETURN_IF_ERROR(src.ForEach(0, [&](const Node& nd) -> Status {
+    if (!IsCanonicalPath(nd.path))
+      return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
+    if (++c->given >= kNone - 1) return Status::InvalidArgument("table: namespace too large");
+    c->string_bytes += StringBytes(nd);
+    if (!nd.Xattrs().empty()) c->xattr_count++;
+    if (S_ISDIR(nd.mode)) dirs.emplace(nd.path);
+    const std::string_view parent = ParentOf(nd.path);
+    if (parent != last_parent) {
+      last_parent.assign(parent);
+      parents.emplace(last_parent, nd.mtime_ns);
     }
-  }
-
- private:
-  const NodeSource& src_;
-  const uint32_t given_;
-  std::vector<Node> extra_;
-  DirIndex dirs_;
-};
-
-class VectorNodes : public NodeSource {
- public:
-  explicit VectorNodes(const std::vector<Node>& nodes) : nodes_(nodes) {}
-  uint32_t size() const override { return static_cast<uint32_t>(nodes_.size()); }
-  std::string_view PathOf(uint32_t k) const override { return nodes_[k].path; }
-  Node At(uint32_t k) const override { return nodes_[k]; }
-
- private:
-  const std::vector<Node>& nodes_;
-};
-
-// Order: by path, the root ("") first. Siblings share their parent's prefix, so in this order
-// each directory's children come by name. `pos` is each node's place in the order.
-Status SortByPath(const AllNodes& nodes, std::vector<uint32_t>* order, std::vector<uint32_t>* pos) {
-  const uint32_t n = nodes.size();
-  order->resize(n);
-  pos->resize(n);
-  for (uint32_t i = 0; i < n; i++) (*order)[i] = i;
-  std::sort(order->begin(), order->end(),
-            [&](uint32_t a, uint32_t b) { return nodes.Path(a) < nodes.Path(b); });
-  for (uint32_t i = 0; i < n; i++) (*pos)[(*order)[i]] = i;
-  for (uint32_t i = 1; i < n; i++)
-    if (nodes.Path((*order)[i]) == nodes.Path((*order)[i - 1]))
-      return Status::InvalidArgument("table: duplicate path '" +
-                                     std::string(nodes.Path((*order)[i])) + "'");
+    return Status::OK();
+  }));
+  for (const auto& [path, mtime] : parents)
+    for (std::string_view p = path; !p.empty() && !dirs.count(std::string(p)); p = ParentOf(p))
+      if (c->missing.emplace(std::string(p), mtime).second) c->string_bytes += p.size();
+  if (uint64_t{c->given} + c->missing.size() >= kNone - 1)
+    return Status::InvalidArgument("table: namespace too large");
+  if (c->string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
   return Status::OK();
 }
 
@@ -170,38 +138,216 @@ Header Layout(uint32_t n, uint64_t string_bytes, uint32_t xattr_count, const Bui
   return h;
 }
 
-// Children lists, contiguous per directory, filled in path order (so by name); then the hash
-// table. Entries' parents and child counts are set.
-void LinkChildren(const Header& h, char* base) {
-  const uint32_t n = h.entry_count, buckets = h.bucket_count;
-  auto* entries = reinterpret_cast<Entry*>(base + h.entries_off);
-  auto* children = reinterpret_cast<uint32_t*>(base + h.children_off);
-  auto* table = reinterpret_cast<Bucket*>(base + h.buckets_off);
-  for (uint32_t i = 0, next = 0; i < n; i++) {
-    if (S_ISREG(entries[i].mode)) continue;  // no children: its fields hold its source
-    entries[i].first_child = next;
-    next += entries[i].child_count;
-    entries[i].child_count = 0;
+// Writes the image in place, in the second pass. Entry 0 is the root, node k of the source
+// entry k + 1, the missing parents follow.
+class Writer {
+ public:
+  Writer(const Header& h, char* base)
+      : h_(h),
+        base_(base),
+        entries_(reinterpret_cast<Entry*>(base + h.entries_off)),
+        strings_(base + h.strings_off),
+        xattrs_(reinterpret_cast<XattrRef*>(base + h.xattrs_off)) {}
+
+  void PutString(std::string_view v) {
+    std::memcpy(strings_ + str_off_, v.data(), v.size());
+    str_off_ += v.size();
   }
-  for (uint32_t i = 1; i < n; i++) {
-    Entry& p = entries[entries[i].parent];
-    children[p.first_child + p.child_count++] = i;
-    if (S_ISDIR(entries[i].mode)) p.aux++;
+  // Fails when the source gives more than it did in the first pass.
+  Status Add(const Node& nd) {
+    if (next_ >= h_.entry_count || xattrs_done_ + !nd.Xattrs().empty() > h_.xattr_count ||
+        StringBytes(nd) > h_.strings_size - str_off_)
+      return Status::Corruption("table: the nodes changed between the builder's passes");
+    const uint32_t i = next_++;
+    Entry& e = entries_[i];  // zeroed with the image
+    e.hash = Xxh3(nd.path);
+    e.mode = nd.mode;
+    e.size = nd.size;
+    e.mtime_ns = nd.mtime_ns;
+    e.ctime_ns = nd.ctime_ns != 0 ? nd.ctime_ns : nd.mtime_ns;
+    e.flags = nd.flags;
+    e.path_off = static_cast<uint32_t>(str_off_);
+    e.path_len = static_cast<uint32_t>(nd.path.size());
+    PutString(nd.path);
+    if (S_ISDIR(nd.mode)) dirs_.emplace(std::string_view(strings_ + e.path_off, e.path_len), i);
+    if (!nd.Xattrs().empty()) {
+      e.flags |= kXattrs;
+      xattrs_[xattrs_done_++] = XattrRef{i, static_cast<uint32_t>(nd.text.size()), str_off_};
+      PutString(nd.text);
+    }
+    if (S_ISREG(nd.mode)) {
+      // A file has no children: first_child holds its source index, child_count its frame's
+      // offset in the shard copy (kRawCopy); LinkChildren skips files.
+      e.aux = nd.source_shard;
+      e.first_child = nd.source_index;
+      e.child_count = nd.copy_offset;
+    }
+    if (S_ISLNK(nd.mode) || nd.hardlink) {
+      // A hard link keeps the path it names here until LinkNames points it at that entry.
+      e.aux = static_cast<uint32_t>(str_off_);
+      e.size = nd.text.size();
+      if (nd.hardlink) e.flags = kHardLink, hardlinks_++;
+      PutString(nd.text);
+    }
+    return Status::OK();
   }
-  std::memset(table, 0xff, uint64_t{buckets} * sizeof(Bucket));  // kNone
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t b = Slot(entries[i].hash, buckets);
-    while (table[b].entry != kNone) b = NextSlot(b, buckets);
-    table[b] = Bucket{i, entries[i].path_off};
+  uint32_t added() const { return next_; }
+
+  // Parents and children (contiguous per directory, sorted by name), then the hash table;
+  // fails on a duplicate path.
+  Status Link() {
+    const uint32_t n = h_.entry_count;
+    for (uint32_t i = 1; i < n; i++) {
+      Entry& e = entries_[i];
+      auto it = dirs_.find(ParentOf(Path(e)));
+      if (it == dirs_.end())
+        return Status::InvalidArgument("table: parent of '" + std::string(Path(e)) +
+                                       "' is not a directory");
+      e.parent = it->second;
+      entries_[e.parent].child_count++;
+    }
+    dirs_ = {};
+    auto* children = reinterpret_cast<uint32_t*>(base_ + h_.children_off);
+    for (uint32_t i = 0, next = 0; i < n; i++) {
+      if (S_ISREG(entries_[i].mode)) continue;  // no children: its fields hold its source
+      entries_[i].first_child = next;
+      next += entries_[i].child_count;
+      entries_[i].child_count = 0;
+    }
+    for (uint32_t i = 1; i < n; i++) {
+      Entry& p = entries_[entries_[i].parent];
+      children[p.first_child + p.child_count++] = i;
+      if (S_ISDIR(entries_[i].mode)) p.aux++;
+    }
+    // Siblings share their parent's path: by path is by name. Packed trees come sorted.
+    auto by_path = [&](uint32_t a, uint32_t b) { return Path(entries_[a]) < Path(entries_[b]); };
+    for (uint32_t i = 0; i < n; i++) {
+      const Entry& d = entries_[i];
+      if (S_ISREG(d.mode) || d.child_count < 2) continue;
+      uint32_t* first = children + d.first_child;
+      if (!std::is_sorted(first, first + d.child_count, by_path))
+        std::sort(first, first + d.child_count, by_path);
+    }
+    const uint32_t buckets = h_.bucket_count;
+    auto* table = reinterpret_cast<Bucket*>(base_ + h_.buckets_off);
+    std::memset(table, 0xff, uint64_t{buckets} * sizeof(Bucket));  // kNone
+    for (uint32_t i = 0; i < n; i++) {
+      const Entry& e = entries_[i];
+      uint32_t b = Slot(e.hash, buckets);
+      for (; table[b].entry != kNone; b = NextSlot(b, buckets)) {
+        const Entry& o = entries_[table[b].entry];
+        if (o.hash == e.hash && Path(o) == Path(e))
+          return Status::InvalidArgument("table: duplicate path '" + std::string(Path(e)) + "'");
+      }
+      table[b] = Bucket{i, e.path_off};
+    }
+    return hardlinks_ == 0 ? Status::OK() : LinkNames();
   }
-}
+
+ private:
+  std::string_view Path(const Entry& e) const { return {strings_ + e.path_off, e.path_len}; }
+  // The entry of `path` in the hash table (built), or kNone.
+  uint32_t Find(std::string_view path) const {
+    const auto* table = reinterpret_cast<const Bucket*>(base_ + h_.buckets_off);
+    const uint64_t hash = Xxh3(path);
+    for (uint32_t b = Slot(hash, h_.bucket_count); table[b].entry != kNone;
+         b = NextSlot(b, h_.bucket_count)) {
+      const Entry& e = entries_[table[b].entry];
+      if (e.hash == hash && Path(e) == path) return table[b].entry;
+    }
+    return kNone;
+  }
+
+  // Hard links: each other name points at its file's entry and takes its inode number and
+  // attributes; the file counts its names.
+  Status LinkNames() {
+    for (uint32_t i = 0; i < h_.entry_count; i++) {
+      Entry& e = entries_[i];
+      if (!(e.flags & kHardLink)) continue;
+      const std::string_view target(strings_ + e.aux, e.size);
+      const uint32_t t = Find(target);
+      if (t == kNone || !S_ISREG(entries_[t].mode) || (entries_[t].flags & kHardLink))
+        return Status::InvalidArgument("table: hard link '" + std::string(Path(e)) + "' to '" +
+                                       std::string(target) + "', not a file");
+      Entry& f = entries_[t];
+      e.aux = t;
+      e.mode = f.mode;
+      e.size = f.size;
+      e.mtime_ns = f.mtime_ns;
+      e.ctime_ns = f.ctime_ns;
+      e.first_child = kNone;
+      e.child_count = 0;
+      f.flags += 1u << kExtraNamesShift;
+    }
+    return Status::OK();
+  }
+
+  const Header& h_;
+  char* base_;
+  Entry* entries_;
+  char* strings_;
+  XattrRef* xattrs_;
+  uint64_t str_off_ = 0;
+  uint32_t next_ = 0, xattrs_done_ = 0, hardlinks_ = 0;
+  // Directories by path (views into the image), for the parents.
+  std::unordered_map<std::string_view, uint32_t, ViewHash> dirs_;
+};
+
+// A vector of nodes, the root ("") among them or not.
+class VectorNodes : public NodeSource {
+ public:
+  explicit VectorNodes(const std::vector<Node>& nodes) : nodes_(nodes) {}
+  Node Root() const override {
+    for (const Node& nd : nodes_)
+      if (nd.path.empty()) return nd;
+    return NodeSource::Root();
+  }
+  Status ForEach(int, const NodeFn& fn) const override {
+    for (const Node& nd : nodes_)
+      if (!nd.path.empty()) FS_RETURN_IF_ERROR(fn(nd));
+    return Status::OK();
+  }
+
+ private:
+  const std::vector<Node>& nodes_;
+};
 
 }  // namespace
 
-Result<std::string> Build(const std::vector<Node>& nodes, const BuildOptions& opts,
-                          std::vector<uint32_t>* entry_of) {
+Node NodeSource::Root() const { return Node{"", S_IFDIR | 0555, 0, 0, 0, {}}; }
+
+Status BuildInto(const NodeSource& src, const BuildOptions& opts, const AllocFn& alloc) {
+  const Node root = src.Root();
+  if (!root.path.empty() || !S_ISDIR(root.mode))
+    return Status::InvalidArgument("table: the root is not a directory");
+  Census c;
+  FS_RETURN_IF_ERROR(Count(src, root, &c));
+  uint64_t string_bytes =
+      opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
+  const uint32_t n = 1 + c.given + static_cast<uint32_t>(c.missing.size());
+  const Header h = Layout(n, string_bytes + c.string_bytes, c.xattr_count, opts);
+  auto mem = alloc(h.total_size);
+  if (!mem.ok()) return mem.status();
+  std::memcpy(mem.value(), &h, sizeof h);
+  Writer w(h, mem.value());
+  for (std::string_view s : {opts.local_root, opts.cache_root, opts.dataset, opts.tool})
+    w.PutString(s);
+  FS_RETURN_IF_ERROR(w.Add(root));
+  FS_RETURN_IF_ERROR(src.ForEach(1, [&](const Node& nd) { return w.Add(nd); }));
+  if (w.added() != 1 + c.given)
+    return Status::Corruption("table: the nodes changed between the builder's passes");
+  for (const auto& [path, mtime] : c.missing)
+    FS_RETURN_IF_ERROR(w.Add(Node{path, S_IFDIR | 0555, 0, mtime, 0, {}}));
+  return w.Link();
+}
+
+Status BuildInto(const std::vector<Node>& nodes, const BuildOptions& opts, const AllocFn& alloc) {
+  return BuildInto(VectorNodes(nodes), opts, alloc);
+}
+
+Result<std::string> Build(const std::vector<Node>& nodes, const BuildOptions& opts) {
   std::string image;
-  FS_RETURN_IF_ERROR(BuildInto(nodes, opts, entry_of, [&](size_t n) -> Result<char*> {
+  FS_RETURN_IF_ERROR(BuildInto(nodes, opts, [&](size_t n) -> Result<char*> {
     image.assign(n, '\0');
     return image.data();
   }));
@@ -223,132 +369,6 @@ Result<char*> FileImage::Create(const std::string& path, size_t size) {
   map_ = m;
   len_ = size;
   return static_cast<char*>(m);
-}
-
-// Hard links: each other name points at its file's entry and takes its inode number and
-// attributes; the file counts its names.
-static Status LinkNames(const AllNodes& nodes, const std::vector<uint32_t>& order,
-                        const std::vector<uint32_t>& pos, Entry* entries, uint32_t n) {
-  std::unordered_map<std::string_view, uint32_t> file_at;
-  for (uint32_t k = 0; k < nodes.size(); k++) {
-    const Node nd = nodes.At(k);
-    if (S_ISREG(nd.mode) && !nd.hardlink) file_at.emplace(nd.path, pos[k]);
-  }
-  for (uint32_t i = 0; i < n; i++) {
-    const Node nd = nodes.At(order[i]);
-    if (!nd.hardlink) continue;
-    auto it = file_at.find(nd.text);
-    if (it == file_at.end())
-      return Status::InvalidArgument("table: hard link '" + std::string(nd.path) + "' to '" +
-                                     std::string(nd.text) + "', not a file");
-    Entry& e = entries[i];
-    Entry& t = entries[it->second];
-    e.flags = kHardLink;
-    e.aux = it->second;
-    e.mode = t.mode;
-    e.size = t.size;
-    e.mtime_ns = t.mtime_ns;
-    e.ctime_ns = t.ctime_ns;
-    e.first_child = kNone;
-    e.child_count = 0;
-    t.flags += 1u << kExtraNamesShift;
-  }
-  return Status::OK();
-}
-
-Status BuildInto(const std::vector<Node>& nodes, const BuildOptions& opts,
-                 std::vector<uint32_t>* entry_of, const AllocFn& alloc) {
-  return BuildInto(VectorNodes(nodes), opts, entry_of, alloc);
-}
-
-Status BuildInto(const NodeSource& src, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
-                 const AllocFn& alloc) {
-  AllNodes nodes(src);
-  for (uint32_t k = 0; k < nodes.given(); k++) {
-    const std::string_view path = nodes.Path(k);
-    if (!path.empty() && !IsCanonicalPath(path))
-      return Status::InvalidArgument("table: non-canonical path '" + std::string(path) + "'");
-  }
-  nodes.AddMissingParents();
-  std::vector<uint32_t> order, pos;
-  FS_RETURN_IF_ERROR(SortByPath(nodes, &order, &pos));
-  const DirIndex& dirs = nodes.dirs();
-  const uint32_t n = nodes.size();
-
-  // The layout, then the image, written in place.
-  size_t string_bytes =
-      opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
-  uint32_t xattr_count = 0;
-  for (uint32_t k = 0; k < n; k++) {
-    const Node nd = nodes.At(k);
-    string_bytes += nd.path.size() + (S_ISLNK(nd.mode) ? nd.text.size() : 0);
-    if (!nd.Xattrs().empty()) {
-      string_bytes += nd.text.size();
-      xattr_count++;
-    }
-  }
-  if (string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
-  const Header h = Layout(n, string_bytes, xattr_count, opts);
-  auto mem = alloc(h.total_size);
-  if (!mem.ok()) return mem.status();
-  char* base = mem.value();
-  std::memcpy(base, &h, sizeof h);
-  auto* entries = reinterpret_cast<Entry*>(base + h.entries_off);
-  char* strings = base + h.strings_off;
-  auto* xattrs = reinterpret_cast<XattrRef*>(base + h.xattrs_off);
-  uint32_t xattrs_done = 0;
-  size_t str_off = 0;
-  auto put_string = [&](std::string_view v) {
-    std::memcpy(strings + str_off, v.data(), v.size());
-    str_off += v.size();
-  };
-  for (std::string_view root : {opts.local_root, opts.cache_root, opts.dataset, opts.tool})
-    put_string(root);
-  bool any_hardlink = false;
-  for (uint32_t i = 0; i < n; i++) {
-    const Node nd = nodes.At(order[i]);
-    Entry& e = entries[i];  // zeroed with the image
-    e.hash = Xxh3(nd.path);
-    e.mode = nd.mode;
-    e.size = nd.size;
-    e.mtime_ns = nd.mtime_ns;
-    e.ctime_ns = nd.ctime_ns != 0 ? nd.ctime_ns : nd.mtime_ns;
-    e.flags = nd.flags;
-    e.path_off = static_cast<uint32_t>(str_off);
-    e.path_len = static_cast<uint32_t>(nd.path.size());
-    put_string(nd.path);
-    if (!nd.Xattrs().empty()) {
-      e.flags |= kXattrs;
-      xattrs[xattrs_done++] = XattrRef{i, static_cast<uint32_t>(nd.text.size()), str_off};
-      put_string(nd.text);
-    }
-    if (S_ISREG(nd.mode)) {
-      // A file has no children: first_child holds its source index, child_count its frame's
-      // offset in the shard copy (kRawCopy); LinkChildren skips files.
-      e.aux = nd.source_shard;
-      e.first_child = nd.source_index;
-      e.child_count = nd.copy_offset;
-      any_hardlink |= nd.hardlink;
-    }
-    if (S_ISLNK(nd.mode)) {
-      e.aux = static_cast<uint32_t>(str_off);
-      e.size = nd.text.size();
-      put_string(nd.text);
-    }
-    if (i != 0) {
-      auto it = dirs.find(ParentOf(nd.path));
-      if (it == dirs.end())
-        return Status::InvalidArgument("table: parent of '" + std::string(nd.path) +
-                                       "' is not a directory");
-      e.parent = pos[it->second];
-      entries[e.parent].child_count++;
-    }
-  }
-  LinkChildren(h, base);
-  if (any_hardlink) FS_RETURN_IF_ERROR(LinkNames(nodes, order, pos, entries, n));
-  if (entry_of)
-    entry_of->assign(pos.begin(), pos.begin() + static_cast<std::ptrdiff_t>(nodes.given()));
-  return Status::OK();
 }
 
 Status WriteFile(const std::string& path, std::string_view image) {

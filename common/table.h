@@ -4,9 +4,10 @@
 // Layout (all little-endian, offsets from the start of the mapping):
 //   Header | buckets: Bucket[bucket_count] | entries: Entry[entry_count] |
 //   children: uint32[] | strings | xattrs: XattrRef[xattr_count]
-// Entry 0 is the root directory (relative path ""). Paths are relative to the mount, without a
-// leading '/'. Lookup is open addressing on XXH3(path) with linear probing. Children of a
-// directory are contiguous in `children`, sorted by name.
+// Entry 0 is the root directory (relative path ""); the others come in the builder's order
+// (NodeSource). Paths are relative to the mount, without a leading '/'. Lookup is open
+// addressing on XXH3(path) with linear probing. Children of a directory are contiguous in
+// `children`, sorted by name.
 //
 // Thread safety: a TableView is immutable after Open() and safe to share between threads, with
 // one exception: while it serves, the agent may set kLocal on a file's entry (never clear it)
@@ -175,27 +176,27 @@ class FileImage {
   size_t len_ = 0;
 };
 
-// The nodes a table is built from, by index, without a copy of them all: the builder asks for
-// each node (At) a few times and for paths (PathOf) many times while it sorts.
+// The nodes a table is built from, in two passes over the caller's data (issue 13: the table
+// is the only copy of the metadata; nobody holds every node at once). ForEach gives the same
+// nodes in the same order in both passes (0: counting, 1: writing); a node's views need live
+// only during its call. The root is not among them: node k becomes entry k + 1, entry 0 is
+// Root(), and the missing parent directories follow the given nodes.
 class NodeSource {
  public:
+  using NodeFn = std::function<Status(const Node&)>;
   virtual ~NodeSource() = default;
-  virtual uint32_t size() const = 0;
-  virtual std::string_view PathOf(uint32_t k) const = 0;
-  virtual Node At(uint32_t k) const = 0;
+  virtual Node Root() const;  // default: mode 0555, time 0
+  virtual Status ForEach(int pass, const NodeFn& fn) const = 0;
 };
 
-// Serialises `nodes` into a table image in the memory `alloc` gives for its size (zeroed).
-// Fails on duplicate or non-canonical paths, or a parent that is not a directory. With
-// `entry_of`, (*entry_of)[k] is the table entry of nodes[k].
+// Serialises the nodes into a table image in the memory `alloc` gives for its size (zeroed).
+// Fails on duplicate or non-canonical paths, or a parent that is not a directory.
 using AllocFn = std::function<Result<char*>(size_t)>;
-Status BuildInto(const NodeSource& nodes, const BuildOptions& opts, std::vector<uint32_t>* entry_of,
-                 const AllocFn& alloc);
-Status BuildInto(const std::vector<Node>& nodes, const BuildOptions& opts,
-                 std::vector<uint32_t>* entry_of, const AllocFn& alloc);
+Status BuildInto(const NodeSource& nodes, const BuildOptions& opts, const AllocFn& alloc);
+// From a vector, which may hold the root ("").
+Status BuildInto(const std::vector<Node>& nodes, const BuildOptions& opts, const AllocFn& alloc);
 // The same into a string.
-Result<std::string> Build(const std::vector<Node>& nodes, const BuildOptions& opts,
-                          std::vector<uint32_t>* entry_of = nullptr);
+Result<std::string> Build(const std::vector<Node>& nodes, const BuildOptions& opts);
 
 // Writes `image` to `path` (mode 0600) atomically: a temporary file, then rename.
 Status WriteFile(const std::string& path, std::string_view image);

@@ -220,13 +220,13 @@ TEST(TableBuild, IntoItsFileTheSameImageAsInMemory) {
   test::TempDir tmp("table-test");
   const std::string path = tmp.path() + "/table.tmp";
   FileImage file;
-  ASSERT_TRUE(BuildInto(nodes, {}, nullptr, [&](size_t n) { return file.Create(path, n); }).ok());
+  ASSERT_TRUE(BuildInto(nodes, {}, [&](size_t n) { return file.Create(path, n); }).ok());
   EXPECT_EQ(file.view(), *img);
   TableView v;
   ASSERT_TRUE(v.Open(path).ok());  // what clients map is what the agent wrote in place
   EXPECT_NE(v.Lookup("d/f"), nullptr);
   // A failed allocation fails the build, naming it.
-  Status s = BuildInto(nodes, {}, nullptr, [&](size_t) -> Result<char*> {
+  Status s = BuildInto(nodes, {}, [&](size_t) -> Result<char*> {
     return file.Create(tmp.path() + "/missing/table", 1);
   });
   EXPECT_NE(s.message().find("missing/table"), std::string::npos) << s.ToString();
@@ -237,6 +237,52 @@ TEST(TableBuild, RejectsBadInput) {
   EXPECT_FALSE(Build({{"/x", S_IFREG, 0, 0, 0, {}}}, {}).ok());
   EXPECT_FALSE(Build({{"x", S_IFREG, 0, 0, 0, {}}, {"x", S_IFREG, 0, 0, 0, {}}}, {}).ok());
   EXPECT_FALSE(Build({{"f", S_IFREG, 0, 0, 0, {}}, {"f/g", S_IFREG, 0, 0, 0, {}}}, {}).ok());
+}
+
+// Entries keep the source's order (entry 0 the root, node k entry k + 1, missing parents
+// last); children are sorted by name whatever that order.
+TEST(TableBuild, SourceOrderWithChildrenByName) {
+  auto img = Build({{"d/z", S_IFREG | 0644, 1, 0, 0, {}},
+                    {"d/a", S_IFREG | 0644, 2, 0, 0, {}},
+                    {"c", S_IFDIR | 0755, 0, 0, 0, {}},
+                    {"", S_IFDIR | 0700, 0, 9, 0, {}}},
+                   {});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  TableView v;
+  ASSERT_TRUE(v.Attach(*img).ok());
+  ASSERT_EQ(v.size(), 5u);
+  EXPECT_EQ(v.at(0).mode, S_IFDIR | 0700u);  // the given root
+  EXPECT_EQ(v.Path(v.at(1)), "d/z");
+  EXPECT_EQ(v.Path(v.at(2)), "d/a");
+  EXPECT_EQ(v.Path(v.at(3)), "c");
+  EXPECT_EQ(v.Path(v.at(4)), "d");  // added
+  auto kids = v.Children(v.at(4));
+  ASSERT_EQ(kids.size(), 2u);
+  EXPECT_EQ(v.Name(v.at(kids[0])), "a");
+  EXPECT_EQ(v.Name(v.at(kids[1])), "z");
+  auto top = v.Children(v.at(0));
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(v.Name(v.at(top[0])), "c");
+  EXPECT_EQ(v.Name(v.at(top[1])), "d");
+}
+
+// A source whose second pass differs from its first fails the build instead of writing past
+// what the first pass counted.
+TEST(TableBuild, RefusesASourceThatChangesBetweenPasses) {
+  class Growing : public NodeSource {
+   public:
+    Status ForEach(int pass, const NodeFn& fn) const override {
+      FS_RETURN_IF_ERROR(fn(Node{"f", S_IFREG | 0644, 1, 0, 0, {}}));
+      if (pass == 1) return fn(Node{"a-much-longer-name", S_IFREG | 0644, 1, 0, 0, {}});
+      return Status::OK();
+    }
+  };
+  std::string image;
+  Status st = BuildInto(Growing(), {}, [&](size_t n) -> Result<char*> {
+    image.assign(n, '\0');
+    return image.data();
+  });
+  EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
 }
 
 TEST(TableView, RejectsCorruptImage) {

@@ -152,14 +152,16 @@ bool IsContainedLink(std::string_view link_path, std::string_view target) {
   return true;
 }
 
-IndexParser::IndexParser(uint64_t data_end, uint32_t expected_count, uint32_t version)
+IndexParser::IndexParser(uint64_t data_end, uint32_t expected_count, uint32_t version,
+                         IndexEntryFn sink)
     : data_end_(data_end),
       expected_(expected_count),
       version_(version),
-      fixed_(EntryFixedSize(version)) {
+      fixed_(EntryFixedSize(version)),
+      sink_(std::move(sink)) {
   // The count is the footer's claim: reserve only what a real index of that size would hold,
   // never what a hostile count asks for.
-  out_.reserve(std::min<uint32_t>(expected_count, 1u << 16));
+  if (!sink_) out_.reserve(std::min<uint32_t>(expected_count, 1u << 16));
 }
 
 size_t IndexParser::PathLen(const char* p) {
@@ -175,10 +177,11 @@ size_t IndexParser::EntryLen(const char* p) const { return fixed_ + PathLen(p) +
 
 Status IndexParser::ParseOne(const char* p) {
   const size_t path_len = PathLen(p);
-  const uint32_t i = static_cast<uint32_t>(out_.size());
+  const uint32_t i = count_;
   // Error context, built only on the error path (this runs once per file at start-up).
   auto at = [&] { return "index entry " + Num(i) + " (index byte " + Num(consumed_) + ")"; };
-  IndexEntry e;
+  IndexEntry& e = cur_;
+  e.xattrs = XattrList();
   uint8_t type = static_cast<uint8_t>(p[0]);
   uint8_t codec = static_cast<uint8_t>(p[1]);
   e.mode = Get32(p + 4);
@@ -211,8 +214,7 @@ Status IndexParser::ParseOne(const char* p) {
     if ((version_ < 3 && e.size != 0) || e.size > kMaxFileSize || e.stored_len != 0 ||
         e.codec != Codec::kRaw)
       return Status::Corruption(where() + ": directory with data");
-    out_.push_back(std::move(e));
-    return Status::OK();
+    return Emit();
   }
   if (e.size > kMaxFileSize) return Status::Corruption(where() + ": absurd size " + Num(e.size));
   if (e.type == EntryType::kSymlink && (e.codec != Codec::kRaw || e.size == 0 || e.size > kMaxPath))
@@ -232,13 +234,19 @@ Status IndexParser::ParseOne(const char* p) {
     return Status::Corruption(where() + ": frame at offset " + Num(e.offset) + " length " +
                               Num(e.stored_len) + " lies outside the data area [" +
                               Num(kHeaderSize) + ", " + Num(data_end_) + ")");
-  out_.push_back(std::move(e));
+  return Emit();
+}
+
+Status IndexParser::Emit() {
+  count_++;
+  if (sink_) return sink_(cur_);
+  out_.push_back(cur_);
   return Status::OK();
 }
 
 Status IndexParser::Feed(std::string_view in) {
   auto more = [&]() -> Status {
-    if (out_.size() < expected_) return Status::OK();
+    if (count_ < expected_) return Status::OK();
     return Status::Corruption("index has trailing bytes after its " + Num(expected_) +
                               " entries (index byte " + Num(consumed_) + ")");
   };
@@ -273,9 +281,8 @@ Status IndexParser::Feed(std::string_view in) {
 }
 
 Result<std::vector<IndexEntry>> IndexParser::Finish() {
-  if (out_.size() < expected_) {
-    const std::string at =
-        "index entry " + Num(out_.size()) + " (index byte " + Num(consumed_) + ")";
+  if (count_ < expected_) {
+    const std::string at = "index entry " + Num(count_) + " (index byte " + Num(consumed_) + ")";
     if (partial_.size() >= fixed_) return Status::Corruption(at + ": path runs past the index");
     return Status::Corruption(at + ": truncated");
   }
@@ -293,7 +300,10 @@ Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t dat
   return parser.Finish();
 }
 
-Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Footer& f) {
+namespace {
+
+// Checks the stored index against the footer and decompresses it into `parser`.
+Status Decompress(std::string_view stored, const Footer& f, IndexParser* parser) {
   if (stored.size() != f.index_stored_len) return Status::Corruption("index length mismatch");
   if (Xxh3(stored) != f.index_xxh3)
     return Status::Corruption("index checksum mismatch at offset " + Num(f.index_offset));
@@ -307,7 +317,6 @@ Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Foote
   std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(), ZSTD_freeDCtx);
   if (!dctx) return Status::IOError("zstd: out of memory");
   ZSTD_DCtx_setParameter(dctx.get(), ZSTD_d_windowLogMax, kMaxWindowLog);
-  IndexParser parser(f.index_offset, f.entry_count, f.version);
   constexpr size_t kPiece = 256u << 10;
   std::unique_ptr<char[]> out(new char[kPiece]);
   ZSTD_inBuffer ib{stored.data(), stored.size(), 0};
@@ -323,13 +332,27 @@ Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Foote
     if (ZSTD_isError(last)) return fail(ZSTD_getErrorName(last));
     produced += ob.pos;
     if (produced > f.index_raw_len) return fail("more than " + Num(f.index_raw_len) + " bytes");
-    FS_RETURN_IF_ERROR(parser.Feed(std::string_view(out.get(), ob.pos)));
+    FS_RETURN_IF_ERROR(parser->Feed(std::string_view(out.get(), ob.pos)));
     if (last == 0) break;
     if (ob.pos == 0 && ib.pos == ib.size) return fail("truncated");
   }
   if (ib.pos != ib.size) return fail("bytes after the end of the zstd frame");
   if (produced != f.index_raw_len) return fail("short");
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Footer& f) {
+  IndexParser parser(f.index_offset, f.entry_count, f.version);
+  FS_RETURN_IF_ERROR(Decompress(stored, f, &parser));
   return parser.Finish();
+}
+
+Status ForEachIndexEntry(std::string_view stored, const Footer& f, const IndexEntryFn& fn) {
+  IndexParser parser(f.index_offset, f.entry_count, f.version, fn);
+  FS_RETURN_IF_ERROR(Decompress(stored, f, &parser));
+  return parser.Finish().status();
 }
 
 bool LinkStaysInside(std::string_view link_path, std::string_view target, const LookupFn& lookup) {

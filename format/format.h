@@ -132,15 +132,23 @@ Result<std::vector<IndexEntry>> ParseIndexRaw(std::string_view raw, uint64_t dat
 // decoded, whatever the footer claims.
 Result<std::vector<IndexEntry>> DecodeIndex(std::string_view stored, const Footer& f);
 
-// Incremental ParseIndexRaw: Feed() the raw index in pieces of any size, then Finish().
+// Calls fn for each entry of an index as it is decoded (DecodeIndex without the vector: the
+// entry is reused, valid only during the call).
+using IndexEntryFn = std::function<Status(const IndexEntry&)>;
+Status ForEachIndexEntry(std::string_view stored, const Footer& f, const IndexEntryFn& fn);
+
+// Incremental ParseIndexRaw: Feed() the raw index in pieces of any size, then Finish(). With
+// `sink`, each entry goes to it instead of into the vector Finish returns (then empty).
 class IndexParser {
  public:
-  IndexParser(uint64_t data_end, uint32_t expected_count, uint32_t version = kVersion);
+  IndexParser(uint64_t data_end, uint32_t expected_count, uint32_t version = kVersion,
+              IndexEntryFn sink = nullptr);
   Status Feed(std::string_view piece);
   Result<std::vector<IndexEntry>> Finish();
 
  private:
-  Status ParseOne(const char* p);  // the entry whose fixed part starts at p
+  Status ParseOne(const char* p);  // the entry whose fixed part starts at p, into cur_
+  Status Emit();                   // cur_ is complete
   // That entry's lengths: the whole, its path, its extended attributes.
   size_t EntryLen(const char* p) const;
   static size_t PathLen(const char* p);
@@ -151,6 +159,9 @@ class IndexParser {
   size_t fixed_;
   uint64_t consumed_ = 0;  // raw bytes of the complete entries parsed so far
   std::string partial_;    // an entry split across pieces
+  IndexEntryFn sink_;
+  uint32_t count_ = 0;  // entries parsed
+  IndexEntry cur_;      // the entry being parsed (its path's buffer is reused)
   std::vector<IndexEntry> out_;
 };
 

@@ -104,7 +104,8 @@ Status CheckAgainstManifest(const ShardFile& sh, const ShardRef& ref, uint32_t i
   return Status::OK();
 }
 
-Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id) {
+Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id,
+                                             bool parse) {
   auto s = std::make_unique<ShardFile>();
   s->path = path;
   s->fd.Reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -130,13 +131,19 @@ Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t d
     return Status::Corruption(path + ": header and footer disagree (shard id or dataset id)");
   if (dataset_id != 0 && s->header.dataset_id != dataset_id)
     return Status::Corruption(path + ": shard belongs to another dataset");
-  buf.assign(s->footer.index_stored_len, '\0');
-  FS_RETURN_IF_ERROR(PreadFull(s->fd.get(), buf.data(), buf.size(), s->footer.index_offset, path));
-  auto entries = DecodeIndex(buf, s->footer);
-  if (!entries.ok()) return entries.status().Prefixed(path);
-  s->entries = std::move(entries).value();
-  s->index_stored = std::move(buf);
+  FS_RETURN_IF_ERROR(ReadIndex(s.get(), parse));
   return s;
+}
+
+Status ReadIndex(ShardFile* s, bool parse) {
+  s->index_stored.assign(s->footer.index_stored_len, '\0');
+  FS_RETURN_IF_ERROR(PreadFull(s->fd.get(), s->index_stored.data(), s->index_stored.size(),
+                               s->footer.index_offset, s->path));
+  if (!parse) return Status::OK();
+  auto entries = DecodeIndex(s->index_stored, s->footer);
+  if (!entries.ok()) return entries.status().Prefixed(s->path);
+  s->entries = std::move(entries).value();
+  return Status::OK();
 }
 
 FrameDecoder* DecoderPool::Get() {

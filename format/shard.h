@@ -86,8 +86,14 @@ struct ShardFile {
 };
 
 // Opens a shard and reads its header, footer and index (three preads). When dataset_id is
-// non-zero the shard must belong to that dataset. Errors are prefixed with the path.
-Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id);
+// non-zero the shard must belong to that dataset. Errors are prefixed with the path. Without
+// `parse`, the index is only read (index_stored), not decoded into entries: a caller that
+// streams it (ForEachIndexEntry) checks it then.
+Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t dataset_id,
+                                             bool parse = true);
+// Reads the index of an open shard (at its footer's place) into index_stored and, with
+// `parse`, decodes it into entries: again after they were dropped.
+Status ReadIndex(ShardFile* s, bool parse = true);
 // A shard file `size` bytes long against its manifest entry; errors name `path`.
 Status CheckShardSize(const std::string& path, uint64_t size, const ShardRef& ref);
 // An opened shard against the manifest entry of shard `id`: size, then id.

@@ -23,8 +23,10 @@ namespace fanstore::stage {
 using format::EntryType;
 using format::IndexEntry;
 
-Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(
-    const std::string& dataset_dir, const format::Manifest& m, const std::vector<uint32_t>& ids) {
+Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::string& dataset_dir,
+                                                                   const format::Manifest& m,
+                                                                   const std::vector<uint32_t>& ids,
+                                                                   bool parse) {
   for (uint32_t id : ids)
     if (id >= m.shards.size()) return Status::InvalidArgument("no shard " + std::to_string(id));
   // Opening a shard is a few small reads (header, footer, index): bound by the remote file
@@ -34,7 +36,7 @@ Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(
   std::vector<Status> results(ids.size());
   ParallelFor(ids.size(), std::min(kInFlight, ids.size()), [&](size_t k) {
     const auto& ref = m.shards[ids[k]];
-    auto sh = format::OpenShard(dataset_dir + "/" + ref.file, m.dataset_id);
+    auto sh = format::OpenShard(dataset_dir + "/" + ref.file, m.dataset_id, parse);
     results[k] = sh.ok() ? format::CheckAgainstManifest(**sh, ref, ids[k]) : sh.status();
     if (results[k].ok()) out[k] = std::move(sh).value();
   });

@@ -33,9 +33,11 @@ struct Stats {
 };
 
 // Opens the given shards (header, footer, index; three reads each) and checks each against the
-// manifest (size, shard id, dataset id).
-Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(
-    const std::string& dataset_dir, const format::Manifest& m, const std::vector<uint32_t>& ids);
+// manifest (size, shard id, dataset id). `parse`: as format::OpenShard.
+Result<std::vector<std::unique_ptr<format::ShardFile>>> OpenShards(const std::string& dataset_dir,
+                                                                   const format::Manifest& m,
+                                                                   const std::vector<uint32_t>& ids,
+                                                                   bool parse = true);
 
 // Unpacks every regular file of `shards` under `local_root` (an existing, private, empty
 // directory): directories 0700, files 0400, at <local_root>/<path>. The whole-shard checksum
