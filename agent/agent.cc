@@ -134,12 +134,12 @@ std::string Agent::ExchangeMessage(const Shards& shards) {
   return exchange::Encode(size > 1 && cfg_.peers ? peer_server_.Endpoint() : "", primary);
 }
 
-Status Agent::ExchangeIndexes(Status st, const std::string& message, const Result<Shards>& shards,
+Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shards>& shards,
                               bool* fenced) {
   if (!st.ok()) stage_abort_ = true;
   auto t0 = Clock::now();
   TestPause("exchange");
-  auto all = boot_->Exchange(st.ok() ? message : exchange::EncodeHead(st), fenced);
+  auto all = boot_->Exchange(st.ok() ? std::move(message) : exchange::EncodeHead(st), fenced);
   exchange_seconds_ = Since(t0);
   FS_RETURN_IF_ERROR(st);
   if (!all.ok()) return all.status().Prefixed("metadata exchange");
@@ -149,8 +149,6 @@ Status Agent::ExchangeIndexes(Status st, const std::string& message, const Resul
   if (!d.ok()) return d.status();
   exchange_bytes_ = d->bytes;
   decoded_ = std::move(d).value();  // its views into exchanged_ stay valid
-  // Published, and in the messages: the table is built from those.
-  for (auto& sh : *shards) std::string().swap(sh->index_stored);
   links_ = std::move(decoded_.links);
   remote_.peers().SetEndpoints(std::move(decoded_.endpoints));
   return Status::OK();
@@ -227,7 +225,10 @@ Status Agent::StageAndPublish(Status st) {
   if (st.ok()) st = StartPeerService();
   std::string message;
   if (st.ok()) message = ExchangeMessage(*shards);
-  std::vector<exchange::Links>().swap(own_links_);  // in the message (and in every agent's)
+  // In the message, and in every agent's: the table is built from those.
+  std::vector<exchange::Links>().swap(own_links_);
+  if (shards.ok())
+    for (auto& sh : *shards) std::string().swap(sh->index_stored);
   // Eager unpack reads the entries as it stages. Lazy mode copies the shards as they are, and
   // decodes each index again only when it unpacks that shard: no entries beside the table.
   if (st.ok() && !lazy_) {
@@ -239,8 +240,7 @@ Status Agent::StageAndPublish(Status st) {
   // 2. The indexes are exchanged and the table built while the shards are staged: the
   // staging is bound by the source, the table by one core.
   bool fenced = false;
-  st = ExchangeIndexes(st, message, shards, &fenced);
-  std::string().swap(message);  // sent: not kept while the table is built
+  st = ExchangeIndexes(st, std::move(message), shards, &fenced);
   if (st.ok() && !stop_requested_) {
     st = BuildTable();
     if (st.ok()) InitRoles();

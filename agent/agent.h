@@ -101,8 +101,8 @@ class Agent {
   // This agent's exchange message: the indexes and symlink targets of the shards it is primary
   // for, and its peer endpoint.
   std::string ExchangeMessage(const Shards& shards);
-  // Sends `message` (or the failure `st`) and decodes every agent's.
-  Status ExchangeIndexes(Status st, const std::string& message, const Result<Shards>& shards,
+  // Sends `message` (or the failure `st`; freed once sent) and reads every agent's.
+  Status ExchangeIndexes(Status st, std::string message, const Result<Shards>& shards,
                          bool* fenced);
   // The second round: did every agent stage its share?
   Status AgreeAllStaged(const Status& st);

@@ -15,9 +15,11 @@ class Single : public Bootstrap {
  public:
   uint32_t rank() const override { return 0; }
   uint32_t size() const override { return 1; }
-  Result<std::vector<std::string>> Exchange(const std::string& mine, bool* fenced) override {
+  Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced) override {
     if (fenced) *fenced = true;
-    return std::vector<std::string>{mine};
+    std::vector<std::string> all(1);
+    all[0] = std::move(mine);  // no copy
+    return all;
   }
 };
 
@@ -50,7 +52,7 @@ class Pmix : public Bootstrap {
   uint32_t size() const override { return size_; }
   std::string nspace() const override { return me_.nspace; }
 
-  Result<std::vector<std::string>> Exchange(const std::string& mine, bool* fenced) override {
+  Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced) override {
     if (fenced) *fenced = false;
     // A key per round: a Get after the next fence must not find the previous round's value.
     const std::string key = "fanstore.meta." + std::to_string(round_++);
@@ -60,6 +62,7 @@ class Pmix : public Bootstrap {
     v.data.bo.bytes = const_cast<char*>(mine.data());
     v.data.bo.size = mine.size();
     pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key.c_str(), &v);
+    std::string().swap(mine);  // PMIx keeps its own copy
     if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Put", rc));
     rc = PMIx_Commit();
     if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Commit", rc));

@@ -21,7 +21,8 @@ class Bootstrap {
   // Publishes `mine` and returns every agent's blob, indexed by rank. Collective: every agent
   // calls it the same number of times (the agent: twice). With `fenced`, says whether this
   // agent met the others (an error after that still leaves them expecting the next round).
-  virtual Result<std::vector<std::string>> Exchange(const std::string& mine, bool* fenced) = 0;
+  // `mine` is taken, and freed once published (it may be most of the dataset's metadata).
+  virtual Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced) = 0;
   // Ends the job-wide session (PMIx_Finalize). Safe to call twice.
   virtual void Finalize() {}
 };
