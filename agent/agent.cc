@@ -225,15 +225,19 @@ Status Agent::StageAndPublish(Status st) {
   if (st.ok()) st = StartPeerService();
   std::string message;
   if (st.ok()) message = ExchangeMessage(*shards);
-  // In the message, and in every agent's: the table is built from those.
+  // The indexes we publish are in the message: the table is built from it. Those of the
+  // shards another agent publishes are kept for the build (Decode).
   std::vector<exchange::Links>().swap(own_links_);
   if (shards.ok())
-    for (auto& sh : *shards) std::string().swap(sh->index_stored);
-  // Eager unpack reads the entries as it stages. Lazy mode copies the shards as they are, and
-  // decodes each index again only when it unpacks that shard: no entries beside the table.
+    for (auto& sh : *shards)
+      if (Holders(sh->header.shard_id, boot_->size(), replicas_)[0] == boot_->rank())
+        std::string().swap(sh->index_stored);
+  // Eager unpack reads the entries as it stages (parsed at open; again after a fallback from
+  // lazy). Lazy mode copies the shards as they are, and decodes each index again only when it
+  // unpacks that shard: no entries beside the table.
   if (st.ok() && !lazy_) {
     for (auto& sh : *shards)
-      if (st.ok()) st = format::ReadIndex(sh.get());
+      if (st.ok() && sh->entries.size() != sh->footer.entry_count) st = format::ReadIndex(sh.get());
     if (st.ok()) st = StageAsync(&*shards);
   }
 
@@ -245,6 +249,8 @@ Status Agent::StageAndPublish(Status st) {
     st = BuildTable();
     if (st.ok()) InitRoles();
   }
+  if (shards.ok())  // in the table now
+    for (auto& sh : *shards) std::string().swap(sh->index_stored);
   if (st.ok() && !stop_requested_)
     st = PublishTable();  // clients use it once the status says ready
   if (!st.ok()) stage_abort_ = true;

@@ -70,8 +70,11 @@ Status ReadRecord(Reader& rd, uint32_t r, uint32_t self,
     return Status::Corruption("metadata exchange: bad shard record from rank " + std::to_string(r));
   seen[shard] = true;
   if (own[shard]) {
-    // A shard held here (published by us or by another holder): checked against our footer.
-    out->index[shard] = StoredIndex{own[shard]->footer, stored};
+    // A shard held here: our own bytes (our message's, or the index read at open when another
+    // holder published it), checked against our footer. A peer's bytes are never trusted for
+    // a shard this node serves.
+    out->index[shard] = StoredIndex{
+        own[shard]->footer, r == self ? stored : std::string_view(own[shard]->index_stored)};
   } else if (r == self) {
     return Status::Corruption("metadata exchange: shard " + std::to_string(shard) +
                               " published by this agent, which does not hold it");

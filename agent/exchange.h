@@ -43,16 +43,18 @@ std::string Encode(const std::string& endpoint, const std::vector<Published>& pr
 
 // What every agent's message says, put together.
 struct Decoded {
-  // By shard: its stored index, a view into the messages (which must outlive it), with the
-  // footer it is checked against when decoded (ours for a shard held here, whoever published
-  // it; else the publisher's, checked for sanity).
+  // By shard: its stored index, a view into the messages (which must outlive it) or, for a
+  // shard held here that another rank published, into our own, with the footer it is checked
+  // against when decoded (ours for a shard held here; else the publisher's, checked for
+  // sanity).
   std::vector<StoredIndex> index;
   std::unordered_map<std::string, std::string> links;  // symlink targets by path
   std::vector<std::string> endpoints;                  // by rank ("" without a peer service)
   uint64_t bytes = 0;                                  // received, for the stats
 };
 // Reads `all` (one message per rank) for a dataset of `nshards` shards; `own` are the shards
-// held here. Fails when a message is malformed, an agent failed, or a shard is published twice
+// held here, whose index_stored must be kept (and outlive the result) where another rank is
+// their primary. Fails when a message is malformed, an agent failed, or a shard is published twice
 // or never. The indexes themselves are decoded (and checked) as the table is built.
 Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, uint32_t self,
                        const std::vector<const format::ShardFile*>& own);

@@ -164,12 +164,16 @@ TEST_F(ExchangeTest, CorruptRecordsAreRefusedNamingTheShard) {
                                           [](const format::IndexEntry&) { return Status::OK(); });
     EXPECT_EQ(st.code(), Status::Code::kCorruption) << "flipped byte " << at;
   }
-  // A shard held here is checked against our own footer, whoever published it.
+  // For a shard held here, another rank's bytes are not used: ours, with our footer.
   bad = all[1];
   bad[index + 5] ^= 0x5a;
   d = Decode({all[0], bad}, nshards(), 0, Range(0, 2));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->index[1].footer.index_xxh3, shards_[1]->footer.index_xxh3);
+  EXPECT_EQ(d->index[1].stored.data(), shards_[1]->index_stored.data());
+  EXPECT_TRUE(format::ForEachIndexEntry(d->index[1].stored, d->index[1].footer,
+                                        [](const format::IndexEntry&) { return Status::OK(); })
+                  .ok());
   bad = all[1];
   bad[0] ^= 1;  // the magic
   d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));

@@ -60,7 +60,8 @@ Status Agent::OpenAndPlan(Result<Shards>* shards) {
   WriteStatus("staging", "");
   FS_RETURN_IF_ERROR(ChooseUnpack());
   if (lazy_) FS_RETURN_IF_ERROR(StageAsync(nullptr));
-  *shards = stage::OpenShards(cfg_.dataset, manifest_, mine_, /*parse=*/false);
+  // Eager unpack stages from the entries: parsed here, several shards at once.
+  *shards = stage::OpenShards(cfg_.dataset, manifest_, mine_, /*parse=*/!lazy_);
   if (!shards->ok()) return shards->status();
   Share share;
   FS_RETURN_IF_ERROR(DigestShards(**shards, &share));

@@ -61,6 +61,7 @@ Status Agent::BuildTable() {
     const table::Entry* e = view_.Lookup(path);
     return e && table::IsDir(*e);
   }));
+  links_ = {};  // in the table now
   // Every directory of the namespace exists under the data root, so that directory
   // descriptors and working directories inside the mount have a real directory behind them.
   for (uint32_t i = 1; i < view_.size(); i++)

@@ -64,41 +64,59 @@ struct ViewHash {
 uint64_t StringBytes(const Node& nd) { return nd.path.size() + nd.text.size(); }
 
 // What the first pass learns: how large the image is, and which parent directories nobody
-// gave (added after the given nodes, each with the mtime of the first node under it).
+// gave (added after the given nodes, each with the mtime of a node under it).
 struct Census {
   uint32_t given = 0;
   uint64_t string_bytes = 0;
   uint32_t xattr_count = 0;
-  std::map<std::string, int64_t> missing;  // by path: the order is the image's
+  std::map<std::string, int64_t, std::less<>> missing;  // by path: the order is the image's
 };
 
+// Sets of paths looked up by view, without a copy.
+struct PathHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view v) const { return Xxh3(v); }
+};
+using PathSet = std::unordered_set<std::string, PathHash, std::equal_to<>>;
+using PathTimes = std::unordered_map<std::string, int64_t, PathHash, std::equal_to<>>;
+
+// The string area's limit (offsets are 32-bit), checked as the strings are counted: a hostile
+// index cannot make the census itself grow past what a table could hold.
+constexpr uint64_t kMaxStrings = 0xffff0000u;
+
 Status Count(const NodeSource& src, const Node& root, Census* c) {
+  const Status too_large = Status::InvalidArgument("table: namespace too large");
   // Directories only: they are few (files are never held here).
-  std::unordered_set<std::string> dirs;
-  std::unordered_map<std::string, int64_t> parents;
-  std::string last_parent = "\1";  // siblings come together: one lookup per run of them
+  PathSet dirs;
+  PathTimes parents;
   c->string_bytes = StringBytes(root);
   c->xattr_count = root.Xattrs().empty() ? 0 : 1;
+  bool first = true;
+  std::string_view last_parent;  // siblings come together: one lookup per run of them
   FS_RETURN_IF_ERROR(src.ForEach(0, [&](const Node& nd) -> Status {
     if (!IsCanonicalPath(nd.path))
       return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
-    if (++c->given >= kNone - 1) return Status::InvalidArgument("table: namespace too large");
+    if (++c->given >= kNone - 1) return too_large;
     c->string_bytes += StringBytes(nd);
+    if (c->string_bytes > kMaxStrings) return too_large;
     if (!nd.Xattrs().empty()) c->xattr_count++;
     if (S_ISDIR(nd.mode)) dirs.emplace(nd.path);
     const std::string_view parent = ParentOf(nd.path);
-    if (parent != last_parent) {
-      last_parent.assign(parent);
-      parents.emplace(last_parent, nd.mtime_ns);
+    if (first || parent != last_parent) {
+      first = false;
+      last_parent = parents.emplace(parent, nd.mtime_ns).first->first;  // a key: stays put
     }
     return Status::OK();
   }));
+  // Each missing ancestor once: a walk stops at a given directory or at one already added
+  // (whose own ancestors are then in too).
   for (const auto& [path, mtime] : parents)
-    for (std::string_view p = path; !p.empty() && !dirs.count(std::string(p)); p = ParentOf(p))
-      if (c->missing.emplace(std::string(p), mtime).second) c->string_bytes += p.size();
-  if (uint64_t{c->given} + c->missing.size() >= kNone - 1)
-    return Status::InvalidArgument("table: namespace too large");
-  if (c->string_bytes > 0xffff0000u) return Status::InvalidArgument("table: namespace too large");
+    for (std::string_view p = path; !p.empty() && !dirs.count(p); p = ParentOf(p)) {
+      if (!c->missing.emplace(p, mtime).second) break;
+      c->string_bytes += p.size();
+      if (c->string_bytes > kMaxStrings) return too_large;
+    }
+  if (uint64_t{c->given} + c->missing.size() >= kNone - 1) return too_large;
   return Status::OK();
 }
 
@@ -302,9 +320,16 @@ class VectorNodes : public NodeSource {
       if (nd.path.empty()) return nd;
     return NodeSource::Root();
   }
+  // The root given by Root() is skipped; a second one is refused as a non-canonical path.
   Status ForEach(int, const NodeFn& fn) const override {
-    for (const Node& nd : nodes_)
-      if (!nd.path.empty()) FS_RETURN_IF_ERROR(fn(nd));
+    bool root = false;
+    for (const Node& nd : nodes_) {
+      if (nd.path.empty() && !root) {
+        root = true;
+        continue;
+      }
+      FS_RETURN_IF_ERROR(fn(nd));
+    }
     return Status::OK();
   }
 
@@ -324,8 +349,10 @@ Status BuildInto(const NodeSource& src, const BuildOptions& opts, const AllocFn&
   FS_RETURN_IF_ERROR(Count(src, root, &c));
   uint64_t string_bytes =
       opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
+  string_bytes += c.string_bytes;
+  if (string_bytes > kMaxStrings) return Status::InvalidArgument("table: namespace too large");
   const uint32_t n = 1 + c.given + static_cast<uint32_t>(c.missing.size());
-  const Header h = Layout(n, string_bytes + c.string_bytes, c.xattr_count, opts);
+  const Header h = Layout(n, string_bytes, c.xattr_count, opts);
   auto mem = alloc(h.total_size);
   if (!mem.ok()) return mem.status();
   std::memcpy(mem.value(), &h, sizeof h);

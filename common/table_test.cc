@@ -237,6 +237,25 @@ TEST(TableBuild, RejectsBadInput) {
   EXPECT_FALSE(Build({{"/x", S_IFREG, 0, 0, 0, {}}}, {}).ok());
   EXPECT_FALSE(Build({{"x", S_IFREG, 0, 0, 0, {}}, {"x", S_IFREG, 0, 0, 0, {}}}, {}).ok());
   EXPECT_FALSE(Build({{"f", S_IFREG, 0, 0, 0, {}}, {"f/g", S_IFREG, 0, 0, 0, {}}}, {}).ok());
+  EXPECT_FALSE(Build({{"", S_IFDIR, 0, 0, 0, {}}, {"", S_IFDIR, 0, 0, 0, {}}}, {}).ok());
+}
+
+// Parents nobody gave are added once each, however many nodes share them.
+TEST(TableBuild, MissingParentsAreAddedOnce) {
+  auto img = Build({{"x/y/z/f1", S_IFREG | 0644, 1, 5, 0, {}},
+                    {"x/y/w/f2", S_IFREG | 0644, 1, 6, 0, {}},
+                    {"x/y/z/f3", S_IFREG | 0644, 1, 7, 0, {}}},
+                   {});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  TableView v;
+  ASSERT_TRUE(v.Attach(*img).ok());
+  EXPECT_EQ(v.size(), 8u);  // the root, 3 files, x, x/y, x/y/w, x/y/z
+  for (const char* d : {"x", "x/y", "x/y/w", "x/y/z"}) {
+    const Entry* e = v.Lookup(d);
+    ASSERT_NE(e, nullptr) << d;
+    EXPECT_TRUE(IsDir(*e)) << d;
+  }
+  EXPECT_EQ(v.Children(*v.Lookup("x/y/z")).size(), 2u);
 }
 
 // Entries keep the source's order (entry 0 the root, node k entry k + 1, missing parents
