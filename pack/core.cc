@@ -196,7 +196,7 @@ Status PackCore::WriteBig(ShardOut& shard, BigSource& src, const SrcEntry& e, In
 Status PackCore::OpenShard(ShardOut* shard, uint32_t id) {
   if (manifest_.shards.size() <= id) manifest_.shards.resize(id + 1);
   manifest_.shards[id].file = ShardName(id);
-  *shard = ShardOut(FileMode());
+  *shard = ShardOut(FileMode(), /*writeback=*/opts_.sync);
   return shard->Open(tmp_ + "/" + ShardName(id), id, dataset_id_);
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "common/io.h"
@@ -23,7 +24,15 @@ Status ShardOut::Open(const std::string& path, uint32_t id, uint64_t dataset_id)
 Status ShardOut::Write(std::string_view data) {
   hash_.Update(data.data(), data.size());
   pos_ += data.size();
-  return WriteFull(fd_.get(), data.data(), data.size(), path_);
+  FS_RETURN_IF_ERROR(WriteFull(fd_.get(), data.data(), data.size(), path_));
+  constexpr uint64_t kWritebackStep = 8u << 20;
+  if (writeback_ && pos_ - written_back_ >= kWritebackStep) {
+    // Starts the writeback of what was written since, without waiting for it.
+    (void)::sync_file_range(fd_.get(), static_cast<off_t>(written_back_),
+                            static_cast<off_t>(pos_ - written_back_), SYNC_FILE_RANGE_WRITE);
+    written_back_ = pos_;
+  }
+  return Status::OK();
 }
 
 Status ShardOut::Rollback(const Mark& m) {
@@ -31,6 +40,7 @@ Status ShardOut::Rollback(const Mark& m) {
       ::lseek(fd_.get(), static_cast<off_t>(m.pos), SEEK_SET) < 0)
     return Status::FromErrno("truncate " + path_, errno);
   pos_ = m.pos;
+  written_back_ = std::min(written_back_, pos_);
   hash_ = m.hash;
   return Status::OK();
 }

@@ -18,7 +18,10 @@ namespace fanstore::pack {
 
 class ShardOut {
  public:
-  explicit ShardOut(mode_t mode = 0600) : mode_(mode) {}
+  // With `writeback`, the disk starts writing the shard as it grows (the sync at Finish then
+  // waits for little: a packer that syncs its output must not pay for the disk twice).
+  explicit ShardOut(mode_t mode = 0600, bool writeback = false)
+      : mode_(mode), writeback_(writeback) {}
   // Creates the file (it must not exist) and writes the shard header.
   Status Open(const std::string& path, uint32_t id, uint64_t dataset_id);
   // Appends frame bytes.
@@ -42,6 +45,8 @@ class ShardOut {
   uint64_t dataset_id_ = 0;
   UniqueFD fd_;
   uint64_t pos_ = 0;
+  bool writeback_;
+  uint64_t written_back_ = 0;  // asked of the disk up to here
   Xxh3Stream hash_;
   std::vector<format::IndexEntry> entries_;
 };
