@@ -123,15 +123,19 @@ Status Agent::StartPeerService() {
       [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get(), peer_stream_pool_.get());
 }
 
+bool Agent::IsPrimary(uint32_t shard) const {
+  return Holders(shard, boot_->size(), replicas_)[0] == boot_->rank();
+}
+
 std::string Agent::ExchangeMessage(const Shards& shards) {
-  const uint32_t size = boot_->size(), rank = boot_->rank();
   // Every agent publishes the indexes of the shards it is primary for.
   std::vector<exchange::Published> primary;
   for (const auto& sh : shards) {
     const uint32_t id = sh->header.shard_id;
-    if (Holders(id, size, replicas_)[0] == rank) primary.push_back({sh.get(), &own_links_[id]});
+    if (IsPrimary(id)) primary.push_back({sh.get(), &own_links_[id]});
   }
-  return exchange::Encode(size > 1 && cfg_.peers ? peer_server_.Endpoint() : "", primary);
+  return exchange::Encode(boot_->size() > 1 && cfg_.peers ? peer_server_.Endpoint() : "",
+                          primary);
 }
 
 Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shards>& shards,
@@ -230,8 +234,7 @@ Status Agent::StageAndPublish(Status st) {
   std::vector<exchange::Links>().swap(own_links_);
   if (shards.ok())
     for (auto& sh : *shards)
-      if (Holders(sh->header.shard_id, boot_->size(), replicas_)[0] == boot_->rank())
-        std::string().swap(sh->index_stored);
+      if (IsPrimary(sh->header.shard_id)) std::string().swap(sh->index_stored);
   // Eager unpack reads the entries as it stages (parsed at open; again after a fallback from
   // lazy). Lazy mode copies the shards as they are, and decodes each index again only when it
   // unpacks that shard: no entries beside the table.

@@ -98,6 +98,8 @@ class Agent {
   Status StageAndPublish(Status st);
   // Starts the peer service (several agents, peers on).
   Status StartPeerService();
+  // The first holder of a shard publishes its index.
+  bool IsPrimary(uint32_t shard) const;
   // This agent's exchange message: the indexes and symlink targets of the shards it is primary
   // for, and its peer endpoint.
   std::string ExchangeMessage(const Shards& shards);
