@@ -134,8 +134,7 @@ std::string Agent::ExchangeMessage(const Shards& shards) {
     const uint32_t id = sh->header.shard_id;
     if (IsPrimary(id)) primary.push_back({sh.get(), &own_links_[id]});
   }
-  return exchange::Encode(boot_->size() > 1 && cfg_.peers ? peer_server_.Endpoint() : "",
-                          primary);
+  return exchange::Encode(boot_->size() > 1 && cfg_.peers ? peer_server_.Endpoint() : "", primary);
 }
 
 Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shards>& shards,
