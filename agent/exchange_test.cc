@@ -154,20 +154,21 @@ TEST_F(ExchangeTest, CorruptRecordsAreRefusedNamingTheShard) {
   EXPECT_NE(d.status().ToString().find("metadata exchange: shard 1"), std::string::npos)
       << d.status().ToString();
   // A flipped byte of an index is found where the table is built, which decodes every index
-  // against its footer.
+  // against its footer. The result views the messages: they are kept while it is read.
+  std::vector<std::string> msgs;
   for (size_t at : {index + 5, index + 40}) {
-    bad = all[1];
-    bad[at] ^= 0x5a;
-    d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
+    msgs = {all[0], all[1]};
+    msgs[1][at] ^= 0x5a;
+    d = Decode(msgs, nshards(), 0, Range(0, 1));
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     Status st = format::ForEachIndexEntry(d->index[1].stored, d->index[1].footer,
                                           [](const format::IndexEntry&) { return Status::OK(); });
     EXPECT_EQ(st.code(), Status::Code::kCorruption) << "flipped byte " << at;
   }
   // For a shard held here, another rank's bytes are not used: ours, with our footer.
-  bad = all[1];
-  bad[index + 5] ^= 0x5a;
-  d = Decode({all[0], bad}, nshards(), 0, Range(0, 2));
+  msgs = {all[0], all[1]};
+  msgs[1][index + 5] ^= 0x5a;
+  d = Decode(msgs, nshards(), 0, Range(0, 2));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->index[1].footer.index_xxh3, shards_[1]->footer.index_xxh3);
   EXPECT_EQ(d->index[1].stored.data(), shards_[1]->index_stored.data());
