@@ -55,9 +55,24 @@ uint64_t InodeFor(uint64_t path_hash) {
 
 namespace {
 
-struct ViewHash {
-  size_t operator()(std::string_view v) const { return Xxh3(v); }
-};
+// The entry of `rel` (whose XXH3 is `h`) among `count` slots, or kNone: the one probe of the
+// builder (hard links) and of every lookup. Bounded by the slot count.
+inline uint32_t Probe(const Bucket* buckets, uint32_t count, const Entry* entries,
+                      const char* strings, std::string_view rel, uint64_t h) {
+  for (uint32_t b = Slot(h, count), probes = 0; probes < count; b = NextSlot(b, count), probes++) {
+    const Bucket bk = buckets[b];
+    if (bk.entry == kNone) return kNone;
+    // The path's line is fetched while the entry's is (a prefetch never faults, whatever the
+    // offset); the comparison below reads the entry's own offset.
+    __builtin_prefetch(
+        reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(strings) + bk.path_off));
+    const Entry& e = entries[bk.entry];
+    if (e.hash == h && e.path_len == rel.size() &&
+        std::memcmp(strings + e.path_off, rel.data(), rel.size()) == 0)
+      return bk.entry;
+  }
+  return kNone;
+}
 
 // The strings a node adds to the table: its path, and its text (a symlink's target, the file a
 // hard link names, or extended attributes).
@@ -266,14 +281,8 @@ class Writer {
   std::string_view Path(const Entry& e) const { return {strings_ + e.path_off, e.path_len}; }
   // The entry of `path` in the hash table (built), or kNone.
   uint32_t Find(std::string_view path) const {
-    const auto* table = reinterpret_cast<const Bucket*>(base_ + h_.buckets_off);
-    const uint64_t hash = Xxh3(path);
-    for (uint32_t b = Slot(hash, h_.bucket_count); table[b].entry != kNone;
-         b = NextSlot(b, h_.bucket_count)) {
-      const Entry& e = entries_[table[b].entry];
-      if (e.hash == hash && Path(e) == path) return table[b].entry;
-    }
-    return kNone;
+    return Probe(reinterpret_cast<const Bucket*>(base_ + h_.buckets_off), h_.bucket_count, entries_,
+                 strings_, path, Xxh3(path));
   }
 
   // Hard links: each other name points at its file's entry and takes its inode number and
@@ -308,7 +317,7 @@ class Writer {
   uint64_t str_off_ = 0;
   uint32_t next_ = 0, xattrs_done_ = 0, hardlinks_ = 0;
   // Directories by path (views into the image), for the parents.
-  std::unordered_map<std::string_view, uint32_t, ViewHash> dirs_;
+  std::unordered_map<std::string_view, uint32_t, PathHash> dirs_;
 };
 
 // A vector of nodes, the root ("") among them or not.
@@ -582,21 +591,8 @@ std::string_view TableView::Name(const Entry& e) const {
 }
 
 const Entry* TableView::Lookup(std::string_view rel) const {
-  const uint64_t h = Xxh3(rel);
-  const uint32_t count = hdr_->bucket_count;
-  for (uint32_t b = Slot(h, count), probes = 0; probes < count; b = NextSlot(b, count), probes++) {
-    const Bucket bk = buckets_[b];
-    if (bk.entry == kNone) return nullptr;
-    // The path's line is fetched while the entry's is (a prefetch never faults, whatever the
-    // offset); the comparison below reads the entry's own offset.
-    __builtin_prefetch(
-        reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(strings_) + bk.path_off));
-    const Entry& e = entries_[bk.entry];
-    if (e.hash == h && e.path_len == rel.size() &&
-        std::memcmp(strings_ + e.path_off, rel.data(), rel.size()) == 0)
-      return &e;
-  }
-  return nullptr;
+  const uint32_t i = Probe(buckets_, hdr_->bucket_count, entries_, strings_, rel, Xxh3(rel));
+  return i == kNone ? nullptr : &entries_[i];
 }
 
 int TableView::Resolve(std::string_view rel, bool follow_last, const Entry** out) const {
