@@ -482,32 +482,52 @@ int OpenLocalCopy(const table::Entry& e, int flags) noexcept {
 
 namespace {
 
-// Copies n bytes at offset off of `src` to the start of `dst`.
+// Copies n bytes at offset off of `src` to the start of `dst`. A small file goes through a buffer
+// (a pread and a write cost less than copy_file_range's splice for a few KB); a larger one is
+// copied in the kernel where it can be.
 bool CopyRange(int src, loff_t off, int dst, size_t n) noexcept {
+  char buf[16384];
+  bool in_kernel = n > sizeof buf;
   while (n > 0) {
-    ssize_t k = ::copy_file_range(src, &off, dst, nullptr, n, 0);
-    if (k > 0) {
-      n -= static_cast<size_t>(k);
-      continue;
-    }
-    if (k < 0 && errno == EINTR) continue;
-    if (k == 0 || (errno != EXDEV && errno != ENOSYS && errno != EOPNOTSUPP && errno != EINVAL))
-      return false;
-    char buf[16384];  // no in-kernel copy here: through a buffer
-    while (n > 0) {
-      ssize_t r = ::pread(src, buf, std::min(n, sizeof buf), off);
-      if (r <= 0) return false;
-      for (ssize_t w = 0; w < r;) {
-        ssize_t x = ::write(dst, buf + w, static_cast<size_t>(r - w));
-        if (x < 0 && errno == EINTR) continue;
-        if (x <= 0) return false;
-        w += x;
+    if (in_kernel) {
+      ssize_t k = ::copy_file_range(src, &off, dst, nullptr, n, 0);
+      if (k > 0) {
+        n -= static_cast<size_t>(k);
+        continue;
       }
-      off += r;
-      n -= static_cast<size_t>(r);
+      if (k < 0 && errno == EINTR) continue;
+      if (k == 0 || (errno != EXDEV && errno != ENOSYS && errno != EOPNOTSUPP && errno != EINVAL))
+        return false;
+      in_kernel = false;  // not here: through the buffer
     }
+    ssize_t r = ::pread(src, buf, std::min(n, sizeof buf), off);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    for (ssize_t w = 0; w < r;) {
+      ssize_t x = ::write(dst, buf + w, static_cast<size_t>(r - w));
+      if (x < 0 && errno == EINTR) continue;
+      if (x <= 0) return false;
+      w += x;
+    }
+    off += r;
+    n -= static_cast<size_t>(r);
   }
   return true;
+}
+
+// Links the unnamed file tmp in as rfd/path. linkat(AT_EMPTY_PATH) needs no /proc lookup, and
+// kernels from 6.10 allow it to the user who opened the file; older ones refuse it without
+// CAP_DAC_READ_SEARCH (ENOENT), and then, from the first refusal on, /proc/self/fd is used.
+int LinkInto(int tmp, int rfd, const char* path) noexcept {
+  static std::atomic<bool> no_empty_path{false};
+  if (!no_empty_path.load(std::memory_order_relaxed)) {
+    if (Real().linkat(tmp, "", rfd, path, AT_EMPTY_PATH) == 0) return 0;
+    if (errno != ENOENT && errno != EPERM) return errno;
+    no_empty_path.store(true, std::memory_order_relaxed);
+  }
+  char self[40];
+  snprintf(self, sizeof self, "/proc/self/fd/%d", tmp);
+  return Real().linkat(AT_FDCWD, self, rfd, path, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
 }
 
 }  // namespace
@@ -520,15 +540,10 @@ int SelfUnpack(const table::Entry& e, int flags) noexcept {
   if (g_no_self_unpack.load(std::memory_order_relaxed)) return -EROFS;
   const int rfd = LocalRootFd();
   std::string_view rel = Table().Path(e);
-  const char* slash =
-      static_cast<const char*>(memrchr(g_cfg.local_root, '/', g_cfg.local_root_len));
-  if (rfd < 0 || rel.empty() || rel.size() >= PATH_MAX || !slash) return -ENOENT;
+  if (rfd < 0 || rel.empty() || rel.size() >= PATH_MAX) return -ENOENT;
   char path[PATH_MAX];
-  const int n =
-      snprintf(path, sizeof path, "%.*s/%s/%u", static_cast<int>(slash - g_cfg.local_root),
-               g_cfg.local_root, table::kCopyDir, e.aux);
-  if (n <= 0 || static_cast<size_t>(n) >= sizeof path) return -ENAMETOOLONG;
-  const int src = Real().open(path, O_RDONLY | O_CLOEXEC);
+  snprintf(path, sizeof path, "../%s/%u", table::kCopyDir, e.aux);  // see table::kCopyDir
+  const int src = Real().openat(rfd, path, O_RDONLY | O_CLOEXEC);
   if (src < 0) return -errno;
   // The unnamed file goes in the file's own directory (it exists under the local root).
   const size_t cut = rel.rfind('/');
@@ -549,11 +564,9 @@ int SelfUnpack(const table::Entry& e, int flags) noexcept {
     if (!CopyRange(src, static_cast<loff_t>(e.child_count), tmp, e.size)) {
       err = errno ? errno : EIO;
     } else {
-      char self[40];
-      snprintf(self, sizeof self, "/proc/self/fd/%d", tmp);
       memcpy(path, rel.data(), rel.size());
       path[rel.size()] = '\0';
-      if (Real().linkat(AT_FDCWD, self, rfd, path, AT_SYMLINK_FOLLOW) != 0) err = errno;
+      err = LinkInto(tmp, rfd, path);
     }
     Real().close(tmp);
   }
