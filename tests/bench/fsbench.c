@@ -8,6 +8,14 @@
 //   fsbench gen-text   DIR N DIRS MIN_KIB MAX_KIB SEED   compressible text
 //   fsbench gen-mixed  DIR N DIRS MIN_MIB MAX_MIB SEED   large, partly compressible files
 //   fsbench read   ROOT LIST [PROCS]       open + read whole file + close, in LIST order
+//   fsbench materialise ROOT LIST DSTDIR [PROCS]
+//                                          F1's floor: the least work of any first epoch that
+//                                          gives each file its own inode on the node. Every file
+//                                          of LIST is created under DSTDIR (same relative path,
+//                                          same size, O_EXCL, written whole) and read back whole
+//                                          once, as the reader does; PROCS processes share the
+//                                          files. Sizes come from ROOT and directories are made
+//                                          before the clock starts.
 //   fsbench stat   ROOT LIST PASSES        stat of every file
 //   fsbench enoent ROOT LIST COUNT         open of missing names in LIST's directories
 //   fsbench zdec   ROOT LIST LEVEL PASSES  zstd decompression rate of one frame per file
@@ -254,51 +262,143 @@ static read_res read_range(const list_t* l, long from, long step) {
   return r;
 }
 
+typedef read_res (*range_fn)(const list_t* l, long from, long step, void* ctx);
+
+// Runs fn over the list in `procs` processes (each takes every procs-th path) and sums their
+// results; *seconds covers only the parallel work (children wait on a start pipe).
+static read_res run_procs(const list_t* l, int procs, range_fn fn, void* ctx, double* seconds) {
+  read_res tot = {0, 0, 0, 0};
+  if (procs <= 1) {
+    double t0 = now();
+    tot = fn(l, 0, 1, ctx);
+    *seconds = now() - t0;
+    return tot;
+  }
+  int go[2], res[2];
+  if (pipe(go) || pipe(res)) die("pipe");
+  for (int p = 0; p < procs; p++) {
+    pid_t pid = fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) {
+      close(go[1]);
+      char c;
+      if (read(go[0], &c, 1) != 1) _exit(3);
+      read_res r = fn(l, p, procs, ctx);
+      if (write(res[1], &r, sizeof r) != sizeof r) _exit(4);
+      _exit(r.errors ? 1 : 0);
+    }
+  }
+  close(go[0]);
+  close(res[1]);
+  char starts[64] = {0};
+  double t0 = now();
+  if (write(go[1], starts, procs) != procs) die("write");
+  for (int p = 0; p < procs; p++) {
+    read_res r;
+    if (read(res[0], &r, sizeof r) != sizeof r) die("child result");
+    tot.files += r.files, tot.bytes += r.bytes, tot.hash += r.hash, tot.errors += r.errors;
+  }
+  *seconds = now() - t0;
+  int status, bad = 0;
+  while (wait(&status) > 0) bad |= !WIFEXITED(status) || WEXITSTATUS(status);
+  if (bad) tot.errors++;
+  return tot;
+}
+
+static void print_res(read_res r, double seconds, int procs) {
+  printf("{\"files\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.6f, \"hash\": \"%016" PRIx64
+         "\", \"errors\": %" PRIu64 ", \"procs\": %d}\n",
+         r.files, r.bytes, seconds, r.hash, r.errors, procs);
+}
+
+static read_res read_fn(const list_t* l, long from, long step, void* ctx) {
+  (void)ctx;
+  return read_range(l, from, step);
+}
+
 static int cmd_read(int argc, char** argv) {
   if (argc < 4) return 2;
   list_t l = load_list(argv[2], argv[3]);
   int procs = argc > 4 ? atoi(argv[4]) : 1;
-  if (procs < 1) procs = 1;
-  read_res tot = {0, 0, 0, 0};
-  double t0, t1;
-  if (procs == 1) {
-    t0 = now();
-    tot = read_range(&l, 0, 1);
-    t1 = now();
-  } else {
-    // Children wait on a start pipe, so the clock covers only the parallel reading.
-    int go[2], res[2];
-    if (pipe(go) || pipe(res)) die("pipe");
-    for (int p = 0; p < procs; p++) {
-      pid_t pid = fork();
-      if (pid < 0) die("fork");
-      if (pid == 0) {
-        close(go[1]);
-        char c;
-        if (read(go[0], &c, 1) != 1) _exit(3);
-        read_res r = read_range(&l, p, procs);
-        if (write(res[1], &r, sizeof r) != sizeof r) _exit(4);
-        _exit(r.errors ? 1 : 0);
-      }
+  if (procs < 1 || procs > 64) procs = 1;
+  double seconds;
+  read_res tot = run_procs(&l, procs, read_fn, NULL, &seconds);
+  print_res(tot, seconds, procs);
+  return tot.errors ? 1 : 0;
+}
+
+// --- materialise: create every file, then read it back once (F1's floor) ----------------------
+
+typedef struct {
+  list_t dst;         // the paths under DSTDIR
+  uint64_t* sizes;    // of the files under ROOT
+} mat_ctx;
+
+static read_res materialise_range(const list_t* l, long from, long step, void* arg) {
+  const mat_ctx* m = arg;
+  static char* buf;
+  if (!buf && !(buf = aligned_alloc(4096, BUF))) die("malloc");
+  memset(buf, 0x5a, BUF);
+  read_res r = {0, 0, 0, 0};
+  XXH3_state_t* st = XXH3_createState();
+  for (long i = from; i < l->n; i += step) {
+    const char* path = m->dst.paths[i];
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0400);
+    if (fd < 0) die(path);
+    for (uint64_t left = m->sizes[i]; left > 0;) {
+      size_t n = left < BUF ? (size_t)left : BUF;
+      ssize_t w = write(fd, buf, n);
+      if (w <= 0) die(path);
+      left -= (uint64_t)w;
     }
-    close(go[0]);
-    close(res[1]);
-    char starts[64] = {0};
-    t0 = now();
-    if (write(go[1], starts, procs) != procs) die("write");
-    for (int p = 0; p < procs; p++) {
-      read_res r;
-      if (read(res[0], &r, sizeof r) != sizeof r) die("child result");
-      tot.files += r.files, tot.bytes += r.bytes, tot.hash += r.hash, tot.errors += r.errors;
+    close(fd);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die(path);
+    XXH3_64bits_reset(st);
+    for (ssize_t n; (n = read(fd, buf, BUF)) > 0;) {
+      XXH3_64bits_update(st, buf, (size_t)n);
+      r.bytes += (uint64_t)n;
     }
-    t1 = now();
-    int status, bad = 0;
-    while (wait(&status) > 0) bad |= !WIFEXITED(status) || WEXITSTATUS(status);
-    if (bad) tot.errors++;
+    close(fd);
+    r.hash += XXH3_64bits_digest(st);
+    r.files++;
   }
-  printf("{\"files\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"seconds\": %.6f, \"hash\": \"%016" PRIx64
-         "\", \"errors\": %" PRIu64 ", \"procs\": %d}\n",
-         tot.files, tot.bytes, t1 - t0, tot.hash, tot.errors, procs);
+  XXH3_freeState(st);
+  return r;
+}
+
+// mkdir -p of the directories of path below its first `keep` bytes (an existing DSTDIR); a
+// directory made for the previous path is not made again.
+static void make_parents(char* path, size_t keep) {
+  static char last[4096];
+  char* slash = strrchr(path, '/');
+  size_t dir_len = slash ? (size_t)(slash - path) : 0;
+  if (dir_len <= keep || (strlen(last) == dir_len && !strncmp(last, path, dir_len))) return;
+  for (char* p = strchr(path + keep + 1, '/'); p; p = strchr(p + 1, '/')) {
+    *p = 0;
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) die(path);
+    *p = '/';
+  }
+  if (dir_len < sizeof last) memcpy(last, path, dir_len), last[dir_len] = 0;
+}
+
+static int cmd_materialise(int argc, char** argv) {
+  if (argc < 5) return 2;
+  list_t l = load_list(argv[2], argv[3]);
+  mat_ctx m = {load_list(argv[4], argv[3]), calloc((size_t)l.n + 1, sizeof(uint64_t))};
+  if (!m.sizes) die("calloc");
+  int procs = argc > 5 ? atoi(argv[5]) : 1;
+  if (procs < 1 || procs > 64) procs = 1;
+  size_t root_len = strlen(argv[4]);
+  for (long i = 0; i < l.n; i++) {
+    struct stat st;
+    if (stat(l.paths[i], &st) != 0) die(l.paths[i]);
+    m.sizes[i] = (uint64_t)st.st_size;
+    make_parents(m.dst.paths[i], root_len);
+  }
+  double seconds;
+  read_res tot = run_procs(&l, procs, materialise_range, &m, &seconds);
+  print_res(tot, seconds, procs);
   return tot.errors ? 1 : 0;
 }
 
@@ -533,13 +633,14 @@ static int cmd_netcopy(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: fsbench gen-images|gen-text|gen-mixed|read|stat|enoent|zdec|netcopy ...\n");
+    fprintf(stderr, "usage: fsbench gen-images|gen-text|gen-mixed|read|materialise|stat|enoent|zdec|netcopy ...\n");
     return 2;
   }
   const char* c = argv[1];
   int rc = 2;
   if (!strncmp(c, "gen-", 4)) rc = gen(argc, argv, c);
   else if (!strcmp(c, "read")) rc = cmd_read(argc, argv);
+  else if (!strcmp(c, "materialise")) rc = cmd_materialise(argc, argv);
   else if (!strcmp(c, "stat")) rc = cmd_stat(argc, argv);
   else if (!strcmp(c, "enoent")) rc = cmd_enoent(argc, argv);
   else if (!strcmp(c, "zdec")) rc = cmd_zdec(argc, argv);
