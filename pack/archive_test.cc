@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "common/io.h"
+#include "common/remove_tree.h"
 #include "common/testing/temp_dir.h"
 #include "common/xattrs.h"
 #include "format/dataset.h"
@@ -254,6 +255,23 @@ TEST_F(ArchivePack, ConflictsAreErrors) {
     EXPECT_NE(s.message().find(c.error), std::string::npos) << s.ToString();
     EXPECT_NE(::access(out_.c_str(), F_OK), 0);
   }
+}
+
+// The set of file paths grows as members come (from 65,536 slots, 70 % full at most): a
+// hard link to the first file and a second copy of it are still found after it has grown.
+TEST_F(ArchivePack, PathsAreTrackedAcrossTheSetsGrowth) {
+  std::vector<Member> members;
+  for (int i = 0; i < 50000; i++)
+    members.push_back(F("d" + std::to_string(i / 1000) + "/f" + std::to_string(i), ""));
+  members.push_back(H("late-link", "d0/f0"));
+  ASSERT_TRUE(PackThem({Put("many.tar", Tar(members))}).ok());
+  EXPECT_EQ(stats_.files, 50000u);
+  EXPECT_NE(ds_->Find("late-link"), nullptr);
+  members.push_back(F("d0/f0", "again"));
+  ds_.reset();
+  ASSERT_TRUE(RemoveTree(out_).ok());
+  Status s = PackThem({Put("many.tar", Tar(members))});
+  EXPECT_NE(s.message().find("d0/f0 appears twice"), std::string::npos) << s.ToString();
 }
 
 TEST_F(ArchivePack, DamagedArchivesNameTheCause) {
