@@ -262,6 +262,20 @@ static read_res read_range(const list_t* l, long from, long step) {
   return r;
 }
 
+// The reader's part of a file just written: open, read whole, hash, as fsbench read does.
+static void read_back(const char* path, char* buf, XXH3_state_t* st, read_res* r) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die(path);
+  XXH3_64bits_reset(st);
+  for (ssize_t n; (n = read(fd, buf, BUF)) > 0;) {
+    XXH3_64bits_update(st, buf, (size_t)n);
+    r->bytes += (uint64_t)n;
+  }
+  close(fd);
+  r->hash += XXH3_64bits_digest(st);
+  r->files++;
+}
+
 typedef read_res (*range_fn)(const list_t* l, long from, long step, void* ctx);
 
 // Runs fn over the list in `procs` processes (each takes every procs-th path) and sums their
@@ -352,16 +366,7 @@ static read_res materialise_range(const list_t* l, long from, long step, void* a
       left -= (uint64_t)w;
     }
     close(fd);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) die(path);
-    XXH3_64bits_reset(st);
-    for (ssize_t n; (n = read(fd, buf, BUF)) > 0;) {
-      XXH3_64bits_update(st, buf, (size_t)n);
-      r.bytes += (uint64_t)n;
-    }
-    close(fd);
-    r.hash += XXH3_64bits_digest(st);
-    r.files++;
+    read_back(path, buf, st, &r);
   }
   XXH3_freeState(st);
   return r;
@@ -610,17 +615,7 @@ static int cmd_netcopy(int argc, char** argv) {
       got += n;
     }
     close(fd);
-    // The reader: open, read whole, hash, as fsbench read does.
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) die(path);
-    XXH3_64bits_reset(st);
-    for (ssize_t n; (n = read(fd, buf, BUF)) > 0;) {
-      XXH3_64bits_update(st, buf, (size_t)n);
-      r.bytes += (uint64_t)n;
-    }
-    close(fd);
-    r.hash += XXH3_64bits_digest(st);
-    r.files++;
+    read_back(path, buf, st, &r);
   }
   double t1 = now();
   int status;
