@@ -482,7 +482,15 @@ int OpenLocalCopy(const table::Entry& e, int flags) noexcept {
 
 namespace {
 
-// Copies n bytes at offset off of `src` to the start of `dst`. A small file goes through a buffer
+// A copy that ended early (the source shorter than its entry says, or a write that wrote
+// nothing): EIO, never whatever errno the program last left.
+bool ShortCopy() noexcept {
+  errno = EIO;
+  return false;
+}
+
+// Copies n bytes at offset off of `src` to the start of `dst`; false with errno set when it
+// cannot. A small file goes through a buffer
 // (a pread and a write cost less than copy_file_range's splice for a few KB); a larger one is
 // copied in the kernel where it can be.
 bool CopyRange(int src, loff_t off, int dst, size_t n) noexcept {
@@ -496,17 +504,19 @@ bool CopyRange(int src, loff_t off, int dst, size_t n) noexcept {
         continue;
       }
       if (k < 0 && errno == EINTR) continue;
-      if (k == 0 || (errno != EXDEV && errno != ENOSYS && errno != EOPNOTSUPP && errno != EINVAL))
-        return false;
+      if (k == 0) return ShortCopy();
+      if (errno != EXDEV && errno != ENOSYS && errno != EOPNOTSUPP && errno != EINVAL) return false;
       in_kernel = false;  // not here: through the buffer
     }
     ssize_t r = ::pread(src, buf, std::min(n, sizeof buf), off);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
+    if (r == 0) return ShortCopy();
+    if (r < 0) return false;
     for (ssize_t w = 0; w < r;) {
       ssize_t x = ::write(dst, buf + w, static_cast<size_t>(r - w));
       if (x < 0 && errno == EINTR) continue;
-      if (x <= 0) return false;
+      if (x == 0) return ShortCopy();
+      if (x < 0) return false;
       w += x;
     }
     off += r;
@@ -515,19 +525,23 @@ bool CopyRange(int src, loff_t off, int dst, size_t n) noexcept {
   return true;
 }
 
-// Links the unnamed file tmp in as rfd/path. linkat(AT_EMPTY_PATH) needs no /proc lookup, and
-// kernels from 6.10 allow it to the user who opened the file; older ones refuse it without
-// CAP_DAC_READ_SEARCH (ENOENT), and then, from the first refusal on, /proc/self/fd is used.
+// Links the unnamed file tmp in as rfd/path; 0 or an errno. linkat(AT_EMPTY_PATH) needs no /proc
+// lookup, and kernels from 6.10 allow it to the user who opened the file; older ones refuse it
+// without CAP_DAC_READ_SEARCH (ENOENT). Where it is refused and /proc/self/fd then links the
+// file, the process uses /proc/self/fd from then on (a refusal for another reason, a directory
+// removed meanwhile, leaves both failing and changes nothing).
 int LinkInto(int tmp, int rfd, const char* path) noexcept {
   static std::atomic<bool> no_empty_path{false};
-  if (!no_empty_path.load(std::memory_order_relaxed)) {
+  const bool tried = !no_empty_path.load(std::memory_order_relaxed);
+  if (tried) {
     if (Real().linkat(tmp, "", rfd, path, AT_EMPTY_PATH) == 0) return 0;
     if (errno != ENOENT && errno != EPERM) return errno;
-    no_empty_path.store(true, std::memory_order_relaxed);
   }
   char self[40];
   snprintf(self, sizeof self, "/proc/self/fd/%d", tmp);
-  return Real().linkat(AT_FDCWD, self, rfd, path, AT_SYMLINK_FOLLOW) == 0 ? 0 : errno;
+  if (Real().linkat(AT_FDCWD, self, rfd, path, AT_SYMLINK_FOLLOW) != 0) return errno;
+  if (tried) no_empty_path.store(true, std::memory_order_relaxed);
+  return 0;
 }
 
 }  // namespace
@@ -544,7 +558,12 @@ int SelfUnpack(const table::Entry& e, int flags) noexcept {
   char path[PATH_MAX];
   snprintf(path, sizeof path, "../%s/%u", table::kCopyDir, e.aux);  // see table::kCopyDir
   const int src = Real().openat(rfd, path, O_RDONLY | O_CLOEXEC);
-  if (src < 0) return -errno;
+  if (src < 0) {
+    const int err = errno;
+    if (err == EBADF || err == ENOTDIR)  // closed behind our back: as OpenLocalCopy does
+      ForgetLocalRootFd(static_cast<unsigned>(rfd), static_cast<unsigned>(rfd));
+    return -err;
+  }
   // The unnamed file goes in the file's own directory (it exists under the local root).
   const size_t cut = rel.rfind('/');
   if (cut == std::string_view::npos) {

@@ -7,11 +7,13 @@
 #include <archive_entry.h>
 #include <fcntl.h>
 #include <locale.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
+#include <ctime>
 #include <deque>
 #include <future>
 #include <memory>
@@ -79,17 +81,23 @@ struct PathKey {
   uint64_t lo, hi;
   bool operator==(const PathKey& o) const { return lo == o.lo && hi == o.hi; }
 };
-PathKey KeyOf(std::string_view p) {
-  XXH128_hash_t h = XXH3_128bits(p.data(), p.size());
-  return {h.low64, h.high64 | (h.low64 == 0 && h.high64 == 0)};  // (0, 0) marks a free slot
-}
 
-// A set of PathKeys in one array: open addressing with linear probing, at most 70 % full, 16
-// bytes a slot. One cache miss per lookup and no allocation per path, where a node-based set
-// took two misses and a node each: its upkeep was a fifth of an archive pack's reading thread at
-// 1.28M files.
+// A set of paths as PathKeys in one array: open addressing with linear probing, at most 70 %
+// full, 16 bytes a slot. One cache miss per lookup and no allocation per path, where a
+// node-based set took two misses and a node each: its upkeep was a fifth of an archive pack's
+// reading thread at 1.28M files. The hash is seeded at random for each pack: the keys are never
+// stored, and an archive cannot pick names that pile up in a few slots (the probes would then
+// grow with the square of the member count).
 class PathKeySet {
  public:
+  PathKeySet() {
+    if (::getrandom(&seed_, sizeof seed_, 0) != sizeof seed_)
+      seed_ = static_cast<uint64_t>(::time(nullptr)) ^ (static_cast<uint64_t>(::getpid()) << 32);
+  }
+  PathKey Key(std::string_view path) const {
+    XXH128_hash_t h = XXH3_128bits_withSeed(path.data(), path.size(), seed_);
+    return {h.low64, h.high64 | (h.low64 == 0 && h.high64 == 0)};  // (0, 0) marks a free slot
+  }
   bool Contains(PathKey k) const {
     if (slots_.empty()) return false;
     for (size_t i = k.lo & mask_;; i = (i + 1) & mask_) {
@@ -125,6 +133,7 @@ class PathKeySet {
     mask_ = mask;
   }
 
+  uint64_t seed_ = 0;
   std::vector<PathKey> slots_;
   size_t mask_ = 0, count_ = 0;
 };
@@ -372,7 +381,7 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
   }
   if (const char* link = archive_entry_hardlink(ent)) {  // another name of an earlier file
     std::string target;
-    if (!MemberPath(prefix, link, &target) || !files_.Contains(KeyOf(target))) {
+    if (!MemberPath(prefix, link, &target) || !files_.Contains(files_.Key(target))) {
       Warn("skipping " + where + ": a hard link to " + link +
            ", which is not a file earlier in the archive");
       return Status::OK();
@@ -438,7 +447,7 @@ Status ArchivePacker::Claim(const std::string& rel, EntryType type, int64_t mtim
                                    (type == EntryType::kDir ? "directory" : "file or symlink") +
                                    " too); a dataset stores each path once");
   };
-  const PathKey key = KeyOf(rel);
+  const PathKey key = files_.Key(rel);
   if (files_.Contains(key) || nonfile_at_.count(rel)) return twice(rel);
   if (type == EntryType::kFile) files_.Insert(key);
   // Archives list a directory's files together: its parents were checked for the file before.
@@ -452,7 +461,7 @@ Status ArchivePacker::Claim(const std::string& rel, EntryType type, int64_t mtim
       if (nonfiles_[it->second].type == EntryType::kDir) break;
       return Status::InvalidArgument(rel + ": its parent " + p + " is a symlink in the archive");
     }
-    if (files_.Contains(KeyOf(p)))
+    if (files_.Contains(files_.Key(p)))
       return Status::InvalidArgument(rel + ": its parent " + p + " is a file in the archive");
     nonfile_at_.emplace(p, nonfiles_.size());
     nonfiles_.push_back({p, EntryType::kDir, 0755, 0, mtime_ns, {}});

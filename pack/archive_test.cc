@@ -257,21 +257,34 @@ TEST_F(ArchivePack, ConflictsAreErrors) {
   }
 }
 
-// The set of file paths grows as members come (from 65,536 slots, 70 % full at most): a
-// hard link to the first file and a second copy of it are still found after it has grown.
+// The set of file paths grows as members come (from 65,536 slots, 70 % full at most): files
+// added before it grew are still found after (hard links to them, a second copy, a member under
+// one as if it were a directory).
 TEST_F(ArchivePack, PathsAreTrackedAcrossTheSetsGrowth) {
+  constexpr int kFiles = 100000;  // past the first two growths (Tar() writes at most 64 MiB)
   std::vector<Member> members;
-  for (int i = 0; i < 50000; i++)
+  for (int i = 0; i < kFiles; i++)
     members.push_back(F("d" + std::to_string(i / 1000) + "/f" + std::to_string(i), ""));
-  members.push_back(H("late-link", "d0/f0"));
+  for (int i : {0, 1, 9999, 45000, kFiles - 1})
+    members.push_back(
+        H("link" + std::to_string(i), "d" + std::to_string(i / 1000) + "/f" + std::to_string(i)));
   ASSERT_TRUE(PackThem({Put("many.tar", Tar(members))}).ok());
-  EXPECT_EQ(stats_.files, 50000u);
-  EXPECT_NE(ds_->Find("late-link"), nullptr);
-  members.push_back(F("d0/f0", "again"));
-  ds_.reset();
-  ASSERT_TRUE(RemoveTree(out_).ok());
-  Status s = PackThem({Put("many.tar", Tar(members))});
-  EXPECT_NE(s.message().find("d0/f0 appears twice"), std::string::npos) << s.ToString();
+  EXPECT_EQ(stats_.files, static_cast<uint64_t>(kFiles));
+  for (int i : {0, 1, 9999, 45000, kFiles - 1})
+    EXPECT_NE(ds_->Find("link" + std::to_string(i)), nullptr) << i;
+  EXPECT_TRUE(warnings_.empty());
+  const std::pair<Member, const char*> late[] = {
+      {F("d0/f0", "again"), "d0/f0 appears twice"},
+      {F("d9/f9999/x", "under a file"), "its parent d9/f9999 is a file"},
+  };
+  for (const auto& [m, error] : late) {
+    std::vector<Member> more = members;
+    more.push_back(m);
+    ds_.reset();
+    ASSERT_TRUE(RemoveTree(out_).ok());
+    Status s = PackThem({Put("many.tar", Tar(more))});
+    EXPECT_NE(s.message().find(error), std::string::npos) << s.ToString();
+  }
 }
 
 TEST_F(ArchivePack, DamagedArchivesNameTheCause) {

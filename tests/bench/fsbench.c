@@ -267,7 +267,11 @@ static void read_back(const char* path, char* buf, XXH3_state_t* st, read_res* r
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) die(path);
   XXH3_64bits_reset(st);
-  for (ssize_t n; (n = read(fd, buf, BUF)) > 0;) {
+  for (;;) {
+    ssize_t n = read(fd, buf, BUF);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die(path);
+    if (n == 0) break;
     XXH3_64bits_update(st, buf, (size_t)n);
     r->bytes += (uint64_t)n;
   }
@@ -334,7 +338,10 @@ static int cmd_read(int argc, char** argv) {
   if (argc < 4) return 2;
   list_t l = load_list(argv[2], argv[3]);
   int procs = argc > 4 ? atoi(argv[4]) : 1;
-  if (procs < 1 || procs > 64) procs = 1;
+  if (procs < 1 || procs > 64) {
+    fprintf(stderr, "fsbench: PROCS must be 1 to 64\n");
+    return 2;
+  }
   double seconds;
   read_res tot = run_procs(&l, procs, read_fn, NULL, &seconds);
   print_res(tot, seconds, procs);
@@ -393,7 +400,10 @@ static int cmd_materialise(int argc, char** argv) {
   mat_ctx m = {load_list(argv[4], argv[3]), calloc((size_t)l.n + 1, sizeof(uint64_t))};
   if (!m.sizes) die("calloc");
   int procs = argc > 5 ? atoi(argv[5]) : 1;
-  if (procs < 1 || procs > 64) procs = 1;
+  if (procs < 1 || procs > 64) {
+    fprintf(stderr, "fsbench: PROCS must be 1 to 64\n");
+    return 2;
+  }
   size_t root_len = strlen(argv[4]);
   for (long i = 0; i < l.n; i++) {
     struct stat st;
