@@ -490,9 +490,8 @@ bool ShortCopy() noexcept {
 }
 
 // Copies n bytes at offset off of `src` to the start of `dst`; false with errno set when it
-// cannot. A small file goes through a buffer
-// (a pread and a write cost less than copy_file_range's splice for a few KB); a larger one is
-// copied in the kernel where it can be.
+// cannot. A small file goes through a buffer (a pread and a write cost less than
+// copy_file_range's splice for a few KB); a larger one is copied in the kernel where it can be.
 bool CopyRange(int src, loff_t off, int dst, size_t n) noexcept {
   char buf[16384];
   bool in_kernel = n > sizeof buf;
@@ -581,7 +580,7 @@ int SelfUnpack(const table::Entry& e, int flags) noexcept {
       g_no_self_unpack.store(true, std::memory_order_relaxed);
   } else {
     if (!CopyRange(src, static_cast<loff_t>(e.child_count), tmp, e.size)) {
-      err = errno ? errno : EIO;
+      err = errno;  // CopyRange sets it
     } else {
       memcpy(path, rel.data(), rel.size());
       path[rel.size()] = '\0';

@@ -7,13 +7,11 @@
 #include <archive_entry.h>
 #include <fcntl.h>
 #include <locale.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
-#include <ctime>
 #include <deque>
 #include <future>
 #include <memory>
@@ -90,10 +88,6 @@ struct PathKey {
 // grow with the square of the member count).
 class PathKeySet {
  public:
-  PathKeySet() {
-    if (::getrandom(&seed_, sizeof seed_, 0) != sizeof seed_)
-      seed_ = static_cast<uint64_t>(::time(nullptr)) ^ (static_cast<uint64_t>(::getpid()) << 32);
-  }
   PathKey Key(std::string_view path) const {
     XXH128_hash_t h = XXH3_128bits_withSeed(path.data(), path.size(), seed_);
     return {h.low64, h.high64 | (h.low64 == 0 && h.high64 == 0)};  // (0, 0) marks a free slot
@@ -133,7 +127,7 @@ class PathKeySet {
     mask_ = mask;
   }
 
-  uint64_t seed_ = 0;
+  const uint64_t seed_ = RandomNonZero();
   std::vector<PathKey> slots_;
   size_t mask_ = 0, count_ = 0;
 };

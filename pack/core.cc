@@ -73,12 +73,15 @@ Status BigSource::ReadAt(uint64_t off, size_t n) {
   return rs.ok() ? rs : Status::IOError(path + " changed while packing: " + rs.message());
 }
 
-PackCore::PackCore(std::string tmp, const Options& o, mode_t dir_mode)
-    : opts_(o), tmp_(std::move(tmp)), dir_mode_(dir_mode) {
-  if (::getrandom(&dataset_id_, sizeof dataset_id_, 0) != sizeof dataset_id_ || dataset_id_ == 0)
-    dataset_id_ =
-        static_cast<uint64_t>(::time(nullptr)) ^ (static_cast<uint64_t>(::getpid()) << 32) ^ 1;
+uint64_t RandomNonZero() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != sizeof v || v == 0)
+    v = static_cast<uint64_t>(::time(nullptr)) ^ (static_cast<uint64_t>(::getpid()) << 32) ^ 1;
+  return v;
 }
+
+PackCore::PackCore(std::string tmp, const Options& o, mode_t dir_mode)
+    : opts_(o), tmp_(std::move(tmp)), dir_mode_(dir_mode) {}
 
 PackCore::~PackCore() { ZSTD_freeCDict(cdict_); }
 

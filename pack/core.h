@@ -23,6 +23,9 @@
 
 namespace fanstore::pack {
 
+// 64 random bits, never 0 (getrandom; the time and pid where it fails).
+uint64_t RandomNonZero();
+
 // Files compressed together on one worker: their frames back to back, offsets relative to the
 // batch's start.
 struct BatchOut {
@@ -76,7 +79,7 @@ class PackCore {
   const std::string tmp_;
   ZSTD_CDict* cdict_ = nullptr;  // owned; set by a packer that trains a dictionary
   format::Manifest manifest_;
-  uint64_t dataset_id_ = 0;
+  const uint64_t dataset_id_ = RandomNonZero();
   uint64_t raw_total_ = 0;                    // progress total (0: unknown)
   uint64_t files_total_ = 0;                  // progress total (0: unknown)
   uint64_t done_bytes_ = 0, done_files_ = 0;  // written so far
