@@ -39,6 +39,13 @@ Status CheckEmpty(const std::string& dir) {
   return Status::OK();
 }
 
+// The root of a file system of its own (the plugin's per-job tmpfs).
+bool IsMountPoint(const std::string& dir) {
+  struct stat st, up;
+  return ::stat(dir.c_str(), &st) == 0 && ::stat((dir + "/..").c_str(), &up) == 0 &&
+         st.st_dev != up.st_dev;
+}
+
 std::vector<const format::ShardFile*> Pointers(
     const std::vector<std::unique_ptr<format::ShardFile>>& shards) {
   std::vector<const format::ShardFile*> out;
@@ -332,7 +339,9 @@ void Agent::RemoveOwnFiles(bool keep_status) {
     Status s = RemoveTree(path, ThreadPool::DefaultThreads());
     if (!s.ok()) LOG_ERROR("%s", s.ToString().c_str());
   };
-  if (created_local_) {
+  if (have_local_ && cfg_.epilog_unmounts_local_dir && IsMountPoint(cfg_.local_dir)) {
+    LOG_DEBUG("left %s to the epilog, which unmounts it", cfg_.local_dir.c_str());
+  } else if (created_local_) {
     remove(cfg_.local_dir);
   } else if (have_local_) {
     for (const char* sub : {"/data", "/cache", "/shards"}) remove(cfg_.local_dir + sub);

@@ -45,8 +45,10 @@ namespace fanstore::agent {
 struct Config {
   std::string dataset;    // DS.fs directory
   std::string local_dir;  // node-local directory for the staged copy (created, private)
-  std::string run_dir;    // private directory for agent.sock, table, status.json
-  std::string mount;      // virtual path clients use
+  // When local_dir is a mount point, its files are left at shutdown for the epilog's unmount.
+  bool epilog_unmounts_local_dir = false;
+  std::string run_dir;  // private directory for agent.sock, table, status.json
+  std::string mount;    // virtual path clients use
   std::string bootstrap = "auto";
   uint32_t replicas = 0;  // 0: every node holds every shard
   std::string node_name;  // for messages; default: SLURMD_NODENAME or the hostname

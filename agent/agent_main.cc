@@ -157,6 +157,9 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
                  "node-local directory for the staged files (created, mode 0700)")
       ->type_name("DIR")
       ->required();
+  app.add_flag("--epilog-unmounts-local-dir", cfg->epilog_unmounts_local_dir,
+               "when the local directory is a mount point (the SPANK plugin's per-job\n"
+               "tmpfs), leave its files at shutdown: the job's epilog unmounts it whole");
   app.add_option("--run-dir", cfg->run_dir,
                  "private directory for agent.sock, table and status.json (0700)\n"
                  "(in both directories, %r is replaced by the agent's rank)")

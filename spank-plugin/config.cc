@@ -12,8 +12,7 @@ namespace {
 
 constexpr const char* kKnownKeys =
     "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas, "
-    "cache_size, "
-    "kernel_view";
+    "cache_size, kernel_view, local_fs";
 
 }  // namespace
 
@@ -97,6 +96,10 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
       if (value != "yes" && value != "no")
         return Status::InvalidArgument("kernel_view='" + value + "': must be yes or no");
       c.kernel_view = value == "yes";
+    } else if (key == "local_fs") {
+      if (value != "auto" && value != "dir")
+        return Status::InvalidArgument("local_fs='" + value + "': must be auto or dir");
+      c.job_fs = value == "auto";
     } else {
       return Status::InvalidArgument("unknown key '" + key + "' (known keys: " + kKnownKeys + ")");
     }

@@ -30,6 +30,9 @@ struct Config {
   // kernel_view= : yes (default) mounts the dataset for each task with FUSE too, at the same
   // path, for what the interception library cannot reach (static binaries, exec, dlopen)
   bool kernel_view = true;
+  // local_fs= : auto (default) gives each job a tmpfs of its own at its local directory when
+  // local_dir is on tmpfs (dirs.h MountJobFs); dir: always a plain directory
+  bool job_fs = true;
   std::string cache_size;  // cache_size= : the agents' --cache-size (default empty: half the free
                            // space left in the local directory after stage-in)
 };

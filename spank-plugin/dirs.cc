@@ -1,12 +1,16 @@
 #include "spank-plugin/dirs.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
@@ -28,20 +32,37 @@ bool IsOwnPrivateDir(const struct stat& st, uid_t uid) {
   return S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & 07777) == 0700;
 }
 
+// The directory `path` is in, opened, and the name in it.
+struct Parent {
+  UniqueFD fd;
+  std::string path, leaf;
+  struct stat st;
+};
+
+Status OpenParent(const std::string& path, Parent* p) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash + 1 == path.size())
+    return Status::InvalidArgument("bad directory " + path);
+  p->path = slash == 0 ? "/" : path.substr(0, slash);
+  p->leaf = path.substr(slash + 1);
+  p->fd.Reset(::open(p->path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!p->fd.valid()) return Status::FromErrno("open " + p->path, errno);
+  if (::fstat(p->fd.get(), &p->st) != 0) return Status::FromErrno("stat " + p->path, errno);
+  return Status::OK();
+}
+
+// `dir` as a path that mount(2) and umount2(2) resolve to exactly that directory.
+std::string FdPath(const UniqueFD& dir) { return "/proc/self/fd/" + std::to_string(dir.get()); }
+
 }  // namespace
 
 Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* moved) {
   moved->clear();
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash + 1 == path.size())
-    return Status::InvalidArgument("bad directory " + path);
-  const std::string parent_path = slash == 0 ? "/" : path.substr(0, slash),
-                    leaf = path.substr(slash + 1);
-  UniqueFD parent(::open(parent_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!parent.valid()) return Status::FromErrno("open " + parent_path, errno);
-  struct stat st;
-  if (::fstat(parent.get(), &st) != 0) return Status::FromErrno("stat " + parent_path, errno);
-  if (st.st_uid != 0) return Status::OK();  // a user's own directory: theirs to keep clean
+  Parent p;
+  FS_RETURN_IF_ERROR(OpenParent(path, &p));
+  const UniqueFD& parent = p.fd;
+  const std::string &parent_path = p.path, &leaf = p.leaf;
+  if (p.st.st_uid != 0) return Status::OK();  // a user's own directory: theirs to keep clean
   // Our directory first, under a name nobody can guess, then put in place in one step.
   std::string tmp;
   for (int tries = 0; tries < 100 && tmp.empty(); tries++) {
@@ -97,6 +118,52 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
   const int err = errno;
   drop_tmp();
   return Status::FromErrno("claim " + path, err);
+}
+
+Status MountJobFs(const std::string& path, uid_t uid, gid_t gid, bool* mounted) {
+  *mounted = false;
+  Parent p;
+  FS_RETURN_IF_ERROR(OpenParent(path, &p));
+  struct statfs fs;
+  if (p.st.st_uid != 0) return Status::OK();
+  if (::fstatfs(p.fd.get(), &fs) != 0) return Status::FromErrno("statfs " + p.path, errno);
+  if (fs.f_type != TMPFS_MAGIC) return Status::OK();
+  UniqueFD dir(::openat(p.fd.get(), p.leaf.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC));
+  struct stat st;
+  if (!dir.valid() || ::fstat(dir.get(), &st) != 0) return Status::FromErrno("open " + path, errno);
+  if (st.st_dev != p.st.st_dev) return Status::OK();  // a mount point already: not ours to cover
+  if (!IsOwnPrivateDir(st, uid))
+    return Status::Permission(path + " is not a private directory of uid " + std::to_string(uid));
+  // The limits of the space it stands in for: what was free there (0 would mean no limit).
+  std::string opts = "mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(gid);
+  if (fs.f_blocks > 0)
+    opts += ",size=" + std::to_string(std::max<uint64_t>(fs.f_bavail, 1) * fs.f_bsize);
+  if (fs.f_files > 0) opts += ",nr_inodes=" + std::to_string(std::max<uint64_t>(fs.f_ffree, 2));
+  if (::mount("fanstore", FdPath(dir).c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0)
+    return Status::FromErrno("mount a tmpfs for the job at " + path, errno);
+  *mounted = true;
+  return Status::OK();
+}
+
+Status DropJobFs(const std::string& path, uid_t uid, bool* dropped) {
+  *dropped = false;
+  Parent p;
+  Status opened = OpenParent(path, &p);
+  if (!opened.ok()) return opened.IsNotFound() ? Status::OK() : opened;
+  if (p.st.st_uid != 0) return Status::OK();
+  UniqueFD dir(::openat(p.fd.get(), p.leaf.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC));
+  struct stat st;
+  struct statfs fs;
+  if (!dir.valid()) return Status::OK();  // nothing there, or not a directory: no mount of ours
+  if (::fstat(dir.get(), &st) != 0 || ::fstatfs(dir.get(), &fs) != 0)
+    return Status::FromErrno("stat " + path, errno);
+  // Only root mounts here, and only MountJobFs mounts a tmpfs of the user's.
+  if (st.st_dev == p.st.st_dev || fs.f_type != TMPFS_MAGIC || st.st_uid != uid) return Status::OK();
+  // Detached, as our descriptor still pins it; closing that frees every file.
+  if (::umount2(FdPath(dir).c_str(), MNT_DETACH) != 0)
+    return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
+  *dropped = true;
+  return Status::OK();
 }
 
 }  // namespace fanstore::spank

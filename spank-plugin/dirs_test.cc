@@ -1,7 +1,10 @@
 #include "spank-plugin/dirs.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -258,6 +261,87 @@ TEST(KernelViewAllowed, OnlyUnderARootOwnedPrefix) {
     EXPECT_FALSE(st.ok()) << m;
     EXPECT_NE(st.message().find("not under mount_prefix"), std::string::npos) << st.ToString();
   }
+}
+
+// local_fs=auto: the prolog gives the job a tmpfs of its own where local_dir is on tmpfs, limited
+// to what was free there; the epilog drops it whole. Never through a symlink the user put in the
+// way, and never on a file system that is not tmpfs. In a namespace of the test's own.
+TEST(JobFs, MountedOnTmpfsOnlyLimitedToTheFreeSpaceAndDroppedWhole) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounts need root";
+  test::TempDir t("jobfs");
+  const std::string node = t.path() + "/node", disk = t.path() + "/disk";
+  ASSERT_EQ(::mkdir(node.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(disk.c_str(), 01777), 0);
+  EXPECT_EQ(
+      InTaskNamespace([&] {
+        int step = 0;
+        auto fail = [&](const std::string& what) {
+          std::fprintf(stderr, "JobFs: %s\n", what.c_str());
+          return 100 + step;
+        };
+        // The node's local storage: a 4 MiB tmpfs of 1,000 inodes, 1 MiB of it in use.
+        if (::mount("node", node.c_str(), "tmpfs", 0, "size=4m,nr_inodes=1000,mode=1777") != 0)
+          return fail("mount the node's tmpfs");
+        {
+          UniqueFD used(::open((node + "/used").c_str(), O_WRONLY | O_CREAT, 0600));
+          if (::ftruncate(used.get(), 0) || ::posix_fallocate(used.get(), 0, 1 << 20))
+            return fail("fill 1 MiB");
+        }
+        const std::string job = node + "/fanstore.54321.7";
+        std::string moved;
+        bool mounted = false, dropped = false;
+        step = 1;
+        if (!ClaimDir(job, kUser, kUser, &moved).ok()) return fail("claim");
+        Status st = MountJobFs(job, kUser, kUser, &mounted);
+        if (!st.ok() || !mounted || MountedAt(job) != "tmpfs") return fail(st.ToString());
+        struct stat sb;
+        struct statfs fs;
+        step = 2;
+        if (::stat(job.c_str(), &sb) || sb.st_uid != kUser || (sb.st_mode & 07777) != 0700)
+          return fail("the job's tmpfs is not the user's, 0700");
+        if (::statfs(job.c_str(), &fs) || fs.f_blocks * fs.f_bsize > (3u << 20) ||
+            fs.f_blocks * fs.f_bsize < (3u << 20) - 65536 || fs.f_files > 1000)
+          return fail("limits: " + std::to_string(fs.f_blocks * fs.f_bsize) + " B, " +
+                      std::to_string(fs.f_files) + " inodes");
+        for (int i = 0; i < 50; i++)
+          UniqueFD(::open((job + "/f" + std::to_string(i)).c_str(), O_WRONLY | O_CREAT, 0600));
+        step = 3;
+        st = DropJobFs(job, kUser, &dropped);
+        if (!st.ok() || !dropped || !MountedAt(job).empty()) return fail(st.ToString());
+        if (::access((job + "/f0").c_str(), F_OK) == 0) return fail("files left");
+        // Again: nothing mounted, nothing done.
+        if (!DropJobFs(job, kUser, &dropped).ok() || dropped) return fail("second drop");
+        step = 4;
+        // The user swaps the claimed directory for a symlink to one of theirs (or a
+        // system directory): neither mount nor unmount goes through it.
+        const std::string theirs = node + "/theirs";
+        ::mkdir(theirs.c_str(), 0700);
+        ::chown(theirs.c_str(), kUser, kUser);
+        if (::rmdir(job.c_str()) || ::symlink(theirs.c_str(), job.c_str()))
+          return fail("plant the symlink");
+        st = MountJobFs(job, kUser, kUser, &mounted);
+        if (st.ok() || mounted || !MountedAt(theirs).empty())
+          return fail("mounted through a symlink");
+        if (::mount("x", theirs.c_str(), "tmpfs", 0, "mode=0700,uid=54321") != 0)
+          return fail("mount theirs");
+        if (!DropJobFs(job, kUser, &dropped).ok() || dropped || MountedAt(theirs).empty())
+          return fail("unmounted through a symlink");
+        step = 5;
+        // Another user's directory, or a file system that is not tmpfs: no mount.
+        const std::string other = node + "/other";
+        ::mkdir(other.c_str(), 0700);
+        ::chown(other.c_str(), kOther, kOther);
+        if (MountJobFs(other, kUser, kUser, &mounted).ok() || mounted)
+          return fail("mounted over another user's directory");
+        const std::string on_disk = disk + "/fanstore.54321.7";
+        if (::statfs(disk.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) return 0;
+        if (!ClaimDir(on_disk, kUser, kUser, &moved).ok() ||
+            !MountJobFs(on_disk, kUser, kUser, &mounted).ok() || mounted ||
+            !MountedAt(on_disk).empty())
+          return fail("mounted on a disk");
+        return 0;
+      }),
+      0);
 }
 
 }  // namespace

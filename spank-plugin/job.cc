@@ -182,6 +182,7 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
     argv.push_back("--cache-size");
     argv.push_back(s.cache_size);
   }
+  if (s.job_fs) argv.push_back("--epilog-unmounts-local-dir");
   if (!s.stats_out.empty()) {
     argv.push_back("--stats-out");
     argv.push_back(s.stats_out);
@@ -218,6 +219,7 @@ Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, u
   step.replicas = ResolveReplicas(opts, config);
   step.stats_out = ResolveStatsFile(opts, job, submit_dir);
   step.cache_size = config.cache_size;
+  step.job_fs = config.job_fs;
   step.job = job;
   step.nodes = nodes;
   return step;

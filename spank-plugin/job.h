@@ -91,6 +91,7 @@ struct AgentStep {
   std::string srun, agent, dataset, mount, replicas;
   std::string stats_out;   // the agents' --stats-out; empty: none
   std::string cache_size;  // the agents' --cache-size; empty: the agent's default
+  bool job_fs = false;     // --epilog-unmounts-local-dir: the prolog may mount a tmpfs there
   uint32_t job = 0;
   uint32_t nodes = 0;
 };

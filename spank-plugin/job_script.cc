@@ -3,7 +3,9 @@
 // scancel, SIGKILL), it ends this job's leftover agent processes on this node and removes the job's
 // run directory (socket, metadata table, status), local directory and launch files. The prolog does
 // the same for stale leftovers of an earlier job with the same id (job ids restart when slurmctld
-// starts clean).
+// starts clean). When local_dir is on tmpfs the prolog mounts a tmpfs of the job's own at its local
+// directory and the epilog unmounts it (dirs.h MountJobFs), which takes seconds off the teardown
+// at a million files.
 //
 // The cleanup runs in a child that has become the job user, so a symlink or a directory planted by
 // the user can make it remove only what the user could remove anyway.
@@ -101,13 +103,19 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
   creds.groups = {creds.gid};
   const Config config = s.config;
   const JobIdentity who = id.value();
+  const std::string local = LocalDir(config, who);
+  // As root, first: the job's own tmpfs goes in one call (the user's cleanup below then finds
+  // its empty mount point).
+  bool dropped = false;
+  Status drop = DropJobFs(local, creds.uid, &dropped);
+  if (!drop.ok()) LogError(phase, drop.message());
+  if (dropped) LogVerbose(phase, "unmounted the job's tmpfs at " + local);
   auto rc = RunAsUser(creds, kCleanupTimeoutMs, [&] { return CleanNode(config, who, phase); });
   if (std::string(phase) == "prolog" && used) {
     // As root: the job's directories on this node, whatever another user planted under their
     // names first (moved aside, never deleted). A failure here fails the job, not the node:
     // the agent then reports what it cannot create.
-    for (const std::string& dir :
-         {LaunchDir(config, who), RunDir(config, who), LocalDir(config, who)}) {
+    for (const std::string& dir : {LaunchDir(config, who), RunDir(config, who), local}) {
       std::string moved;
       Status claimed = ClaimDir(dir, creds.uid, creds.gid, &moved);
       if (!claimed.ok()) LogError(phase, claimed.message());
@@ -115,6 +123,12 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
         LogError(phase,
                  "moved aside " + moved + ", planted in the way of job " + std::to_string(who.job));
     }
+    // A failed mount leaves the plain directory: the agent then removes its files itself.
+    bool mounted = false;
+    Status mount = config.job_fs ? MountJobFs(local, creds.uid, creds.gid, &mounted) : Status::OK();
+    if (!mount.ok()) LogError(phase, mount.message() + " (the job uses the directory instead)");
+    if (mounted)
+      LogVerbose(phase, "mounted a tmpfs for job " + std::to_string(who.job) + " at " + local);
   }
   if (!rc.ok() || rc.value() != 0) {
     LogError(phase, "job " + std::to_string(who.job) + " could not be cleaned up completely on " +

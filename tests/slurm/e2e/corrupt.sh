@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # slurm_corrupt (2-node ports cluster): after stage-in, node2's agent is killed and a frame of one
 # of its files is damaged on the dataset: reading it on node1 gives EIO (twice, no bytes); node2's
-# other files read correctly.
+# other files read correctly. node1's local directory is a small tmpfs, so the prolog gives the job
+# a tmpfs of its own there (local_fs=auto), which the epilog unmounts.
 #
 # Usage: corrupt.sh BUILD_DIR, with the cluster up (start.sh BUILD_DIR ports). See lib.sh.
 # shellcheck disable=SC2015  # ok returns 0, so `[[ c ]] && ok .. || bad ..` is an if-else.
@@ -10,7 +11,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 main() {
   need_cluster ports
-  local good src=$PFS/many ds=$PFS/many-corrupt.fs jd j st stats victim vshard voff vlen vcodec pid2 others
+  local good src=$PFS/many ds=$PFS/many-corrupt.fs jd j st stats jobfs victim vshard voff vlen vcodec pid2 others
   good=$(many_dataset)
   rm -rf "$ds"
   cp -r "$good" "$ds"
@@ -52,6 +53,10 @@ EOF
     || { bad "sbatch: $j"; restore_local node1; return; }
   if wait_for "$j" "$jd/started" 60 && wait_ready "$j" node2; then
     ok "stage-in done on both nodes; victim $victim: $vshard at $voff, $vlen bytes ($vcodec), held by node2 only"
+    # node1's local directory is on tmpfs: the prolog gave the job a tmpfs of its own there.
+    jobfs=$(in_node_ns node1 findmnt -n -o FSTYPE,OPTIONS --mountpoint "$(node_local node1)/fanstore.$(uid_of).$j")
+    [[ $jobfs == tmpfs* && $jobfs == *nosuid* && $jobfs == *nodev* && $jobfs == *mode=700* ]] \
+      && ok "node1: the job's local directory is a tmpfs of its own ($jobfs)" || bad "node1: no job tmpfs: '$jobfs'"
     # node2's agent becomes unavailable, then a frame of its shard is damaged on the parallel file system.
     pid2=$(jget "$(status_of "$j" node2)" "['pid']")
     kill -KILL "$pid2"
@@ -85,6 +90,8 @@ EOF
     bad "no stats from node1's agent"
   fi
   check_clean "$j"
+  in_node_ns node1 mountpoint -q "$(node_local node1)/fanstore.$(uid_of).$j" \
+    && bad "node1: the job's tmpfs is still mounted" || ok "node1: the epilog unmounted the job's tmpfs"
   restore_local node1
   rm -rf "$ds"
 }
