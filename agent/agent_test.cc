@@ -4,8 +4,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -57,8 +60,9 @@ class AgentTest : public ::testing::Test {
     ::unsetenv("FANSTORE_TEST_UNPACK_DELAY_MS");
   }
 
-  void MakeAgent(const std::string& unpack) {
+  void MakeAgent(const std::string& unpack, bool epilog_unmounts = false) {
     Config cfg;
+    cfg.epilog_unmounts_local_dir = epilog_unmounts;
     cfg.dataset = ds_.dir();
     cfg.local_dir = local_dir_;
     cfg.run_dir = run_dir_;
@@ -157,6 +161,33 @@ TEST_F(AgentTest, ShutdownEmptiesGivenDirectoriesButKeepsThem) {
   EXPECT_TRUE(Exists(run_dir_));
   EXPECT_EQ(List(local_dir_), std::vector<std::string>{});
   EXPECT_EQ(List(run_dir_), std::vector<std::string>{});
+}
+
+// --epilog-unmounts-local-dir: a local directory that is a mount point (the plugin's per-job
+// tmpfs) keeps its files for the epilog's unmount; one that is not is emptied as ever.
+TEST_F(AgentTest, ShutdownLeavesAMountedLocalDirToTheEpilog) {
+  ASSERT_EQ(::mkdir(local_dir_.c_str(), 0700), 0);
+  MakeAgent("eager", /*epilog_unmounts=*/true);
+  ASSERT_TRUE(agent_->Start().ok());
+  agent_->Shutdown();
+  agent_.reset();
+  EXPECT_EQ(List(local_dir_), std::vector<std::string>{}) << "not a mount point: emptied";
+  if (::geteuid() != 0) GTEST_SKIP() << "the mounted case needs root";
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // a mount namespace of its own: the tmpfs goes with the child
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) ||
+        ::mount("jobfs", local_dir_.c_str(), "tmpfs", 0, "mode=0700") != 0)
+      ::_exit(10);
+    MakeAgent("eager", true);
+    if (!agent_->Start().ok()) ::_exit(11);
+    agent_->Shutdown();
+    agent_.reset();
+    ::_exit(List(local_dir_).empty() ? 12 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
 }
 
 TEST_F(AgentTest, LazyUnpackServesAFileBeforeTheBackgroundPass) {

@@ -13,6 +13,9 @@ TEST(ConfigTest, DefaultsWithoutArguments) {
   EXPECT_EQ(c->run_dir, "/dev/shm");
   EXPECT_EQ(c->stagein_timeout, 600);
   EXPECT_EQ(c->replicas, "1");  // split by default, one copy of each shard
+  EXPECT_TRUE(c->job_fs);       // local_fs=auto
+  EXPECT_FALSE(ParseConfig({"local_fs=dir"})->job_fs);
+  EXPECT_FALSE(ParseConfig({"local_fs=tmpfs"}).ok());
   EXPECT_EQ(c->agent.substr(c->agent.size() - 15), "/fanstore-agent");
 }
 

@@ -174,6 +174,7 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
       "--bootstrap",
       "pmix",
   };
+  if (s.job_fs) argv.push_back("--epilog-unmounts-local-dir");
   if (!s.replicas.empty()) {
     argv.push_back("--replicas");
     argv.push_back(s.replicas);
@@ -182,7 +183,6 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
     argv.push_back("--cache-size");
     argv.push_back(s.cache_size);
   }
-  if (s.job_fs) argv.push_back("--epilog-unmounts-local-dir");
   if (!s.stats_out.empty()) {
     argv.push_back("--stats-out");
     argv.push_back(s.stats_out);

@@ -216,6 +216,13 @@ TEST(JobTest, StatsFileDefaultsToTheSubmitDirectory) {
   EXPECT_EQ(argv.back(), "/scratch/s.7");
   EXPECT_EQ(argv[argv.size() - 4], "--cache-size");  // the site's cache_size= reaches the agents
   EXPECT_EQ(argv[argv.size() - 3], "20G");
+  // local_fs=auto (the default): the agents leave a per-job tmpfs to the epilog; dir: never.
+  auto has_flag = [](const std::vector<std::string>& v) {
+    return std::find(v.begin(), v.end(), "--epilog-unmounts-local-dir") != v.end();
+  };
+  EXPECT_TRUE(has_flag(argv));
+  c.job_fs = false;
+  EXPECT_FALSE(has_flag(AgentStepArgv(MakeAgentStep(c, o, 7, 2, "/home/u").value())));
   o.stats = "none";
   EXPECT_EQ(ResolveStatsFile(o, 7, "/home/u"), "");
   o.stats = "dir/";
