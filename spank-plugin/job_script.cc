@@ -56,6 +56,9 @@ int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
                          ", not to the job's user: left alone");
       continue;
     }
+    // Empty, as the agents leave the directories the prolog claimed (and the job's tmpfs
+    // leaves its mount point): nothing to report.
+    if (::rmdir(path.c_str()) == 0) continue;
     Status s = RemoveTree(path);
     if (!s.ok()) {
       LogError(phase, "cannot remove " + path + ": " + s.message());

@@ -864,14 +864,15 @@ def wl_r4(ctx):
     _r4_report(ctx, res, munge_state)
 
 
-def _r4_shares(ag):
-    """The files only rank 1 holds (relative paths), checked to be disjoint from rank 0's."""
+def _r4_shares(ag, with_local=False):
+    """The files only rank 1 holds (relative paths), checked to be disjoint from rank 0's; with
+    with_local, also rank 0's (sorted)."""
     data1, data0 = os.path.join(ag.local_dir(1), "data"), os.path.join(ag.local_dir(0), "data")
     remote = sorted(tree_files(data1 if os.path.isdir(data1) else ag.local_dir(1)))
     local0 = set(tree_files(data0 if os.path.isdir(data0) else ag.local_dir(0)))
     if not remote or local0 & set(remote):
         raise BenchError(f"R4: expected disjoint shares, got {len(local0)} and {len(remote)} files")
-    return remote
+    return (remote, sorted(local0)) if with_local else remote
 
 
 def _r4_read(ctx, ag, lst, kind):
@@ -906,10 +907,11 @@ def _r4_first(ctx, d, nat, res):
                    rank_extra={1: ["--no-prefetch"]} if node else None)
         ag.start()
         try:
-            remote = _r4_shares(ag)
+            remote, local0 = _r4_shares(ag, with_local=True)
             if "list" not in state:
                 random.Random(44).shuffle(remote)
                 state["list"] = write_list(os.path.join(ctx.lists, "r4-first.list"), remote)
+                state["local0"] = write_list(os.path.join(ctx.lists, "r4-local0.list"), local0)
                 state["files"] = len(remote)
             elif len(remote) != state["files"]:
                 raise BenchError(f"R4: rank 1 holds {len(remote)} files, {state['files']} before")
@@ -924,21 +926,34 @@ def _r4_first(ctx, d, nat, res):
             raise BenchError("R4: no file list")
         return rates(run_json([ctx.fsbench, "read", nat, state["list"]]))
 
-    def floor(i):
+    def floor(i, both=False):
         # The least work of any design that moves each file over TCP into local storage and
         # reads it there (fsbench netcopy): its CPU time, on these 2 cores, bounds R4-first.
-        dst = os.path.join(ctx.work, "r4-floor")
+        # both: rank 0's files move the other way at the same time, as the other agent's
+        # prefetch does in R4-first (two nodes' transfers on this one machine); the rate is the
+        # reader's direction's.
+        dst, dst2 = os.path.join(ctx.work, "r4-floor"), os.path.join(ctx.work, "r4-floor-back")
         os.makedirs(dst)
+        other = None
         try:
+            if both:
+                os.makedirs(dst2)
+                other = subprocess.Popen([ctx.fsbench, "netcopy", nat, state["local0"], dst2],
+                                         stdout=subprocess.DEVNULL)
             before = children_cpu()
             s = rates(run_json([ctx.fsbench, "netcopy", nat, state["list"], dst]))
             s["cpu_seconds"] = children_cpu() - before
         finally:
+            if other and other.wait() != 0:
+                raise BenchError("R4: the other direction's netcopy failed")
             drop_tree(dst)
+            if both:
+                drop_tree(dst2)
         return s
 
     smp = rounds(ctx, "R4", [("fanstore_first", fresh), ("native", native), ("floor", floor),
-                             ("fanstore_node", lambda i: fresh(i, node=True))])
+                             ("fanstore_node", lambda i: fresh(i, node=True)),
+                             ("floor_both", lambda i: floor(i, both=True))])
     res["first"] = dict(samples=smp, remote_files=state["files"])
 
 
@@ -979,6 +994,7 @@ def _r4_report(ctx, res, munge_state):
     fi, dm = res["first"]["samples"], res["demand"]["samples"]
     add_workload(ctx, "R4", "reads of files held by the other agent (2 agents, --replicas 1)",
                  {"native_first": fi["native"], "fanstore_first": fi["fanstore_first"], "floor": fi["floor"],
+                  "floor_both": fi["floor_both"],
                   "fanstore_node": fi["fanstore_node"], "native": dm["native"],
                   "fanstore_demand": dm["fanstore_demand"], "fanstore_repeat": dm["fanstore_repeat"]},
                  metric="files_per_s", agent_stats={"demand": res["demand"]["stats"]},
@@ -1006,6 +1022,12 @@ def _r4_report(ctx, res, munge_state):
             med(fi["fanstore_node"], "files_per_s"), "files/s", "report", None,
             pairs=paired(fi, "floor", "fanstore_node", "files_per_s"),
             note=f"opens by source: {served(fi['fanstore_node'])}")
+    add_row(ctx, "R4-both", "R4-first against the floor doing the same two-way work on this machine: `fsbench "
+            "netcopy` of the reader's files while the other agent's files move the other way (diagnostic)",
+            "R4-floor-both", med(fi["floor_both"], "files_per_s"), med(fi["fanstore_first"], "files_per_s"),
+            "files/s", "report", None, pairs=paired(fi, "floor_both", "fanstore_first", "files_per_s"),
+            note=f"the two-way floor runs at {fmt(med(fi['floor_both'], 'files_per_s') / floor_rate)}× the one-way "
+                 "R4-floor here")
     b = med(dm["native"], "files_per_s")
     add_row(ctx, "R4-repeat", "repeat read of the same files (local cache)", "native local", b,
             med(dm["fanstore_repeat"], "files_per_s"), "files/s", "≥ 0.95× native", 0.95,
@@ -1553,7 +1575,7 @@ def machine(ctx):
 
 # --- main ----------------------------------------------------------------------------------------------------
 
-ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-node",
+ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-node", "R4-both",
             "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
 
 
