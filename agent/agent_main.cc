@@ -137,7 +137,8 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
   CLI::App app(
       "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
       "with the other agents of the job (PMIx), publishes the metadata table and serves local\n"
-      "clients until SIGTERM, then removes everything it created. Normally started by the SPANK\n"
+      "clients until SIGTERM (or SIGINT, SIGHUP, SIGUSR2), then removes everything it created. "
+      "Normally started by the SPANK\n"
       "plugin or by `fanstore run`, not by hand.\n"
       "\n"
       "Other modes: fanstore-agent --read-entry DS.fs SHARD INDEX writes one file of the\n"
@@ -203,6 +204,7 @@ void HandleSignals(Agent* a, std::atomic<bool>* stop, const std::atomic<bool>* s
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGUSR2);  // from the plugin, through srun, at the end of the batch script
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   std::thread([a, stop, starting] {

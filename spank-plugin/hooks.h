@@ -21,6 +21,7 @@ int StepdPostOpt(spank_t sp, int ac, char** av);
 int StepdUserInit(spank_t sp, int ac, char** av);
 int StepdTaskInitPrivileged(spank_t sp, int ac, char** av);
 int StepdTaskInit(spank_t sp, int ac, char** av);
+int StepdTaskExit(spank_t sp, int ac, char** av);
 
 // Job-script context: the prolog and epilog, as root on every node of the job (job_script.cc).
 int JobProlog(spank_t sp, int ac, char** av);

@@ -40,8 +40,9 @@ std::string JoinPreload(const std::vector<std::string>& parts) {
 std::string AgentWrapper() {
   const std::string run = std::string("\"$") + kEnvAgentRunDir + "\"";
   // Shell built-ins and the agent only: the user's PATH is not trusted to hold anything.
-  return std::string("trap : HUP INT TERM; \"$0\" \"$@\" --local-dir \"$") + kEnvAgentLocalDir +
-         "\" --run-dir " + run + "; rc=$?; [ $rc -ne 0 ] && [ \"$(\"$0\" --read-state " + run +
+  return std::string("trap : HUP INT TERM USR2; \"$0\" \"$@\" --local-dir \"$") +
+         kEnvAgentLocalDir + "\" --run-dir " + run +
+         "; rc=$?; [ $rc -ne 0 ] && [ \"$(\"$0\" --read-state " + run +
          " 2>/dev/null)\" = ready ] && { echo \"fanstore: this agent ended (status $rc) after it "
          "was ready; "
          "the other agents go on\" >&2; exit 0; }; exit $rc";

@@ -86,6 +86,11 @@ int slurm_spank_task_init(spank_t sp, int ac, char** av) noexcept {
                  [&] { return spank_context() == S_CTX_REMOTE ? StepdTaskInit(sp, ac, av) : 0; });
 }
 
+int slurm_spank_task_exit(spank_t sp, int ac, char** av) noexcept {
+  return Guarded("task_exit",
+                 [&] { return spank_context() == S_CTX_REMOTE ? StepdTaskExit(sp, ac, av) : 0; });
+}
+
 int slurm_spank_job_prolog(spank_t sp, int ac, char** av) noexcept {
   return Guarded("prolog",
                  [&] { return spank_context() == S_CTX_JOB_SCRIPT ? JobProlog(sp, ac, av) : 0; });

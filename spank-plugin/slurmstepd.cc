@@ -5,12 +5,15 @@
 //    job user), then waits until this node's agent is ready before the batch script starts.
 //  - Every other step, user_init: waits until this node's agent is ready.
 //  - Both then give the tasks LD_PRELOAD and FANSTORE_MOUNT/TABLE/SOCKET.
+//  - Batch step, task_exit: the batch script has ended; the agents are asked to stop while
+//    their srun still runs (see StepdTaskExit).
 //  - The agent step itself (FANSTORE_AGENT_STEP=1): only sets this node's directories for the
 //  agent.
 //
 // Errors from user_init do not fail the step or reach srun
 // (https://bugs.schedmd.com/show_bug.cgi?id=7573), so user_init records them and
 // task_init_privileged reports them, as NVIDIA/pyxis does.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -108,6 +111,7 @@ Status ServeStep(spank_t sp) {
     auto helper = StartAgents(sp, id.value(), creds.value());
     if (!helper.ok()) return helper.status();
     wait.helper = helper.value();
+    s.agent_srun = helper.value();
     wait.launch_log = LaunchLog(s.config, id.value());
     FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvJobAgents, std::to_string(id->job)));
   }
@@ -238,6 +242,26 @@ int StepdTaskInit(spank_t sp, int /*ac*/, char** /*av*/) {
   const std::string state = s.view_error.empty() ? "on" : "off: " + s.view_error;
   if (spank_setenv(sp, env::kKernelView, state.c_str(), 1) != ESPANK_SUCCESS)
     LogError("task_init", std::string("cannot set ") + env::kKernelView);
+  return 0;
+}
+
+// When the batch script ends, slurmstepd kills what is left of the batch step, the agent step's
+// srun among it; the agents' slurmstepds then retry reporting their tasks' exit to that srun for
+// 2.3 s (0.1 s doubling to 0.8 s) before the step ends and the epilog can start. So the agents
+// are stopped first, while srun still runs: srun forwards SIGUSR2 to every agent (SIGTERM would
+// make it cancel the step), each shuts down cleanly (its files, its counters), and srun exits on
+// their exits. Bounded: after kStopAgentsMs Slurm's own kill goes ahead as before.
+int StepdTaskExit(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
+  constexpr int kStopAgentsMs = 5000;
+  PluginState& s = State();
+  const pid_t srun = s.agent_srun;
+  s.agent_srun = 0;  // once, for the batch script's one task
+  if (srun <= 0 || !ProcessAlive(srun)) return 0;
+  if (::kill(srun, SIGUSR2) != 0) return 0;
+  for (int waited = 0; waited < kStopAgentsMs && ProcessAlive(srun); waited += 20) ::usleep(20000);
+  if (ProcessAlive(srun))
+    LogVerbose("task_exit", "the agent step did not end within " +
+                                std::to_string(kStopAgentsMs / 1000) + " s; Slurm ends it");
   return 0;
 }
 

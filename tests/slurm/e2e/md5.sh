@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # slurm_md5 (2-node ports cluster): sbatch -N2 --fanstore: tasks on both nodes md5sum every file
 # under the mount and match the source; find lists the same names; both agents save their counters
-# at job end; J1 (job start to the first read, against the stage-in).
+# at job end, and their step ends with the batch script instead of being cancelled; J1 (job start to
+# the first read, against the stage-in).
 #
 # Usage: md5.sh BUILD_DIR, with the cluster up (start.sh BUILD_DIR ports). See lib.sh.
 # shellcheck disable=SC2015  # ok returns 0, so `[[ c ]] && ok .. || bad ..` is an if-else.
@@ -74,6 +75,13 @@ EOF
     bad "J1: could not measure (start '${start}', stage-in '${stage}', first read file $jd/first_read.$j)"
   fi
   plugin_log_lines "$j" | sed 's/^/  log: /'
+  # Job end: the plugin stops the agents through their srun before Slurm kills it, so no step is
+  # cancelled (a cancelled agent step keeps the epilog waiting 2.3 s while its slurmstepds retry
+  # the dead srun).
+  local cancelled
+  cancelled=$(grep -h "\[$j\.[0-9]*\] error: \*\*\* STEP .* CANCELLED" "$BASE"/log/slurmd.*.log 2>/dev/null)
+  [[ -z $cancelled ]] && ok "job end: the agent step ended with the batch script, not cancelled" \
+    || bad "job end: steps were cancelled: $cancelled"
   check_clean "$j"
 }
 
