@@ -30,7 +30,7 @@ struct PluginState {
   std::string mount;       // where the tasks see the dataset
   std::string socket;      // this node's agent
   std::string view_error;  // why the task has none
-  pid_t agent_srun = 0;    // batch step: the srun of the agent step, stopped in task_exit
+  int agent_srun = -1;     // batch step: a pidfd of the agent step's srun, stopped in task_exit
 };
 PluginState& State();
 

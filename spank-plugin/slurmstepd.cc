@@ -13,8 +13,12 @@
 // Errors from user_init do not fail the step or reach srun
 // (https://bugs.schedmd.com/show_bug.cgi?id=7573), so user_init records them and
 // task_init_privileged reports them, as NVIDIA/pyxis does.
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <cstring>
@@ -111,7 +115,10 @@ Status ServeStep(spank_t sp) {
     auto helper = StartAgents(sp, id.value(), creds.value());
     if (!helper.ok()) return helper.status();
     wait.helper = helper.value();
-    s.agent_srun = helper.value();
+    // A pidfd, taken while the child cannot have been reaped: a signal through it never
+    // reaches a process that reused the pid.
+    // (System calls: glibc 2.36's <sys/pidfd.h> lacks extern "C".)
+    s.agent_srun = static_cast<int>(::syscall(SYS_pidfd_open, helper.value(), 0));
     wait.launch_log = LaunchLog(s.config, id.value());
     FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvJobAgents, std::to_string(id->job)));
   }
@@ -254,12 +261,15 @@ int StepdTaskInit(spank_t sp, int /*ac*/, char** /*av*/) {
 int StepdTaskExit(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   constexpr int kStopAgentsMs = 5000;
   PluginState& s = State();
-  const pid_t srun = s.agent_srun;
-  s.agent_srun = 0;  // once, for the batch script's one task
-  if (srun <= 0 || !ProcessAlive(srun)) return 0;
-  if (::kill(srun, SIGUSR2) != 0) return 0;
-  for (int waited = 0; waited < kStopAgentsMs && ProcessAlive(srun); waited += 20) ::usleep(20000);
-  if (ProcessAlive(srun))
+  const UniqueFD srun(s.agent_srun);
+  s.agent_srun = -1;  // once, for the batch script's one task
+  if (!srun.valid() || ::syscall(SYS_pidfd_send_signal, srun.get(), SIGUSR2, nullptr, 0) != 0)
+    return 0;
+  struct pollfd ended = {srun.get(), POLLIN, 0};  // readable once srun has exited
+  int n;
+  do n = ::poll(&ended, 1, kStopAgentsMs);
+  while (n < 0 && errno == EINTR);
+  if (n == 0)
     LogVerbose("task_exit", "the agent step did not end within " +
                                 std::to_string(kStopAgentsMs / 1000) + " s; Slurm ends it");
   return 0;
