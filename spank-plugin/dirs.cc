@@ -6,6 +6,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,23 +125,41 @@ Status MountJobFs(const std::string& path, uid_t uid, gid_t gid, bool* mounted) 
   *mounted = false;
   Parent p;
   FS_RETURN_IF_ERROR(OpenParent(path, &p));
+  // Root's, and where nobody else can move what root owns: written by root alone, or sticky.
+  if (p.st.st_uid != 0 || ((p.st.st_mode & 022) && !(p.st.st_mode & S_ISVTX))) return Status::OK();
   struct statfs fs;
-  if (p.st.st_uid != 0) return Status::OK();
   if (::fstatfs(p.fd.get(), &fs) != 0) return Status::FromErrno("statfs " + p.path, errno);
   if (fs.f_type != TMPFS_MAGIC) return Status::OK();
   UniqueFD dir(::openat(p.fd.get(), p.leaf.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC));
-  struct stat st;
+  struct stat st, again;
   if (!dir.valid() || ::fstat(dir.get(), &st) != 0) return Status::FromErrno("open " + path, errno);
   if (st.st_dev != p.st.st_dev) return Status::OK();  // a mount point already: not ours to cover
   if (!IsOwnPrivateDir(st, uid))
     return Status::Permission(path + " is not a private directory of uid " + std::to_string(uid));
-  // The limits of the space it stands in for: what was free there (0 would mean no limit).
+  // The mount point becomes root's first: in a sticky directory its user could otherwise rename
+  // it, tmpfs and all (from a namespace where it is not mounted), out of the epilog's reach.
+  // Then it must still be the one at `path`.
+  if (::fchownat(dir.get(), "", 0, 0, AT_EMPTY_PATH) != 0)
+    return Status::FromErrno("chown " + path, errno);
+  auto give_back = [&] { (void)::fchownat(dir.get(), "", uid, gid, AT_EMPTY_PATH); };
+  if (::fstatat(p.fd.get(), p.leaf.c_str(), &again, AT_SYMLINK_NOFOLLOW) != 0 ||
+      again.st_ino != st.st_ino || again.st_dev != st.st_dev) {
+    give_back();
+    return Status::Permission(path + " was moved while the job's tmpfs was being mounted");
+  }
+  // The limits of the space it stands in for: what was free there (0 would mean no limit), and
+  // its noexec. Named after the job, so that a leak shows in /proc/mounts.
   std::string opts = "mode=0700,uid=" + std::to_string(uid) + ",gid=" + std::to_string(gid);
   if (fs.f_blocks > 0)
     opts += ",size=" + std::to_string(std::max<uint64_t>(fs.f_bavail, 1) * fs.f_bsize);
   if (fs.f_files > 0) opts += ",nr_inodes=" + std::to_string(std::max<uint64_t>(fs.f_ffree, 2));
-  if (::mount("fanstore", FdPath(dir).c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) != 0)
-    return Status::FromErrno("mount a tmpfs for the job at " + path, errno);
+  unsigned long flags = MS_NOSUID | MS_NODEV;
+  if (fs.f_flags & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (::mount(p.leaf.c_str(), FdPath(dir).c_str(), "tmpfs", flags, opts.c_str()) != 0) {
+    const int err = errno;
+    give_back();
+    return Status::FromErrno("mount a tmpfs for the job at " + path, err);
+  }
   *mounted = true;
   return Status::OK();
 }
@@ -151,18 +170,35 @@ Status DropJobFs(const std::string& path, uid_t uid, bool* dropped) {
   Status opened = OpenParent(path, &p);
   if (!opened.ok()) return opened.IsNotFound() ? Status::OK() : opened;
   if (p.st.st_uid != 0) return Status::OK();
+  // Through the parent's descriptor: nothing above it is resolved again.
+  const std::string at = FdPath(p.fd) + "/" + p.leaf;
   UniqueFD dir(::openat(p.fd.get(), p.leaf.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC));
   struct stat st;
   struct statfs fs;
   if (!dir.valid()) return Status::OK();  // nothing there, or not a directory: no mount of ours
   if (::fstat(dir.get(), &st) != 0 || ::fstatfs(dir.get(), &fs) != 0)
     return Status::FromErrno("stat " + path, errno);
-  // Only root mounts here, and only MountJobFs mounts a tmpfs of the user's.
-  if (st.st_dev == p.st.st_dev || fs.f_type != TMPFS_MAGIC || st.st_uid != uid) return Status::OK();
-  // Detached, as our descriptor still pins it; closing that frees every file.
-  if (::umount2(FdPath(dir).c_str(), MNT_DETACH) != 0)
-    return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
+  dir.Reset();  // it would keep the mount busy
+  if (st.st_dev == p.st.st_dev) {
+    // Not mounted: only MountJobFs leaves a directory of root's here, its mount point.
+    if (st.st_uid == 0) ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
+    return Status::OK();
+  }
+  // Only root mounts here, and only MountJobFs mounts a tmpfs of the user's. Its mount point is
+  // root's in a directory where the user cannot move it, so `at` still names it.
+  if (fs.f_type != TMPFS_MAGIC || st.st_uid != uid) return Status::OK();
+  bool busy = false;
+  if (::umount2(at.c_str(), UMOUNT_NOFOLLOW) != 0) {
+    busy = errno == EBUSY;
+    if (!busy || ::umount2(at.c_str(), UMOUNT_NOFOLLOW | MNT_DETACH) != 0)
+      return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
+  }
   *dropped = true;
+  ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
+  if (busy)
+    return Status::IOError("the job's tmpfs at " + path +
+                           " was still in use: detached; its memory is freed when the last "
+                           "process using it ends");
   return Status::OK();
 }
 

@@ -24,12 +24,15 @@ namespace fanstore::spank {
 // The job's own file system at the local directory (plugstack local_fs=auto). When the file
 // system `path` (a directory ClaimDir made) is on is tmpfs, the node's local storage is memory
 // already: as root (the prolog), MountJobFs mounts a tmpfs of the job's own there, of uid:gid,
-// mode 0700, nosuid and nodev, limited to the space and inodes that were free under it. At the
-// end DropJobFs (root, the epilog) unmounts it, which frees a million files in one call instead of
-// one unlink each. Both work through a descriptor opened without following symlinks, below a
-// parent of root's, so a user who swaps the directory for a symlink moves no mount anywhere else.
-// *mounted / *dropped say whether anything was done; a file system that is not tmpfs, or a parent
-// that is not root's, is no error (nothing is done).
+// mode 0700, nosuid, nodev (and noexec where its parent is), limited to the space and inodes that
+// were free under it. Its mount point becomes root's, so that the user cannot move it out of the
+// epilog's reach. At the end DropJobFs (root, the epilog, after the job's processes are gone)
+// unmounts it, which frees a million files in one call instead of one unlink each, and removes
+// the mount point; still in use, it is detached and an error says so. Both work through
+// descriptors opened without following symlinks, below a parent of root's, so a user who swaps
+// the directory for a symlink moves no mount anywhere else. *mounted / *dropped say whether
+// anything was done; a file system that is not tmpfs, or a parent that is not root's (or that
+// others may write without the sticky bit), is no error (nothing is done).
 [[nodiscard]] Status MountJobFs(const std::string& path, uid_t uid, gid_t gid, bool* mounted);
 [[nodiscard]] Status DropJobFs(const std::string& path, uid_t uid, bool* dropped);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -189,6 +190,22 @@ std::string MountedAt(const std::string& path) {
   return type;
 }
 
+// The options /proc/self/mountinfo lists for what is mounted at `path`, or "".
+std::string MountOptions(const std::string& path) {
+  FILE* f = std::fopen("/proc/self/mountinfo", "r");
+  std::string opts;
+  char line[4096];
+  while (f && std::fgets(line, sizeof line, f)) {
+    std::string l(line);
+    size_t p = 0;
+    for (int field = 0; field < 4; field++) p = l.find(' ', p) + 1;
+    const size_t end = l.find(' ', p);
+    if (l.substr(p, end - p) == path) opts = l.substr(end + 1, l.find(' ', end + 1) - end - 1);
+  }
+  if (f) std::fclose(f);
+  return opts;
+}
+
 // The mount point: the path itself when it is a directory; else a tmpfs over its empty
 // ancestor, holding the missing components; never a write to the node's file systems.
 TEST(MountKernelView, MountsAtThePathOrInATmpfsOverAnEmptyAncestor) {
@@ -270,6 +287,7 @@ TEST(JobFs, MountedOnTmpfsOnlyLimitedToTheFreeSpaceAndDroppedWhole) {
   if (::geteuid() != 0) GTEST_SKIP() << "mounts need root";
   test::TempDir t("jobfs");
   const std::string node = t.path() + "/node", disk = t.path() + "/disk";
+  ASSERT_EQ(::chmod(t.path().c_str(), 0755), 0);  // the user's way in
   ASSERT_EQ(::mkdir(node.c_str(), 0755), 0);
   ASSERT_EQ(::mkdir(disk.c_str(), 01777), 0);
   EXPECT_EQ(
@@ -303,12 +321,27 @@ TEST(JobFs, MountedOnTmpfsOnlyLimitedToTheFreeSpaceAndDroppedWhole) {
             fs.f_blocks * fs.f_bsize < (3u << 20) - 65536 || fs.f_files > 1000)
           return fail("limits: " + std::to_string(fs.f_blocks * fs.f_bsize) + " B, " +
                       std::to_string(fs.f_files) + " inodes");
+        // nosuid, nodev; and the mount point is root's now: from a namespace where the tmpfs is not
+        // mounted, the user cannot rename it away (sticky parent).
+        if (MountOptions(job).find("nosuid,nodev") == std::string::npos)
+          return fail("options: " + MountOptions(job));
+        const pid_t mover = ::fork();
+        if (mover == 0) {
+          if (::unshare(CLONE_NEWNS) || ::umount2(job.c_str(), MNT_DETACH) ||
+              ::setresgid(kUser, kUser, kUser) || ::setresuid(kUser, kUser, kUser))
+            ::_exit(2);
+          const bool moved = ::rename(job.c_str(), (node + "/moved").c_str()) == 0;
+          ::_exit(moved ? 1 : errno == EPERM ? 0 : 3);
+        }
+        int mst = -1;
+        if (::waitpid(mover, &mst, 0) != mover || !WIFEXITED(mst) || WEXITSTATUS(mst) != 0)
+          return fail("the user could move the mount point (status " + std::to_string(mst) + ")");
         for (int i = 0; i < 50; i++)
           UniqueFD(::open((job + "/f" + std::to_string(i)).c_str(), O_WRONLY | O_CREAT, 0600));
         step = 3;
         st = DropJobFs(job, kUser, &dropped);
         if (!st.ok() || !dropped || !MountedAt(job).empty()) return fail(st.ToString());
-        if (::access((job + "/f0").c_str(), F_OK) == 0) return fail("files left");
+        if (::access(job.c_str(), F_OK) == 0) return fail("the mount point is left");
         // Again: nothing mounted, nothing done.
         if (!DropJobFs(job, kUser, &dropped).ok() || dropped) return fail("second drop");
         step = 4;
@@ -317,8 +350,7 @@ TEST(JobFs, MountedOnTmpfsOnlyLimitedToTheFreeSpaceAndDroppedWhole) {
         const std::string theirs = node + "/theirs";
         ::mkdir(theirs.c_str(), 0700);
         ::chown(theirs.c_str(), kUser, kUser);
-        if (::rmdir(job.c_str()) || ::symlink(theirs.c_str(), job.c_str()))
-          return fail("plant the symlink");
+        if (::symlink(theirs.c_str(), job.c_str())) return fail("plant the symlink");
         st = MountJobFs(job, kUser, kUser, &mounted);
         if (st.ok() || mounted || !MountedAt(theirs).empty())
           return fail("mounted through a symlink");

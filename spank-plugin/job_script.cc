@@ -49,8 +49,11 @@ int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
     TerminateProcesses(pids, kAgentGraceMs);
   }
   for (const std::string& path : {run_dir, LocalDir(config, id)}) {
-    struct stat st;
+    struct stat st, up;
     if (::lstat(path.c_str(), &st) != 0) continue;
+    // The job's own tmpfs (local_fs=auto): root unmounts it whole after this.
+    if (S_ISDIR(st.st_mode) && ::lstat((path + "/..").c_str(), &up) == 0 && up.st_dev != st.st_dev)
+      continue;
     if (st.st_uid != id.uid) {  // planted by someone else: not ours to remove, and in no one's way
       LogInfo(phase, path + " belongs to uid " + std::to_string(st.st_uid) +
                          ", not to the job's user: left alone");
@@ -107,13 +110,12 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
   const Config config = s.config;
   const JobIdentity who = id.value();
   const std::string local = LocalDir(config, who);
-  // As root, first: the job's own tmpfs goes in one call (the user's cleanup below then finds
-  // its empty mount point).
+  auto rc = RunAsUser(creds, kCleanupTimeoutMs, [&] { return CleanNode(config, who, phase); });
+  // As root, once the job's processes are gone: the job's own tmpfs goes in one call.
   bool dropped = false;
   Status drop = DropJobFs(local, creds.uid, &dropped);
   if (!drop.ok()) LogError(phase, drop.message());
   if (dropped) LogVerbose(phase, "unmounted the job's tmpfs at " + local);
-  auto rc = RunAsUser(creds, kCleanupTimeoutMs, [&] { return CleanNode(config, who, phase); });
   if (std::string(phase) == "prolog" && used) {
     // As root: the job's directories on this node, whatever another user planted under their
     // names first (moved aside, never deleted). A failure here fails the job, not the node:

@@ -27,10 +27,11 @@ struct PluginState {
   std::string local_dir;       // this node's staged copy, made read-only for the tasks
   uint32_t uid = 0;            // the job user, who must own it
   uint32_t gid = 0;
-  std::string mount;       // where the tasks see the dataset
-  std::string socket;      // this node's agent
-  std::string view_error;  // why the task has none
-  int agent_srun = -1;     // batch step: a pidfd of the agent step's srun, stopped in task_exit
+  std::string mount;         // where the tasks see the dataset
+  std::string socket;        // this node's agent
+  std::string view_error;    // why the task has none
+  int agent_srun = -1;       // batch step: a pidfd of the agent step's srun, stopped in task_exit
+  pid_t agent_srun_pid = 0;  // its pid, to check that the descriptor is still that pidfd
 };
 PluginState& State();
 

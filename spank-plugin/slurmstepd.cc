@@ -18,9 +18,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/env.h"
@@ -94,6 +96,18 @@ Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& 
   return pid.value();
 }
 
+// Whether `fd` is, in this process, a pidfd of `pid` (its fdinfo's "Pid:" line).
+bool IsPidfdOf(int fd, pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/self/fdinfo/" + std::to_string(fd)).c_str(), "re");
+  if (f == nullptr) return false;
+  char line[128];
+  bool match = false;
+  while (!match && std::fgets(line, sizeof line, f))
+    match = std::strncmp(line, "Pid:", 4) == 0 && std::atol(line + 4) == pid;
+  std::fclose(f);
+  return match;
+}
+
 Status ServeStep(spank_t sp) {
   PluginState& s = State();
   auto id = GetJobIdentity(sp);
@@ -119,6 +133,7 @@ Status ServeStep(spank_t sp) {
     // reaches a process that reused the pid.
     // (System calls: glibc 2.36's <sys/pidfd.h> lacks extern "C".)
     s.agent_srun = static_cast<int>(::syscall(SYS_pidfd_open, helper.value(), 0));
+    s.agent_srun_pid = helper.value();
     wait.launch_log = LaunchLog(s.config, id.value());
     FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvJobAgents, std::to_string(id->job)));
   }
@@ -261,14 +276,21 @@ int StepdTaskInit(spank_t sp, int /*ac*/, char** /*av*/) {
 int StepdTaskExit(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   constexpr int kStopAgentsMs = 5000;
   PluginState& s = State();
-  const UniqueFD srun(s.agent_srun);
+  const int fd = s.agent_srun;
   s.agent_srun = -1;  // once, for the batch script's one task
-  if (!srun.valid() || ::syscall(SYS_pidfd_send_signal, srun.get(), SIGUSR2, nullptr, 0) != 0)
-    return 0;
+  // Only this process's own pidfd of srun: were user_init ever run in another process (a
+  // CLONE_VM child in later Slurms), the number would be one of slurmstepd's own descriptors.
+  if (fd < 0 || !IsPidfdOf(fd, s.agent_srun_pid)) return 0;
+  const UniqueFD srun(fd);
+  if (::syscall(SYS_pidfd_send_signal, srun.get(), SIGUSR2, nullptr, 0) != 0) return 0;
   struct pollfd ended = {srun.get(), POLLIN, 0};  // readable once srun has exited
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStopAgentsMs);
   int n;
-  do n = ::poll(&ended, 1, kStopAgentsMs);
-  while (n < 0 && errno == EINTR);
+  do {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    n = ::poll(&ended, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
+  } while (n < 0 && errno == EINTR);
   if (n == 0)
     LogVerbose("task_exit", "the agent step did not end within " +
                                 std::to_string(kStopAgentsMs / 1000) + " s; Slurm ends it");

@@ -78,10 +78,11 @@ EOF
   # Job end: the plugin stops the agents through their srun before Slurm kills it, so no step is
   # cancelled (a cancelled agent step keeps the epilog waiting 2.3 s while its slurmstepds retry
   # the dead srun).
-  local cancelled
+  local cancelled ended
   cancelled=$(grep -h "\[$j\.[0-9]*\] error: \*\*\* STEP .* CANCELLED" "$BASE"/log/slurmd.*.log 2>/dev/null)
-  [[ -z $cancelled ]] && ok "job end: the agent step ended with the batch script, not cancelled" \
-    || bad "job end: steps were cancelled: $cancelled"
+  ended=$(grep -h "\[$j\.0\] done with job" "$BASE"/log/slurmd.*.log 2>/dev/null | wc -l)
+  [[ -z $cancelled && ${ended:-0} -eq 2 ]] && ok "job end: the agent step ended on both nodes with the batch script, not cancelled" \
+    || bad "job end: agent step ended on ${ended:-0} of 2 nodes; cancelled: ${cancelled:-none}"
   check_clean "$j"
 }
 
