@@ -80,7 +80,7 @@ EOF
   # the dead srun).
   local cancelled ended
   cancelled=$(grep -h "\[$j\.[0-9]*\] error: \*\*\* STEP .* CANCELLED" "$BASE"/log/slurmd.*.log 2>/dev/null)
-  ended=$(grep -h "\[$j\.0\] done with job" "$BASE"/log/slurmd.*.log 2>/dev/null | wc -l)
+  ended=$(awk -v p="[$j.0] done with job" 'index($0, p) { n++ } END { print n + 0 }' "$BASE"/log/slurmd.*.log 2>/dev/null)
   [[ -z $cancelled && ${ended:-0} -eq 2 ]] && ok "job end: the agent step ended on both nodes with the batch script, not cancelled" \
     || bad "job end: agent step ended on ${ended:-0} of 2 nodes; cancelled: ${cancelled:-none}"
   check_clean "$j"
