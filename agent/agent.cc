@@ -39,13 +39,6 @@ Status CheckEmpty(const std::string& dir) {
   return Status::OK();
 }
 
-// The root of a file system of its own (the plugin's per-job tmpfs).
-bool IsMountPoint(const std::string& dir) {
-  struct stat st, up;
-  return ::stat(dir.c_str(), &st) == 0 && ::stat((dir + "/..").c_str(), &up) == 0 &&
-         st.st_dev != up.st_dev;
-}
-
 std::vector<const format::ShardFile*> Pointers(
     const std::vector<std::unique_ptr<format::ShardFile>>& shards) {
   std::vector<const format::ShardFile*> out;

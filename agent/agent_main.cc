@@ -137,9 +137,8 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
   CLI::App app(
       "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
       "with the other agents of the job (PMIx), publishes the metadata table and serves local\n"
-      "clients until SIGTERM (or SIGINT, SIGHUP, SIGUSR2), then removes everything it created. "
-      "Normally started by the SPANK\n"
-      "plugin or by `fanstore run`, not by hand.\n"
+      "clients until SIGTERM (or SIGINT, SIGHUP, SIGUSR2), then removes everything it created.\n"
+      "Normally started by the SPANK plugin or by `fanstore run`, not by hand.\n"
       "\n"
       "Other modes: fanstore-agent --read-entry DS.fs SHARD INDEX writes one file of the\n"
       "dataset to standard output (clients' fallback when their agent is gone);\n"

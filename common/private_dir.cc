@@ -27,4 +27,10 @@ Status EnsureOwnDir(const std::string& path, bool* created) {
   return Status::OK();
 }
 
+bool IsMountPoint(const std::string& path) {
+  struct stat st, up;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+         ::lstat((path + "/..").c_str(), &up) == 0 && up.st_dev != st.st_dev;
+}
+
 }  // namespace fanstore

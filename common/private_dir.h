@@ -12,4 +12,8 @@ namespace fanstore {
 // through a descriptor, and made 0700. Fails, naming the owner, when something else is there.
 Status EnsureOwnDir(const std::string& path, bool* created = nullptr);
 
+// Whether `path` is a directory (not a symlink) that is the root of a file system of its own:
+// the SPANK plugin's per-job tmpfs at a job's local directory.
+bool IsMountPoint(const std::string& path);
+
 }  // namespace fanstore

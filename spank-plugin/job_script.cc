@@ -49,11 +49,9 @@ int CleanNode(const Config& config, const JobIdentity& id, const char* phase) {
     TerminateProcesses(pids, kAgentGraceMs);
   }
   for (const std::string& path : {run_dir, LocalDir(config, id)}) {
-    struct stat st, up;
+    struct stat st;
     if (::lstat(path.c_str(), &st) != 0) continue;
-    // The job's own tmpfs (local_fs=auto): root unmounts it whole after this.
-    if (S_ISDIR(st.st_mode) && ::lstat((path + "/..").c_str(), &up) == 0 && up.st_dev != st.st_dev)
-      continue;
+    if (IsMountPoint(path)) continue;  // the job's own tmpfs: root unmounts it whole after this
     if (st.st_uid != id.uid) {  // planted by someone else: not ours to remove, and in no one's way
       LogInfo(phase, path + " belongs to uid " + std::to_string(st.st_uid) +
                          ", not to the job's user: left alone");
