@@ -215,7 +215,7 @@ TEST_F(AgentTest, LazyUnpackServesAFileBeforeTheBackgroundPass) {
   const auto t0 = std::chrono::steady_clock::now();
   agent_->Shutdown();
   agent_.reset();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));  // not its 10 s wait
   ExpectNothingLeft();
 }
 

@@ -59,11 +59,15 @@ class PeerServer {
   // Whole-shard streams served at once, on a pool of their own: however many clients stream,
   // single-file requests and handshakes keep the main pool.
   static constexpr int kStreamThreads = 4;
+  // Handshakes, which anyone who can connect may start and which each cost a MUNGE credential,
+  // run on a small pool of the server's own: a flood of hellos delays other handshakes, never
+  // the files served to the job's authenticated peers.
+  static constexpr int kHandshakeThreads = 2;
 
   PeerServer();
   ~PeerServer();
-  // Listens on `addr`, on an ephemeral port. `pool` runs the handshakes and the requests,
-  // `streams` the whole-shard streams (default: `pool`).
+  // Listens on `addr`, on an ephemeral port. `pool` runs the requests, `streams` the
+  // whole-shard streams (default: `pool`); the handshakes have a pool of their own.
   Status Start(const std::string& addr, PeerIdentity me, LocalFileFn local,
                ShardFilesFn shard_files, ThreadPool* pool, ThreadPool* streams = nullptr);
   void Stop();
@@ -89,6 +93,7 @@ class PeerServer {
   ShardFilesFn shard_files_;
   ThreadPool* pool_ = nullptr;
   ThreadPool* streams_ = nullptr;
+  std::unique_ptr<ThreadPool> handshakes_;
   std::string addr_;
   UniqueFD listen_fd_, epoll_fd_, wake_fd_;
   uint16_t port_ = 0;

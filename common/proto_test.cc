@@ -296,7 +296,7 @@ TEST_F(ConnectTest, WithATimeoutASilentAgentGivesEAGAIN) {
   EXPECT_EQ(Recv(client.get(), &got, nullptr, 0, nullptr), -EAGAIN);
   const auto waited = std::chrono::steady_clock::now() - t0;
   EXPECT_GE(waited, std::chrono::milliseconds(90));
-  EXPECT_LT(waited, std::chrono::milliseconds(2000));
+  EXPECT_LT(waited, std::chrono::seconds(20));  // the timeout ended it, not a hang
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ struct Walk {
   const std::string& path;
   unsigned moved = 0;
   Status first;
+  bool seize = false;  // each directory becomes root's before it is listed
 
   void Fail(const char* what, const char* name, int err) {
     if (first.ok())
@@ -33,6 +34,9 @@ struct Walk {
 
   // Empties the directory open as `fd`, `depth` levels below the top.
   void Empty(int fd, int depth) {
+    // Seized, its user can add nothing to it through a descriptor they hold: what is listed
+    // next is all it will ever hold.
+    if (seize && ::fchown(fd, 0, 0) != 0) return Fail("take", ".", errno);
     ::fchmod(fd, 0700);  // a read-only directory cannot be emptied; fchmod follows nothing
     UniqueFD dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
     DIR* d = dup.valid() ? ::fdopendir(dup.get()) : nullptr;
@@ -147,6 +151,28 @@ void RemoveSubtreesInParallel(int top, dev_t dev, const std::string& path, size_
 
 }  // namespace
 
+namespace {
+
+// Empties `top` (see EmptyTree); errors name `path`.
+Status EmptyDir(int top, const std::string& path, size_t threads, bool seize) {
+  struct stat st;
+  if (::fstat(top, &st) != 0) return Status::FromErrno("stat " + path, errno);
+  if (threads > 1 && !seize) RemoveSubtreesInParallel(top, st.st_dev, path, threads);
+  Walk w{top, st.st_dev, path, 0, Status::OK(), seize};
+  // Each pass removes up to kMaxDepth levels; what was deeper now sits at the top.
+  for (int pass = 0; pass < 100000 && w.first.ok(); pass++) {
+    w.Empty(top, 0);
+    if (IsEmpty(top)) break;
+  }
+  return w.first;
+}
+
+}  // namespace
+
+Status EmptyTree(int dir, const std::string& name, bool seize) {
+  return EmptyDir(dir, name, 1, seize);
+}
+
 Status RemoveTree(const std::string& path, size_t threads) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0)
@@ -158,15 +184,7 @@ Status RemoveTree(const std::string& path, size_t threads) {
   }
   UniqueFD top(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!top.valid()) return Status::FromErrno("open " + path, errno);
-  if (::fstat(top.get(), &st) != 0) return Status::FromErrno("stat " + path, errno);
-  if (threads > 1) RemoveSubtreesInParallel(top.get(), st.st_dev, path, threads);
-  Walk w{top.get(), st.st_dev, path, 0, Status::OK()};
-  // Each pass removes up to kMaxDepth levels; what was deeper now sits at the top.
-  for (int pass = 0; pass < 100000 && w.first.ok(); pass++) {
-    w.Empty(top.get(), 0);
-    if (IsEmpty(top.get())) break;
-  }
-  if (!w.first.ok()) return w.first;
+  FS_RETURN_IF_ERROR(EmptyDir(top.get(), path, threads, false));
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT)
     return Status::FromErrno("rmdir " + path, errno);
   return Status::OK();

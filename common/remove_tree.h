@@ -15,4 +15,10 @@ namespace fanstore {
 // `threads` above 1, the directories one and two levels down are removed in parallel first.
 Status RemoveTree(const std::string& path, size_t threads = 1);
 
+// Empties the directory open (O_RDONLY) as `dir`, by the same rules, and keeps it; `name` is for
+// errors. With `seize` (root only), every directory becomes root's before it is listed, so that
+// a user who holds a descriptor of one can add nothing to it meanwhile: the pass ends, whatever
+// they do, with only the files they still hold open left in memory.
+Status EmptyTree(int dir, const std::string& name, bool seize = false);
+
 }  // namespace fanstore

@@ -16,6 +16,8 @@
 #include <random>
 
 #include "common/path.h"
+#include "common/private_dir.h"
+#include "common/remove_tree.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::spank {
@@ -40,14 +42,17 @@ struct Parent {
   struct stat st;
 };
 
-Status OpenParent(const std::string& path, Parent* p) {
+// The parent is reached by OpenTrustedDir: no symlink on the way, and nothing on it that a user
+// other than root and `uid` could swap (issue 30, findings 3 and 4).
+Status OpenParent(const std::string& path, uid_t uid, Parent* p) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos || slash + 1 == path.size())
     return Status::InvalidArgument("bad directory " + path);
   p->path = slash == 0 ? "/" : path.substr(0, slash);
   p->leaf = path.substr(slash + 1);
-  p->fd.Reset(::open(p->path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!p->fd.valid()) return Status::FromErrno("open " + p->path, errno);
+  auto fd = OpenTrustedDir(p->path, uid);
+  if (!fd.ok()) return fd.status();
+  p->fd = std::move(fd.value());
   if (::fstat(p->fd.get(), &p->st) != 0) return Status::FromErrno("stat " + p->path, errno);
   return Status::OK();
 }
@@ -60,7 +65,7 @@ std::string FdPath(const UniqueFD& dir) { return "/proc/self/fd/" + std::to_stri
 Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* moved) {
   moved->clear();
   Parent p;
-  FS_RETURN_IF_ERROR(OpenParent(path, &p));
+  FS_RETURN_IF_ERROR(OpenParent(path, uid, &p));
   const UniqueFD& parent = p.fd;
   const std::string &parent_path = p.path, &leaf = p.leaf;
   if (p.st.st_uid != 0) return Status::OK();  // a user's own directory: theirs to keep clean
@@ -124,7 +129,7 @@ Status ClaimDir(const std::string& path, uid_t uid, gid_t gid, std::string* move
 Status MountJobFs(const std::string& path, uid_t uid, gid_t gid, bool* mounted) {
   *mounted = false;
   Parent p;
-  FS_RETURN_IF_ERROR(OpenParent(path, &p));
+  FS_RETURN_IF_ERROR(OpenParent(path, uid, &p));
   // Root's, and where nobody else can move what root owns: written by root alone, or sticky.
   if (p.st.st_uid != 0 || ((p.st.st_mode & 022) && !(p.st.st_mode & S_ISVTX))) return Status::OK();
   struct statfs fs;
@@ -167,7 +172,7 @@ Status MountJobFs(const std::string& path, uid_t uid, gid_t gid, bool* mounted) 
 Status DropJobFs(const std::string& path, uid_t uid, bool* dropped) {
   *dropped = false;
   Parent p;
-  Status opened = OpenParent(path, &p);
+  Status opened = OpenParent(path, uid, &p);
   if (!opened.ok()) return opened.IsNotFound() ? Status::OK() : opened;
   if (p.st.st_uid != 0) return Status::OK();
   // Through the parent's descriptor: nothing above it is resolved again.
@@ -187,19 +192,29 @@ Status DropJobFs(const std::string& path, uid_t uid, bool* dropped) {
   // Only root mounts here, and only MountJobFs mounts a tmpfs of the user's. Its mount point is
   // root's in a directory where the user cannot move it, so `at` still names it.
   if (fs.f_type != TMPFS_MAGIC || st.st_uid != uid) return Status::OK();
-  bool busy = false;
-  if (::umount2(at.c_str(), UMOUNT_NOFOLLOW) != 0) {
-    busy = errno == EBUSY;
-    if (!busy || ::umount2(at.c_str(), UMOUNT_NOFOLLOW | MNT_DETACH) != 0)
-      return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
+  if (::umount2(at.c_str(), UMOUNT_NOFOLLOW) == 0) {
+    *dropped = true;
+    ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
+    return Status::OK();
   }
+  if (errno != EBUSY) return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
+  // Still in use: any user can hold its root with O_PATH (its path is known), and the job's user
+  // can hold more from another job. Detached, it is emptied through a descriptor, every
+  // directory made root's first, so that only files someone still holds open stay in memory,
+  // until they are closed (issue 30, finding 1).
+  UniqueFD root(
+      ::openat(p.fd.get(), p.leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat rst;
+  if (!root.valid() || ::fstat(root.get(), &rst) != 0 || rst.st_dev != st.st_dev) root.Reset();
+  if (::umount2(at.c_str(), UMOUNT_NOFOLLOW | MNT_DETACH) != 0)
+    return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
   *dropped = true;
   ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
-  if (busy)
-    return Status::IOError("the job's tmpfs at " + path +
-                           " was still in use: detached; its memory is freed when the last "
-                           "process using it ends");
-  return Status::OK();
+  Status emptied = root.valid() ? EmptyTree(root.get(), path, /*seize=*/true)
+                                : Status::IOError("its root could not be opened");
+  return Status::IOError("the job's tmpfs at " + path + " was still in use: detached, and " +
+                         (emptied.ok() ? "emptied (files still open stay in memory until closed)"
+                                       : "not emptied: " + emptied.message()));
 }
 
 }  // namespace fanstore::spank

@@ -92,6 +92,40 @@ TEST_F(ClaimDirTest, LeavesADirectoryAUserOwnsAlone) {
   EXPECT_NE(::access(d.c_str(), F_OK), 0);  // root does not work inside a user's directory
 }
 
+// Issue 30, finding 3: with local_dir=/scratch/%u/%n, the user makes a component of the path a
+// symlink to a directory of root's (mount_prefix, say): root must not create there.
+TEST_F(ClaimDirTest, FollowsNoSymlinkAboveTheLastComponent) {
+  const std::string users = base_ + "/users", rootdir = base_ + "/prefix";
+  ASSERT_EQ(::mkdir(users.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(users.c_str(), kUser, kUser), 0);
+  ASSERT_EQ(::mkdir(rootdir.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(rootdir.c_str(), (users + "/node1").c_str()), 0);
+  std::string moved;
+  Status st = ClaimDir(users + "/node1/fanstore.54321.9", kUser, kUser, &moved);
+  EXPECT_EQ(st.code(), Status::Code::kPermission) << st.ToString();
+  EXPECT_NE(st.message().find("symlink"), std::string::npos) << st.ToString();
+  EXPECT_NE(::access((rootdir + "/fanstore.54321.9").c_str(), F_OK), 0);
+  bool mounted = true, dropped = true;
+  EXPECT_FALSE(MountJobFs(users + "/node1/fanstore.54321.9", kUser, kUser, &mounted).ok());
+  EXPECT_FALSE(mounted);
+  EXPECT_FALSE(DropJobFs(users + "/node1/fanstore.54321.9", kUser, &dropped).ok());
+  EXPECT_FALSE(dropped);
+}
+
+// Issue 30, finding 4: an ancestor of another user's (local_dir=/tmp/%u, /tmp/alice made by
+// bob) is refused: its owner could swap the job's directory below it.
+TEST_F(ClaimDirTest, RefusesAnAncestorOfAnotherUser) {
+  const std::string theirs = base_ + "/alice", d = theirs + "/fanstore.54321.9";
+  ASSERT_EQ(::mkdir(theirs.c_str(), 0777), 0);
+  ASSERT_EQ(::chown(theirs.c_str(), kOther, kOther), 0);
+  std::string moved;
+  Status st = ClaimDir(d, kUser, kUser, &moved);
+  EXPECT_EQ(st.code(), Status::Code::kPermission) << st.ToString();
+  EXPECT_NE(st.message().find("belongs to uid " + std::to_string(kOther)), std::string::npos)
+      << st.ToString();
+  EXPECT_NE(::access(d.c_str(), F_OK), 0);
+}
+
 struct stat Lstat(const std::string& p) {
   struct stat st = {};
   ::lstat(p.c_str(), &st);
@@ -371,6 +405,68 @@ TEST(JobFs, MountedOnTmpfsOnlyLimitedToTheFreeSpaceAndDroppedWhole) {
             !MountJobFs(on_disk, kUser, kUser, &mounted).ok() || mounted ||
             !MountedAt(on_disk).empty())
           return fail("mounted on a disk");
+        return 0;
+      }),
+      0);
+}
+
+// Issue 30, finding 1: any user can hold the job's tmpfs with an O_PATH descriptor of its root
+// (its path is known), and the job's user can hold directories in it from another job. The
+// epilog's unmount is then busy: the tmpfs is detached and emptied through a descriptor, its
+// directories root's first, so that nothing it held stays in memory and nothing more can be
+// added to it.
+TEST(JobFs, ABusyTmpfsIsDetachedAndEmptied) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounts need root";
+  test::TempDir t("jobfs-busy");
+  const std::string node = t.path() + "/node";
+  ASSERT_EQ(::chmod(t.path().c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(node.c_str(), 0755), 0);
+  EXPECT_EQ(
+      InTaskNamespace([&] {
+        auto fail = [&](const std::string& what) {
+          std::fprintf(stderr, "JobFs busy: %s\n", what.c_str());
+          return 1;
+        };
+        if (::mount("node", node.c_str(), "tmpfs", 0, "size=64m,mode=1777") != 0)
+          return fail("mount the node's tmpfs");
+        const std::string job = node + "/fanstore.54321.8";
+        std::string moved;
+        bool mounted = false, dropped = false;
+        if (!ClaimDir(job, kUser, kUser, &moved).ok() ||
+            !MountJobFs(job, kUser, kUser, &mounted).ok() || !mounted)
+          return fail("mount the job's tmpfs");
+        // The job's files: 8 MiB in a directory of the user's.
+        const std::string sub = job + "/data";
+        if (::mkdir(sub.c_str(), 0700) != 0 || ::chown(sub.c_str(), kUser, kUser) != 0)
+          return fail("mkdir");
+        for (int i = 0; i < 8; i++) {
+          UniqueFD f(::open((sub + "/f" + std::to_string(i)).c_str(), O_WRONLY | O_CREAT, 0600));
+          if (!f.valid() || ::posix_fallocate(f.get(), 0, 1 << 20) != 0) return fail("fill");
+        }
+        UniqueFD pin(::open(job.c_str(), O_PATH | O_CLOEXEC));     // another user's
+        UniqueFD held(::open(sub.c_str(), O_RDONLY | O_CLOEXEC));  // the job user's
+        if (!pin.valid() || !held.valid()) return fail("hold");
+        Status st = DropJobFs(job, kUser, &dropped);
+        if (st.ok() || !dropped ||
+            st.message().find("still in use: detached, and emptied") == std::string::npos)
+          return fail("drop: " + st.ToString());
+        if (!MountedAt(job).empty() || ::access(job.c_str(), F_OK) == 0)
+          return fail("still mounted, or the mount point is left");
+        struct statfs fs;
+        if (::fstatfs(pin.get(), &fs) != 0 || (fs.f_blocks - fs.f_bfree) * fs.f_bsize > 65536)
+          return fail("the detached tmpfs still holds " +
+                      std::to_string((fs.f_blocks - fs.f_bfree) * fs.f_bsize) + " bytes");
+        // The job user, holding a directory of the detached tmpfs, can add nothing to it.
+        const pid_t child = ::fork();
+        if (child == 0) {
+          if (::setresgid(kUser, kUser, kUser) || ::setresuid(kUser, kUser, kUser)) ::_exit(2);
+          const int in_sub = ::openat(held.get(), "new", O_WRONLY | O_CREAT, 0600);
+          const int in_root = ::openat(pin.get(), "new", O_WRONLY | O_CREAT, 0600);
+          ::_exit(in_sub < 0 && in_root < 0 ? 0 : 1);
+        }
+        int cst = -1;
+        if (::waitpid(child, &cst, 0) != child || !WIFEXITED(cst) || WEXITSTATUS(cst) != 0)
+          return fail("the job user could still write into the detached tmpfs");
         return 0;
       }),
       0);

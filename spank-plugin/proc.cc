@@ -376,20 +376,30 @@ std::vector<pid_t> FindProcesses(uid_t uid, const std::vector<std::string>& env_
   return found;
 }
 
-int TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms) {
-  for (pid_t p : pids) ::kill(p, SIGTERM);
-  const int64_t deadline = NowMs() + grace_ms;
-  std::vector<pid_t> alive = pids;
-  while (!alive.empty()) {
+namespace {
+
+// Those of `pids` still alive when they are all gone or `ms` have passed.
+std::vector<pid_t> WaitGone(std::vector<pid_t> alive, int ms) {
+  const int64_t deadline = NowMs() + ms;
+  for (;;) {
     std::vector<pid_t> still;
     for (pid_t p : alive)
       if (ProcessAlive(p)) still.push_back(p);
     alive.swap(still);
-    if (alive.empty() || NowMs() >= deadline) break;
-    SleepMs(50);
+    if (alive.empty() || NowMs() >= deadline) return alive;
+    SleepMs(20);
   }
+}
+
+}  // namespace
+
+std::vector<pid_t> TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms, int kill_ms) {
+  for (pid_t p : pids) ::kill(p, SIGTERM);
+  std::vector<pid_t> alive = WaitGone(pids, grace_ms);
   for (pid_t p : alive) ::kill(p, SIGKILL);
-  return static_cast<int>(alive.size());
+  // A process with gigabytes resident takes a while to go after SIGKILL: its memory is freed
+  // first. Only one still there at the deadline is reported.
+  return WaitGone(std::move(alive), kill_ms);
 }
 
 std::string TailOfFile(const std::string& path, int max_lines) {

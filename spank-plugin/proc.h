@@ -72,9 +72,9 @@ char ProcessState(pid_t pid);
 bool ProcessAlive(pid_t pid);
 // Live processes of uid whose environment holds every one of the `KEY=VALUE` entries.
 std::vector<pid_t> FindProcesses(uid_t uid, const std::vector<std::string>& env_entries);
-// SIGTERM, up to grace_ms for them to go, then SIGKILL. Returns how many were still alive for
-// SIGKILL.
-int TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms);
+// SIGTERM, up to grace_ms for them to go, then SIGKILL and up to kill_ms for the rest. Returns
+// those still alive then.
+std::vector<pid_t> TerminateProcesses(const std::vector<pid_t>& pids, int grace_ms, int kill_ms);
 
 using fanstore::RemoveTree;  // common/remove_tree.h
 

@@ -61,6 +61,21 @@ run_agent existing --local-dir "$T/alice/l5" --run-dir "$T/alice/existing"
 check "a run directory that existed before is not deleted (F5)" test -e alice/existing/keep
 check "the agent removed its own files from it" test -z "$(find alice/existing -mindepth 1 -maxdepth 1 ! -name '.*' ! -name '*keep*')"
 
+echo "== the way to a job directory (issue 30, findings 3 and 4)"
+# local_dir=/tmp/%u where fsbob made /tmp/fsalice first: fsbob owns an ancestor, and could swap
+# the job's directory below it for one of his own. The agent refuses it, naming the owner.
+runuser -u fsbob -- mkdir -m 0777 "$T/shared/fsalice"
+run_agent bobs --local-dir "$T/shared/fsalice/l6" --run-dir "$T/alice/r6"
+check "a local directory below another user's directory is refused" test ! -e shared/fsalice/l6
+check "the agent names the owner" grep -q "shared/fsalice belongs to uid $(id -u fsbob), neither root nor uid $(id -u fsalice)" agent.bobs.log
+# A symlink above the last component (local_dir=/scratch/%u/%n with %n a link) is not followed,
+# even to a directory of the user's own.
+as_alice mkdir "$T/alice/real"
+as_alice ln -s "$T/alice/real" "$T/alice/link"
+run_agent link2 --local-dir "$T/alice/link/l7" --run-dir "$T/alice/r7"
+check "a symlink in the middle of the local directory's path is not followed" test ! -e alice/real/l7
+check "the agent names the symlink" grep -q "alice/link is a symlink" agent.link2.log
+
 echo "== mode bits, for a user other than root"
 # A file and a directory the dataset records as 0000: the job user reads neither, as on a
 # read-only mount of the tree (root, who packed it, may).
