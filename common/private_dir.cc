@@ -58,7 +58,8 @@ Result<UniqueFD> OpenTrustedDir(const std::string& path, uid_t uid, bool path_on
 }
 
 Status EnsureOwnDir(const std::string& given, bool* created) {
-  const std::string path = Absolute(given);
+  std::string path = Absolute(given);
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
   const size_t slash = path.rfind('/');
   const std::string leaf = path.substr(slash + 1);
   if (leaf.empty() || leaf == "." || leaf == "..")
