@@ -52,21 +52,40 @@ std::string TempName(std::string_view leaf) {
 }
 
 // Copies all of `in` to `out`, returning the hash of what was read.
-Result<uint64_t> Copy(int in, int out, uint64_t size, const std::string& rel) {
+Result<uint64_t> Copy(int in, int out, uint64_t size, const CommitRequest& req) {
   std::vector<char> buf(kChunk);
   Xxh3Stream hash;
   uint64_t done = 0;
   while (true) {
+    if (req.cancel != nullptr && req.cancel->load())
+      return Status::Aborted("the deadline came while it was being copied");
     const ssize_t n = ::pread(in, buf.data(), buf.size(), static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno("read " + rel, errno);
+    if (n < 0) return Status::FromErrno("read " + req.rel, errno);
     if (n == 0) break;
     hash.Update(buf.data(), static_cast<size_t>(n));
-    FS_RETURN_IF_ERROR(WriteFull(out, buf.data(), static_cast<size_t>(n), "write " + rel));
+    FS_RETURN_IF_ERROR(WriteFull(out, buf.data(), static_cast<size_t>(n), "write " + req.as));
     done += static_cast<uint64_t>(n);
   }
-  if (done != size) return Status::Aborted(rel + " changed size while it was copied");
+  if (done != size) return Status::Aborted(req.rel + " changed size while it was copied");
   return hash.Digest();
+}
+
+// Puts `tmp` in place as `leaf` in `dir`; without `replace`, only where nothing is there yet
+// (renameat2 NOREPLACE, or link and unlink where the file system lacks it). False: taken.
+Result<bool> PutInPlace(int dir, const std::string& tmp, const std::string& leaf, bool replace) {
+  if (replace) {
+    if (::renameat(dir, tmp.c_str(), dir, leaf.c_str()) != 0)
+      return Status::FromErrno("rename", errno);
+    return true;
+  }
+  if (::renameat2(dir, tmp.c_str(), dir, leaf.c_str(), RENAME_NOREPLACE) == 0) return true;
+  if (errno == EEXIST) return false;
+  if (errno != EINVAL && errno != ENOSYS) return Status::FromErrno("rename", errno);
+  if (::linkat(dir, tmp.c_str(), dir, leaf.c_str(), 0) != 0)
+    return errno == EEXIST ? Result<bool>(false) : Status::FromErrno("link", errno);
+  ::unlinkat(dir, tmp.c_str(), 0);
+  return true;
 }
 
 Result<uint64_t> HashOf(int fd, uint64_t size, const std::string& what) {
@@ -83,45 +102,53 @@ Result<uint64_t> HashOf(int fd, uint64_t size, const std::string& what) {
 
 }  // namespace
 
-Result<Committed> CommitFile(int src, int dst, const std::string& rel, mode_t umask) {
-  if (!IsCanonicalPath(rel, NAME_MAX)) return Status::InvalidArgument("bad output path " + rel);
-  const std::vector<std::string_view> parts = Split(rel, '/');
-  const std::string leaf(parts.back());
-  auto from_dir = OpenParentDir(src, parts, false, umask, rel);
+Result<Committed> CommitFile(const CommitRequest& req) {
+  const std::string& rel = req.rel;
+  if (!IsCanonicalPath(rel, NAME_MAX) || !IsCanonicalPath(req.as, NAME_MAX))
+    return Status::InvalidArgument("bad output path " + rel + " (to " + req.as + ")");
+  const std::vector<std::string_view> from = Split(rel, '/'), to = Split(req.as, '/');
+  auto from_dir = OpenParentDir(req.src, from, false, req.umask, rel);
   if (!from_dir.ok()) return from_dir.status();
+  const std::string leaf(from.back()), as_leaf(to.back());
   UniqueFD in(::openat(from_dir->get(), leaf.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   struct stat before, after;
   if (!in.valid() || ::fstat(in.get(), &before) != 0)
     return Status::FromErrno("open " + rel, errno);
   if (!S_ISREG(before.st_mode)) return Status::InvalidArgument(rel + " is not a regular file");
-  auto to_dir = OpenParentDir(dst, parts, true, umask, rel);
+  auto to_dir = OpenParentDir(req.dst, to, true, req.umask, req.as);
   if (!to_dir.ok()) return to_dir.status();
   std::string tmp;
   UniqueFD out;
   for (int tries = 0; tries < 100 && !out.valid(); tries++) {
-    tmp = TempName(leaf);
+    tmp = TempName(as_leaf);
     out.Reset(::openat(to_dir->get(), tmp.c_str(),
                        O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!out.valid() && errno != EEXIST) return Status::FromErrno("create a copy of " + rel, errno);
+    if (!out.valid() && errno != EEXIST)
+      return Status::FromErrno("create a copy of " + req.as, errno);
   }
-  if (!out.valid()) return Status::IOError("cannot create a temporary copy of " + rel);
+  if (!out.valid()) return Status::IOError("cannot create a temporary copy of " + req.as);
   ScopeExit drop_tmp([&] { ::unlinkat(to_dir->get(), tmp.c_str(), 0); });
-  auto read = Copy(in.get(), out.get(), static_cast<uint64_t>(before.st_size), rel);
+  auto read = Copy(in.get(), out.get(), static_cast<uint64_t>(before.st_size), req);
   if (!read.ok()) return read.status();
   if (::fstat(in.get(), &after) != 0) return Status::FromErrno("stat " + rel, errno);
   if (after.st_size != before.st_size || MtimeNs(after) != MtimeNs(before))
     return Status::Aborted(rel + " changed while it was copied");
-  if (::fsync(out.get()) != 0) return Status::FromErrno("fsync the copy of " + rel, errno);
-  auto written = HashOf(out.get(), static_cast<uint64_t>(before.st_size), "read back " + rel);
+  if (::fsync(out.get()) != 0) return Status::FromErrno("fsync the copy of " + req.as, errno);
+  auto written = HashOf(out.get(), static_cast<uint64_t>(before.st_size), "read back " + req.as);
   if (!written.ok()) return written.status();
   if (*written != *read)
     return Status::Corruption("the copy of " + rel + " read back differs from what was written");
-  if (::fchmod(out.get(), 0666 & ~umask) != 0) return Status::FromErrno("chmod " + rel, errno);
-  if (::renameat(to_dir->get(), tmp.c_str(), to_dir->get(), leaf.c_str()) != 0)
-    return Status::FromErrno("rename the copy of " + rel + " into place", errno);
+  if (::fchmod(out.get(), 0666 & ~req.umask) != 0)
+    return Status::FromErrno("chmod " + req.as, errno);
+  Committed c{static_cast<uint64_t>(before.st_size), *written, MtimeNs(before), false};
+  auto placed = PutInPlace(to_dir->get(), tmp, as_leaf, req.replace);
+  if (!placed.ok()) return placed.status().Prefixed("put the copy of " + rel + " in place");
+  c.name_taken = !*placed;
+  if (c.name_taken) return c;  // drop_tmp removes the copy
   drop_tmp.Dismiss();
-  if (::fsync(to_dir->get()) != 0) return Status::FromErrno("fsync the directory of " + rel, errno);
-  return Committed{static_cast<uint64_t>(before.st_size), *written, MtimeNs(before)};
+  if (::fsync(to_dir->get()) != 0)
+    return Status::FromErrno("fsync the directory of " + req.as, errno);
+  return c;
 }
 
 }  // namespace fanstore::output

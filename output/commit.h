@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -23,15 +24,24 @@ namespace fanstore::output {
 // What went under the final name.
 struct Committed {
   uint64_t size = 0;
-  uint64_t xxh3 = 0;     // of the bytes under the final name, read back
-  int64_t mtime_ns = 0;  // the source's modification time when it was read
+  uint64_t xxh3 = 0;        // of the bytes under the final name, read back
+  int64_t mtime_ns = 0;     // the source's modification time when it was read
+  bool name_taken = false;  // without `replace`, the final name existed: nothing committed
 };
 
-// Copies `rel` (a canonical relative path, common/path.h) from the directory open as
-// `src` to the same path below the directory open as `dst`, making the missing directories there
-// (0777 less `umask`). Aborted: the source changed during the copy (nothing committed). Other
-// errors name the file; the temporary is removed on every failure.
-[[nodiscard]] Result<Committed> CommitFile(int src, int dst, const std::string& rel, mode_t umask);
+// Copies `rel` (a canonical relative path, common/path.h) from the directory open as `src` to
+// `as` (likewise) below the directory open as `dst`, making the missing directories there (0777
+// less `umask`). Without `replace` an existing final name is left alone (name_taken). Aborted:
+// the source changed during the copy, or `cancel` was set (nothing committed). Other errors name
+// the file; the temporary is removed on every failure.
+struct CommitRequest {
+  int src = -1, dst = -1;
+  std::string rel, as;
+  mode_t umask = 022;
+  bool replace = true;
+  const std::atomic<bool>* cancel = nullptr;
+};
+[[nodiscard]] Result<Committed> CommitFile(const CommitRequest& req);
 
 // The prefix of the temporary names, so that a later drain can tell (and remove) what a killed
 // one left: `.NAME` + kTempMarker + 6 characters.

@@ -44,6 +44,11 @@ class CommitTest : public ::testing::Test {
     auto r = ReadSmallFile(path, 64 << 20);
     return r.ok() ? r.value() : "<missing>";
   }
+  Result<Committed> Commit(const std::string& rel, mode_t umask = 022, bool replace = true,
+                           const std::string& as = "") {
+    return CommitFile(
+        {src_fd_.get(), dst_fd_.get(), rel, as.empty() ? rel : as, umask, replace, nullptr});
+  }
   // Names in a directory that look like temporaries.
   int Temporaries(const std::string& dir) {
     int n = 0;
@@ -63,7 +68,7 @@ TEST_F(CommitTest, CopiesVerifiesAndRenamesIntoPlaceWithTheUsersMode) {
   std::string data(3 << 20, '\0');
   for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<char>(i * 131 % 251);
   Write("ckpt/epoch1/model.pt", data);
-  auto c = CommitFile(src_fd_.get(), dst_fd_.get(), "ckpt/epoch1/model.pt", 027);
+  auto c = Commit("ckpt/epoch1/model.pt", 027);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->size, data.size());
   EXPECT_EQ(c->xxh3, Xxh3(data));
@@ -76,27 +81,40 @@ TEST_F(CommitTest, CopiesVerifiesAndRenamesIntoPlaceWithTheUsersMode) {
   EXPECT_EQ(Temporaries(dst_ + "/ckpt/epoch1"), 0);
   // A second version replaces the first in one step.
   Write("ckpt/epoch1/model.pt", "v2");
-  ASSERT_TRUE(CommitFile(src_fd_.get(), dst_fd_.get(), "ckpt/epoch1/model.pt", 027).ok());
+  ASSERT_TRUE(Commit("ckpt/epoch1/model.pt", 027).ok());
   EXPECT_EQ(Read(dst_ + "/ckpt/epoch1/model.pt"), "v2");
 }
 
 TEST_F(CommitTest, RefusesBadPathsAndFollowsNoSymlink) {
   Write("f", "x");
   for (const char* bad : {"../f", "a//f", "./f", "", "f/"})
-    EXPECT_EQ(CommitFile(src_fd_.get(), dst_fd_.get(), bad, 022).status().code(),
-              Status::Code::kInvalidArgument)
-        << bad;
+    EXPECT_EQ(Commit(bad).status().code(), Status::Code::kInvalidArgument) << bad;
   // On the parallel file system, a directory swapped for a symlink to elsewhere.
   const std::string elsewhere = tmp_.path() + "/elsewhere";
   ASSERT_EQ(::mkdir(elsewhere.c_str(), 0700), 0);
   ASSERT_EQ(::symlink(elsewhere.c_str(), (dst_ + "/d").c_str()), 0);
   Write("d/f", "y");
-  EXPECT_FALSE(CommitFile(src_fd_.get(), dst_fd_.get(), "d/f", 022).ok());
+  EXPECT_FALSE(Commit("d/f").ok());
   EXPECT_EQ(Read(elsewhere + "/f"), "<missing>");
   // On the node, a symlink in place of the file.
   ASSERT_EQ(::symlink("/etc/passwd", (src_ + "/link").c_str()), 0);
-  EXPECT_FALSE(CommitFile(src_fd_.get(), dst_fd_.get(), "link", 022).ok());
+  EXPECT_FALSE(Commit("link").ok());
   EXPECT_EQ(Read(dst_ + "/link"), "<missing>");
+}
+
+// Without `replace`, a name that exists is left alone (another node's), and nothing is left.
+TEST_F(CommitTest, WithoutReplaceAnExistingNameIsLeftAlone) {
+  Write("log.txt", "mine");
+  { UniqueFD fd(::open((dst_ + "/log.txt").c_str(), O_WRONLY | O_CREAT, 0600)); }
+  auto c = Commit("log.txt", 022, false);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->name_taken);
+  EXPECT_EQ(Read(dst_ + "/log.txt"), "");
+  EXPECT_EQ(Temporaries(dst_), 0);
+  c = Commit("log.txt", 022, false, "log.txt.node-n2");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->name_taken);
+  EXPECT_EQ(Read(dst_ + "/log.txt.node-n2"), "mine");
 }
 
 // A full parallel file system: the error says so, and neither the final name nor a temporary is
@@ -110,7 +128,7 @@ TEST_F(CommitTest, AFullDestinationLeavesNothing) {
       ::_exit(2);
     if (::mount("full", dst_.c_str(), "tmpfs", 0, "size=1m") != 0) ::_exit(3);
     UniqueFD dst(::open(dst_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    auto c = CommitFile(src_fd_.get(), dst.get(), "big", 022);
+    auto c = CommitFile({src_fd_.get(), dst.get(), "big", "big", 022, true, nullptr});
     if (c.ok() || c.status().code() != Status::Code::kNoSpace) ::_exit(4);
     ::_exit(Temporaries(dst_) == 0 && Read(dst_ + "/big") == "<missing>" ? 0 : 5);
   }
