@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -24,7 +25,8 @@ struct Walk {
   const std::string& path;
   unsigned moved = 0;
   Status first;
-  bool seize = false;  // each directory becomes root's before it is listed
+  bool seize = false;  // each directory becomes root's before it is listed, each file is emptied
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
   void Fail(const char* what, const char* name, int err) {
     if (first.ok())
@@ -32,8 +34,18 @@ struct Walk {
           std::string(what) + " " + path + ": '" + std::string(name).substr(0, 255) + "'", err);
   }
 
+  // Seized: a file's pages are freed even while someone holds it open.
+  void Truncate(int dir, const char* name) {
+    UniqueFD f(::openat(dir, name, O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC));
+    struct stat st;
+    if (f.valid() && ::fstat(f.get(), &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == dev)
+      (void)::ftruncate(f.get(), 0);
+  }
+
   // Empties the directory open as `fd`, `depth` levels below the top.
   void Empty(int fd, int depth) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return Fail("stop (the time allowed ran out) in", ".", ETIMEDOUT);
     // Seized, its user can add nothing to it through a descriptor they hold: what is listed
     // next is all it will ever hold.
     if (seize && ::fchown(fd, 0, 0) != 0) return Fail("take", ".", errno);
@@ -51,6 +63,7 @@ struct Walk {
     ::closedir(d);
     for (const auto& [name, type] : names) {
       if (type != DT_DIR && type != DT_UNKNOWN) {
+        if (seize && type == DT_REG) Truncate(fd, name.c_str());
         if (::unlinkat(fd, name.c_str(), 0) == 0 || errno == ENOENT) continue;
         if (errno != EISDIR) {
           Fail("unlink in", name.c_str(), errno);
@@ -60,6 +73,7 @@ struct Walk {
       struct stat st;
       if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
       if (!S_ISDIR(st.st_mode)) {
+        if (seize && S_ISREG(st.st_mode)) Truncate(fd, name.c_str());
         if (::unlinkat(fd, name.c_str(), 0) != 0 && errno != ENOENT)
           Fail("unlink in", name.c_str(), errno);
         continue;
@@ -69,7 +83,12 @@ struct Walk {
         continue;
       }
       if (depth + 1 >= kMaxDepth && fd != top) {
-        // Too deep to hold another descriptor: move it up to the top, emptied on a later pass.
+        // Too deep to hold another descriptor: move it up to the top, emptied on a later pass
+        // (seized first: nothing can be added to it meanwhile).
+        if (seize && ::fchownat(fd, name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0) {
+          Fail("take", name.c_str(), errno);
+          continue;
+        }
         int rc = -1;
         for (int tries = 0; tries < 100 && rc != 0; tries++) {
           const std::string up = ".fanstore-rm-" + std::to_string(moved++);
@@ -154,23 +173,27 @@ void RemoveSubtreesInParallel(int top, dev_t dev, const std::string& path, size_
 namespace {
 
 // Empties `top` (see EmptyTree); errors name `path`.
-Status EmptyDir(int top, const std::string& path, size_t threads, bool seize) {
+Status EmptyDir(int top, const std::string& path, size_t threads, bool seize,
+                std::chrono::steady_clock::time_point deadline) {
   struct stat st;
   if (::fstat(top, &st) != 0) return Status::FromErrno("stat " + path, errno);
   if (threads > 1 && !seize) RemoveSubtreesInParallel(top, st.st_dev, path, threads);
-  Walk w{top, st.st_dev, path, 0, Status::OK(), seize};
+  Walk w{top, st.st_dev, path, 0, Status::OK(), seize, deadline};
   // Each pass removes up to kMaxDepth levels; what was deeper now sits at the top.
-  for (int pass = 0; pass < 100000 && w.first.ok(); pass++) {
+  bool empty = false;
+  for (int pass = 0; pass < 100000 && w.first.ok() && !empty; pass++) {
     w.Empty(top, 0);
-    if (IsEmpty(top)) break;
+    empty = IsEmpty(top);
   }
+  if (w.first.ok() && !empty) return Status::IOError(path + " was refilled while it was emptied");
   return w.first;
 }
 
 }  // namespace
 
-Status EmptyTree(int dir, const std::string& name, bool seize) {
-  return EmptyDir(dir, name, 1, seize);
+Status EmptyTree(int dir, const std::string& name, bool seize,
+                 std::chrono::steady_clock::time_point deadline) {
+  return EmptyDir(dir, name, 1, seize, deadline);
 }
 
 Status RemoveTree(const std::string& path, size_t threads) {
@@ -184,7 +207,8 @@ Status RemoveTree(const std::string& path, size_t threads) {
   }
   UniqueFD top(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!top.valid()) return Status::FromErrno("open " + path, errno);
-  FS_RETURN_IF_ERROR(EmptyDir(top.get(), path, threads, false));
+  FS_RETURN_IF_ERROR(
+      EmptyDir(top.get(), path, threads, false, std::chrono::steady_clock::time_point::max()));
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT)
     return Status::FromErrno("rmdir " + path, errno);
   return Status::OK();

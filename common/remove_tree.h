@@ -1,6 +1,7 @@
 // Removing a directory tree that someone else may have planted things in.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "common/status.h"
@@ -16,9 +17,12 @@ namespace fanstore {
 Status RemoveTree(const std::string& path, size_t threads = 1);
 
 // Empties the directory open (O_RDONLY) as `dir`, by the same rules, and keeps it; `name` is for
-// errors. With `seize` (root only), every directory becomes root's before it is listed, so that
-// a user who holds a descriptor of one can add nothing to it meanwhile: the pass ends, whatever
-// they do, with only the files they still hold open left in memory.
-Status EmptyTree(int dir, const std::string& name, bool seize = false);
+// errors. With `seize` (root only), every directory becomes root's before it is listed (or moved
+// up), so that a user who holds a descriptor of one can add nothing to it meanwhile, and every
+// file is truncated before it is unlinked, so that its pages go even while someone holds it
+// open. Fails when `deadline` passes first, or when the directory is not empty at the end.
+Status EmptyTree(
+    int dir, const std::string& name, bool seize = false,
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
 
 }  // namespace fanstore

@@ -11,13 +11,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
 
+#include "common/mountinfo.h"
 #include "common/path.h"
 #include "common/private_dir.h"
 #include "common/remove_tree.h"
+#include "common/text.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::spank {
@@ -169,6 +172,52 @@ Status MountJobFs(const std::string& path, uid_t uid, gid_t gid, bool* mounted) 
   return Status::OK();
 }
 
+namespace {
+
+// `path` with no empty component: as /proc/self/mountinfo names a mount point.
+std::string Normalized(const std::string& path) {
+  std::string out;
+  for (std::string_view c : Split(path, '/'))
+    if (!c.empty()) out += "/" + std::string(c);
+  return out.empty() ? "/" : out;
+}
+
+// The root of the job's tmpfs where another mount namespace has it, walked from that namespace's
+// root (/proc/PID/root) without following a symlink; checked to be file system `dev`.
+Result<UniqueFD> OpenInNamespace(const MountCopy& copy, dev_t dev) {
+  UniqueFD cur(::open(("/proc/" + std::to_string(copy.pid) + "/root").c_str(),
+                      O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  for (std::string_view c : Split(copy.mount_point, '/')) {
+    if (!cur.valid()) break;
+    if (c.empty()) continue;
+    cur.Reset(::openat(cur.get(), std::string(c).c_str(),
+                       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  }
+  struct stat st;
+  if (!cur.valid() || ::fstat(cur.get(), &st) != 0 || st.st_dev != dev)
+    return Status::NotFound("the job's tmpfs in the mount namespace of pid " +
+                            std::to_string(copy.pid));
+  return cur;
+}
+
+std::string Describe(const std::vector<MountCopy>& copies) {
+  std::string out;
+  for (const MountCopy& c : copies)
+    out += (out.empty() ? "" : ", ") + std::string("pid ") + std::to_string(c.pid) + " at " +
+           c.mount_point;
+  return out;
+}
+
+// Empties the detached job tmpfs through `root`, within a minute, and says how it went.
+std::string EmptyHeld(int root, const std::string& path) {
+  Status emptied = EmptyTree(root, path, /*seize=*/true,
+                             std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  return emptied.ok() ? "emptied (files still open there hold only their size: 0)"
+                      : "not emptied: " + emptied.message();
+}
+
+}  // namespace
+
 Status DropJobFs(const std::string& path, uid_t uid, bool* dropped) {
   *dropped = false;
   Parent p;
@@ -177,44 +226,69 @@ Status DropJobFs(const std::string& path, uid_t uid, bool* dropped) {
   if (p.st.st_uid != 0) return Status::OK();
   // Through the parent's descriptor: nothing above it is resolved again.
   const std::string at = FdPath(p.fd) + "/" + p.leaf;
-  UniqueFD dir(::openat(p.fd.get(), p.leaf.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC));
-  struct stat st;
-  struct statfs fs;
-  if (!dir.valid()) return Status::OK();  // nothing there, or not a directory: no mount of ours
-  if (::fstat(dir.get(), &st) != 0 || ::fstatfs(dir.get(), &fs) != 0)
-    return Status::FromErrno("stat " + path, errno);
-  dir.Reset();  // it would keep the mount busy
-  if (st.st_dev == p.st.st_dev) {
+  // What is mounted there, from mountinfo: the file systems themselves are not asked, and one of
+  // them may be a user's FUSE that never answers.
+  const std::vector<MountEntry> stack = MountsAt(Normalized(path));
+  auto ours = std::find_if(stack.begin(), stack.end(), [&](const MountEntry& e) {
+    return e.type == "tmpfs" && e.source == p.leaf;  // MountJobFs names it after the job
+  });
+  if (stack.empty()) {
     // Not mounted: only MountJobFs leaves a directory of root's here, its mount point.
-    if (st.st_uid == 0) ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
+    struct stat st;
+    if (::fstatat(p.fd.get(), p.leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode) && st.st_uid == 0)
+      ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
     return Status::OK();
   }
-  // Only root mounts here, and only MountJobFs mounts a tmpfs of the user's. Its mount point is
-  // root's in a directory where the user cannot move it, so `at` still names it.
-  if (fs.f_type != TMPFS_MAGIC || st.st_uid != uid) return Status::OK();
-  if (::umount2(at.c_str(), UMOUNT_NOFOLLOW) == 0) {
-    *dropped = true;
-    ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
-    return Status::OK();
-  }
-  if (errno != EBUSY) return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
-  // Still in use: any user can hold its root with O_PATH (its path is known), and the job's user
-  // can hold more from another job. Detached, it is emptied through a descriptor, every
-  // directory made root's first, so that only files someone still holds open stay in memory,
-  // until they are closed (issue 30, finding 1).
+  if (ours == stack.end()) return Status::OK();  // not the job's tmpfs: not ours to unmount
+  // What the user stacked on it (fusermount3 on the tmpfs's root, which is hers) goes first:
+  // only root can mount on the mount point itself, which is root's.
+  for (auto above = stack.end() - ours - 1; above > 0; above--)
+    if (::umount2(at.c_str(), UMOUNT_NOFOLLOW | MNT_DETACH) != 0)
+      return Status::FromErrno("detach what was mounted over the job's tmpfs at " + path, errno);
+  const dev_t dev = ours->dev;
   UniqueFD root(
       ::openat(p.fd.get(), p.leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  struct stat rst;
-  if (!root.valid() || ::fstat(root.get(), &rst) != 0 || rst.st_dev != st.st_dev) root.Reset();
+  struct stat st;
+  struct statfs fs;
+  if (!root.valid() || ::fstat(root.get(), &st) != 0 || ::fstatfs(root.get(), &fs) != 0 ||
+      st.st_dev != dev || fs.f_type != TMPFS_MAGIC || st.st_uid != uid)
+    return Status::IOError("the job's tmpfs at " + path + " is not the one mounted there");
+  // Held in another mount namespace (another user's user namespace made while it was mounted,
+  // a process of the job's user that outlived it), unmounting here would leave it whole there.
+  std::vector<MountCopy> elsewhere = MountsElsewhere(dev);
+  if (elsewhere.empty()) {
+    root.Reset();  // it would keep the mount busy
+    if (::umount2(at.c_str(), UMOUNT_NOFOLLOW) == 0) {
+      *dropped = true;
+      ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
+      elsewhere = MountsElsewhere(dev);  // copied in the moment between: emptied there
+      if (elsewhere.empty()) return Status::OK();
+      auto there = OpenInNamespace(elsewhere.front(), dev);
+      return Status::IOError(
+          "the job's tmpfs at " + path + " was copied into another mount namespace (" +
+          Describe(elsewhere) +
+          "): " + (there.ok() ? EmptyHeld(there->get(), path) : there.status().message()));
+    }
+    if (errno != EBUSY) return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
+    root.Reset(
+        ::openat(p.fd.get(), p.leaf.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!root.valid() || ::fstat(root.get(), &st) != 0 || st.st_dev != dev)
+      return Status::IOError("the job's tmpfs at " + path + " changed while it was unmounted");
+  }
+  // Held: by a descriptor (anyone can hold its root with O_PATH: its path is known), or in
+  // another namespace. Detached here and emptied through this namespace's view of it, in which
+  // nothing is mounted inside it, every directory made root's first so that nothing can be
+  // added meanwhile, every file truncated (issue 30, finding 1).
   if (::umount2(at.c_str(), UMOUNT_NOFOLLOW | MNT_DETACH) != 0)
     return Status::FromErrno("unmount the job's tmpfs at " + path, errno);
   *dropped = true;
   ::unlinkat(p.fd.get(), p.leaf.c_str(), AT_REMOVEDIR);
-  Status emptied = root.valid() ? EmptyTree(root.get(), path, /*seize=*/true)
-                                : Status::IOError("its root could not be opened");
-  return Status::IOError("the job's tmpfs at " + path + " was still in use: detached, and " +
-                         (emptied.ok() ? "emptied (files still open stay in memory until closed)"
-                                       : "not emptied: " + emptied.message()));
+  const std::string held = elsewhere.empty()
+                               ? "by a descriptor"
+                               : "in another mount namespace (" + Describe(elsewhere) + ")";
+  return Status::IOError("the job's tmpfs at " + path + " was still held " + held +
+                         ": detached, and " + EmptyHeld(root.get(), path));
 }
 
 }  // namespace fanstore::spank

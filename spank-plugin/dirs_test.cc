@@ -443,12 +443,14 @@ TEST(JobFs, ABusyTmpfsIsDetachedAndEmptied) {
           UniqueFD f(::open((sub + "/f" + std::to_string(i)).c_str(), O_WRONLY | O_CREAT, 0600));
           if (!f.valid() || ::posix_fallocate(f.get(), 0, 1 << 20) != 0) return fail("fill");
         }
-        UniqueFD pin(::open(job.c_str(), O_PATH | O_CLOEXEC));     // another user's
-        UniqueFD held(::open(sub.c_str(), O_RDONLY | O_CLOEXEC));  // the job user's
-        if (!pin.valid() || !held.valid()) return fail("hold");
+        UniqueFD pin(::open(job.c_str(), O_PATH | O_CLOEXEC));               // another user's
+        UniqueFD held(::open(sub.c_str(), O_RDONLY | O_CLOEXEC));            // the job user's
+        UniqueFD file(::open((sub + "/f0").c_str(), O_RDONLY | O_CLOEXEC));  // and a file
+        if (!pin.valid() || !held.valid() || !file.valid()) return fail("hold");
         Status st = DropJobFs(job, kUser, &dropped);
         if (st.ok() || !dropped ||
-            st.message().find("still in use: detached, and emptied") == std::string::npos)
+            st.message().find("still held by a descriptor: detached, and emptied") ==
+                std::string::npos)
           return fail("drop: " + st.ToString());
         if (!MountedAt(job).empty() || ::access(job.c_str(), F_OK) == 0)
           return fail("still mounted, or the mount point is left");
@@ -467,6 +469,73 @@ TEST(JobFs, ABusyTmpfsIsDetachedAndEmptied) {
         int cst = -1;
         if (::waitpid(child, &cst, 0) != child || !WIFEXITED(cst) || WEXITSTATUS(cst) != 0)
           return fail("the job user could still write into the detached tmpfs");
+        return 0;
+      }),
+      0);
+}
+
+// Review of issue 30's fix: another user who copies the node's mount namespace into a user
+// namespace of his own while the job's tmpfs is mounted keeps it there after it is unmounted
+// here (nothing is busy here). And the job's user can stack a FUSE mount (here a tmpfs) over the
+// tmpfs's root, which is hers. The epilog empties the first, and detaches the second.
+TEST(JobFs, ACopyInAnotherNamespaceIsEmptiedAndAStackedMountDetached) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounts need root";
+  test::TempDir t("jobfs-copy");
+  const std::string node = t.path() + "/node";
+  ASSERT_EQ(::chmod(t.path().c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(node.c_str(), 0755), 0);
+  EXPECT_EQ(
+      InTaskNamespace([&] {
+        auto fail = [&](const std::string& what) {
+          std::fprintf(stderr, "JobFs copy: %s\n", what.c_str());
+          return 1;
+        };
+        if (::mount("node", node.c_str(), "tmpfs", 0, "size=64m,mode=1777") != 0)
+          return fail("mount the node's tmpfs");
+        const std::string job = node + "/fanstore.54321.9";
+        std::string moved;
+        bool mounted = false, dropped = false;
+        if (!ClaimDir(job, kUser, kUser, &moved).ok() ||
+            !MountJobFs(job, kUser, kUser, &mounted).ok() || !mounted)
+          return fail("mount the job's tmpfs");
+        {
+          UniqueFD f(::open((job + "/data").c_str(), O_WRONLY | O_CREAT, 0600));
+          if (!f.valid() || ::posix_fallocate(f.get(), 0, 8 << 20) != 0) return fail("fill");
+        }
+        // The copy: a process in a mount namespace of its own, made while the tmpfs is there.
+        int ready[2], done[2];
+        if (::pipe(ready) || ::pipe(done)) return fail("pipe");
+        const pid_t holder = ::fork();
+        if (holder == 0) {
+          char c = 0;
+          if (::unshare(CLONE_NEWNS) != 0 ||
+              ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+            ::_exit(1);
+          // A reference that keeps the copy alive when its mount point goes.
+          UniqueFD in_copy(::open(job.c_str(), O_PATH | O_CLOEXEC));
+          (void)!::write(ready[1], "r", 1);
+          (void)!::read(done[0], &c, 1);
+          struct statfs fs;  // what the copy holds now
+          if (::fstatfs(in_copy.get(), &fs) != 0) ::_exit(2);
+          ::_exit((fs.f_blocks - fs.f_bfree) * fs.f_bsize <= 65536 ? 0 : 3);
+        }
+        char c;
+        if (::read(ready[0], &c, 1) != 1) return fail("the holder did not start");
+        // The stack: something mounted over the tmpfs's root.
+        if (::mount("stacked", job.c_str(), "tmpfs", 0, "size=64k") != 0) return fail("stack");
+        Status st = DropJobFs(job, kUser, &dropped);
+        (void)!::write(done[1], "d", 1);
+        int hst = -1;
+        ::waitpid(holder, &hst, 0);
+        if (st.ok() || !dropped ||
+            st.message().find("still held in another mount namespace (pid " +
+                              std::to_string(holder)) == std::string::npos ||
+            st.message().find("emptied") == std::string::npos)
+          return fail("drop: " + st.ToString());
+        if (!WIFEXITED(hst) || WEXITSTATUS(hst) != 0)
+          return fail("the copy still holds the job's data (status " + std::to_string(hst) + ")");
+        if (!MountedAt(job).empty() || ::access(job.c_str(), F_OK) == 0)
+          return fail("something is still mounted, or the mount point is left");
         return 0;
       }),
       0);
