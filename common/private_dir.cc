@@ -16,7 +16,7 @@ std::string Untrusted(const struct stat& st, uid_t uid) {
     return "belongs to uid " + std::to_string(st.st_uid) + ", neither root nor uid " +
            std::to_string(uid);
   if ((st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0)
-    return "is writable by other users without the sticky bit";
+    return "is writable by other users without the sticky bit (chmod go-w, or +t, fixes it)";
   return "";
 }
 

@@ -73,13 +73,30 @@ int RemoveLeftovers(const CleanupRequest& req, const CleanupLog& log) {
 // under their names first (moved aside, never deleted), and the job's tmpfs. A failure here
 // fails the job, not the node: the agent then reports what it cannot create, and a failed mount
 // leaves the plain directory, whose files the agent removes itself.
+// ClaimDir, and with local_dir=/tmp/%u a directory of the user's name that another user made
+// first in a place of root's: moved aside too, as anything planted, and the user's own put in
+// its place, so that nobody can make a user's jobs fail on a node by planting it (their
+// directory would otherwise be refused: its owner could swap what is below it).
+Status ClaimWithUserDir(const std::string& dir, const CleanupRequest& req, std::string* moved) {
+  Status st = ClaimDir(dir, req.creds.uid, req.creds.gid, moved);
+  const std::string parent = dir.substr(0, dir.rfind('/'));
+  if (st.ok() || st.code() != Status::Code::kPermission || req.id.user.empty() ||
+      parent.substr(parent.rfind('/') + 1) != req.id.user)
+    return st;
+  std::string aside;
+  if (!ClaimDir(parent, req.creds.uid, req.creds.gid, &aside).ok()) return st;
+  FS_RETURN_IF_ERROR(ClaimDir(dir, req.creds.uid, req.creds.gid, moved));
+  if (!aside.empty()) *moved = aside;
+  return Status::OK();
+}
+
 void Prepare(const CleanupRequest& req, const CleanupLog& log) {
   const uint32_t job = req.id.job;
   const std::string local = LocalDir(req.config, req.id);
   for (const std::string& dir :
        {LaunchDir(req.config, req.id), RunDir(req.config, req.id), local}) {
     std::string moved;
-    Status claimed = ClaimDir(dir, req.creds.uid, req.creds.gid, &moved);
+    Status claimed = ClaimWithUserDir(dir, req, &moved);
     if (!claimed.ok()) log.error(claimed.message());
     if (!moved.empty())
       log.error("moved aside " + moved + ", planted in the way of job " + std::to_string(job));
@@ -95,11 +112,19 @@ void Prepare(const CleanupRequest& req, const CleanupLog& log) {
 
 Status CleanJobOnNode(const CleanupRequest& req, const CleanupLog& log) {
   const std::string job = std::to_string(req.id.job), local = LocalDir(req.config, req.id);
-  auto rc = RunAsUser(req.creds, req.user_timeout_ms, [&] { return RemoveLeftovers(req, log); });
+  // A fork that fails for lack of processes or memory (a fork bomb in another job) is tried
+  // again for a few seconds before the node is said to be at fault.
+  Result<int> rc = Status::IOError("not started");
+  for (int attempt = 0; attempt < 5; attempt++) {
+    if (attempt > 0) ::sleep(1);
+    rc = RunAsUser(req.creds, req.user_timeout_ms, [&] { return RemoveLeftovers(req, log); });
+    if (rc.ok()) break;
+  }
   if (!rc.ok()) return rc.status().Prefixed("cannot start the cleanup of job " + job);
   if (rc.value() < 0)
-    log.error("the cleanup of job " + job + " as its user did not end within " +
-              std::to_string(req.user_timeout_ms / 1000) + " s: what it did not reach is left");
+    log.error("the cleanup of job " + job + " as its user ended before it was done (killed, or " +
+              "stopped after " + std::to_string(req.user_timeout_ms / 1000) +
+              " s): what it did not reach is left");
   // As root, once the job's processes are gone: the job's own tmpfs goes in one call.
   bool dropped = false;
   Status drop = DropJobFs(local, req.creds.uid, &dropped);

@@ -143,7 +143,30 @@ TEST_F(CleanupTest, MoreFilesThanTheTimeAllowsIsNotFatal) {
   req_.user_timeout_ms = 1;
   Status st = CleanJobOnNode(req_, Log());
   EXPECT_TRUE(st.ok()) << st.ToString();
-  EXPECT_NE(Logged().find("did not end within 0 s"), std::string::npos) << Logged();
+  EXPECT_NE(Logged().find("ended before it was done (killed, or stopped after 0 s)"),
+            std::string::npos)
+      << Logged();
+}
+
+// Review of issue 30's fix: with local_dir=/tmp/%u, another user who makes /tmp/USER first
+// would make every job of that user fail on the node. The prolog moves it aside, as anything
+// planted, and puts the user's own in its place.
+TEST_F(CleanupTest, ADirectoryOfTheUsersNameMadeByAnotherIsMovedAside) {
+  req_.config.local_dir = base_ + "/local/%u";
+  req_.prolog = true;
+  req_.used = true;
+  const std::string planted = base_ + "/local/u";
+  ASSERT_EQ(::mkdir(planted.c_str(), 0777), 0);
+  ASSERT_EQ(::chown(planted.c_str(), kUser + 1, kUser + 1), 0);
+  ASSERT_EQ(::chmod(planted.c_str(), 0777), 0);
+  Status st = CleanJobOnNode(req_, Log());
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  struct stat own;  // the agent makes the job's directory in it, as in any directory of hers
+  ASSERT_EQ(::lstat(planted.c_str(), &own), 0);
+  EXPECT_EQ(own.st_uid, kUser);  // the user's own now
+  EXPECT_EQ(own.st_mode & 07777, 0700u);
+  EXPECT_NE(Logged().find("moved aside " + planted + ".planted-"), std::string::npos) << Logged();
+  EXPECT_EQ(Logged().find("belongs to uid"), std::string::npos) << Logged();
 }
 
 }  // namespace

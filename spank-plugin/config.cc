@@ -1,6 +1,9 @@
 // Plugstack argument parsing (see config.h).
 #include "spank-plugin/config.h"
 
+#include <limits.h>
+#include <stdlib.h>
+
 #include "common/path.h"
 #include "common/text.h"
 
@@ -105,6 +108,26 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
     }
   }
   return c;
+}
+
+namespace {
+
+void ResolveFixedPart(std::string* tmpl) {
+  const size_t percent = tmpl->find('%');
+  const size_t slash = tmpl->rfind('/', percent == std::string::npos ? std::string::npos : percent);
+  if (slash == std::string::npos) return;
+  const std::string fixed = percent == std::string::npos ? *tmpl : tmpl->substr(0, slash);
+  if (fixed.empty()) return;
+  char real[PATH_MAX];
+  if (::realpath(fixed.c_str(), real) == nullptr) return;
+  *tmpl = std::string(real) + tmpl->substr(fixed.size());
+}
+
+}  // namespace
+
+void ResolveAdminSymlinks(Config* config) {
+  ResolveFixedPart(&config->local_dir);
+  ResolveFixedPart(&config->run_dir);
 }
 
 }  // namespace fanstore::spank

@@ -46,6 +46,12 @@ Config DefaultConfig();
 // and, for an unknown key, lists the known ones.
 [[nodiscard]] Result<Config> ParseConfig(const std::vector<std::string>& args);
 
+// The admin's local_dir and run_dir with the symlinks in their fixed part (up to the last '/'
+// before any '%') resolved on this node, as root reads the admin's configuration: the job
+// directories below them are then reached without following any symlink (issue 30). A part that
+// does not resolve here (another node's path) is kept as it is.
+void ResolveAdminSymlinks(Config* config);
+
 // Value checks shared with the user options.
 using fanstore::IsCleanAbsolutePath;             // common/path.h
 bool IsValidReplicas(const std::string& value);  // "all" or an integer in [1, 65535]

@@ -1,7 +1,12 @@
 // Unit tests of the plugstack argument parser.
 #include "spank-plugin/config.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 namespace fanstore::spank {
 namespace {
@@ -86,6 +91,24 @@ TEST(ConfigTest, PathChecks) {
   EXPECT_FALSE(IsValidReplicas("65536"));
   EXPECT_FALSE(IsValidReplicas("-1"));
   EXPECT_FALSE(IsValidReplicas(""));
+}
+
+TEST(ResolveAdminSymlinks, ResolvesTheFixedPartOnly) {
+  char tmpl[] = "/tmp/fanstore-config-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string base = tmpl, real = base + "/real", link = base + "/scratch";
+  ASSERT_EQ(::mkdir(real.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  Config c;
+  c.local_dir = link + "/%u/%n";
+  c.run_dir = link;
+  ResolveAdminSymlinks(&c);
+  EXPECT_EQ(c.local_dir, real + "/%u/%n");
+  EXPECT_EQ(c.run_dir, real);
+  c.local_dir = base + "/missing/%u";  // another node's path: kept
+  ResolveAdminSymlinks(&c);
+  EXPECT_EQ(c.local_dir, base + "/missing/%u");
+  ASSERT_EQ(std::system(("rm -rf '" + base + "'").c_str()), 0);
 }
 
 }  // namespace

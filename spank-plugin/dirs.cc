@@ -222,7 +222,10 @@ Status DropJobFs(const std::string& path, uid_t uid, bool* dropped) {
   *dropped = false;
   Parent p;
   Status opened = OpenParent(path, uid, &p);
-  if (!opened.ok()) return opened.IsNotFound() ? Status::OK() : opened;
+  // Missing, or where root never mounts (MountJobFs walks the same way): nothing of ours.
+  if (!opened.ok())
+    return opened.IsNotFound() || opened.code() == Status::Code::kPermission ? Status::OK()
+                                                                             : opened;
   if (p.st.st_uid != 0) return Status::OK();
   // Through the parent's descriptor: nothing above it is resolved again.
   const std::string at = FdPath(p.fd) + "/" + p.leaf;

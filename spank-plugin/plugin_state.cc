@@ -69,6 +69,7 @@ int LoadConfig(int ac, char** av, const char* phase) {
     return -1;
   }
   s.config = std::move(config.value());
+  ResolveAdminSymlinks(&s.config);
   s.config_loaded = true;
   return 0;
 }
