@@ -50,7 +50,7 @@ std::vector<const format::ShardFile*> Pointers(
 
 Agent::Agent(Config cfg) : cfg_(std::move(cfg)) {}
 
-void Agent::WriteStatus(const std::string& state, const std::string& error) {
+void Agent::WriteStatus(AgentState state, const std::string& error) {
   std::lock_guard<std::mutex> w(status_write_mu_);
   {
     std::lock_guard<std::mutex> l(state_mu_);
@@ -69,7 +69,7 @@ Status Agent::Prepare() {
   auto alive = run_dir::HoldAlive(cfg_.run_dir);
   if (!alive.ok()) return alive.status();
   alive_lock_ = std::move(alive).value();
-  WriteStatus("starting", "");
+  WriteStatus(AgentState::kStarting, "");
   StartTicker();
   FS_RETURN_IF_ERROR(EnsureOwnDir(cfg_.local_dir, &created_local_).Prefixed("local directory"));
   have_local_ = true;
@@ -203,7 +203,8 @@ void Agent::InitRoles() {
   };
   uc.on_done = [this] {
     cpu_unpacked_ = CpuSeconds();
-    std::string state, error;
+    AgentState state;
+    std::string error;
     {
       std::lock_guard<std::mutex> l(state_mu_);
       state = state_;
@@ -298,7 +299,7 @@ Status Agent::Start() {
     peer_server_.Stop();
     server_.Stop();
     RemoveOwnFiles(/*keep_status=*/true);
-    WriteStatus("failed", st.ToString());
+    WriteStatus(AgentState::kFailed, st.ToString());
     return st;
   }
   cpu_ready_ = CpuSeconds();  // before the prefetch and the unpack start
@@ -322,7 +323,7 @@ Status Agent::Start() {
     cpu_unpacked_ = cpu_ready_.load();
     unpacker_.SetDone();
   }
-  WriteStatus("ready", "");
+  WriteStatus(AgentState::kReady, "");
   return Status::OK();
 }
 

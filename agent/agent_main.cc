@@ -267,8 +267,7 @@ int ReadStateMain(int argc, char** argv) {
     std::fprintf(stderr, "fanstore-agent: %s\n", st.status().ToString().c_str());
     return 1;
   }
-  static const char* const kWords[] = {"starting", "staging", "ready", "failed"};
-  std::printf("%s\n", kWords[static_cast<int>(st->state)]);
+  std::printf("%s\n", run_dir::StateName(st->state));
   return 0;
 }
 

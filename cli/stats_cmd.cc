@@ -16,6 +16,7 @@
 #include "common/env.h"
 #include "common/io.h"
 #include "common/proto.h"
+#include "common/run_dir.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
 
@@ -58,7 +59,9 @@ void PrintSources(const nlohmann::json& o, const nlohmann::json& b) {
 // node stages, and files written so far).
 void PrintStaging(const nlohmann::json& j) {
   const nlohmann::json st = Obj(j, "staging");
-  if (Str(j, "state") != "staging" || At(st, "bytes_total") <= 0) return;
+  if (run_dir::ParseState(Str(j, "state")) != run_dir::AgentState::kStaging ||
+      At(st, "bytes_total") <= 0)
+    return;
   const double done = At(st, "bytes_done"), total = At(st, "bytes_total");
   std::printf("  staging: %s of %s (%.0f%%), %.0f of %.0f files\n", HumanBytes(done).c_str(),
               HumanBytes(total).c_str(), std::min(100.0, 100 * done / total), At(st, "files_done"),

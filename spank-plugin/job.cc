@@ -2,6 +2,7 @@
 #include "spank-plugin/job.h"
 
 #include "common/env.h"
+#include "common/run_dir.h"
 #include "common/text.h"
 
 namespace fanstore::spank {
@@ -39,13 +40,14 @@ std::string JoinPreload(const std::vector<std::string>& parts) {
 // down cleanly.
 std::string AgentWrapper() {
   const std::string run = std::string("\"$") + kEnvAgentRunDir + "\"";
+  const std::string ready = run_dir::StateName(run_dir::AgentState::kReady);
   // Shell built-ins and the agent only: the user's PATH is not trusted to hold anything.
   return std::string("trap : HUP INT TERM USR2; \"$0\" \"$@\" --local-dir \"$") +
          kEnvAgentLocalDir + "\" --run-dir " + run +
          "; rc=$?; [ $rc -ne 0 ] && [ \"$(\"$0\" --read-state " + run +
-         " 2>/dev/null)\" = ready ] && { echo \"fanstore: this agent ended (status $rc) after it "
-         "was ready; "
-         "the other agents go on\" >&2; exit 0; }; exit $rc";
+         " 2>/dev/null)\" = " + ready +
+         " ] && { echo \"fanstore: this agent ended (status $rc) after it was ready; the other "
+         "agents go on\" >&2; exit 0; }; exit $rc";
 }
 
 }  // namespace
