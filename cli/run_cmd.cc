@@ -45,8 +45,8 @@ std::string Locate(const char* env_name, const std::vector<std::string>& candida
   return candidates.back();
 }
 
-std::string DefaultMount(std::string ds) {
-  while (ds.size() > 1 && ds.back() == '/') ds.pop_back();
+std::string DefaultMount(const std::string& dataset) {
+  const std::string ds = TrimTrailingSlashes(dataset);
   std::string name = ds.substr(ds.rfind('/') + 1);
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".fs") == 0) name.resize(name.size() - 3);
   return "/fanstore/" + name;
@@ -142,7 +142,7 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
       ->type_name("PATH")
       ->transform(CLI::Validator(
           [](std::string& m) -> std::string {
-            while (m.size() > 1 && m.back() == '/') m.pop_back();
+            m = TrimTrailingSlashes(m);
             return IsCleanAbsolutePath(m)
                        ? ""
                        : "must be a clean absolute path other than / (no '.', '..' or '//')";

@@ -1,17 +1,10 @@
 // Option values and the node count (see options.h).
 #include "spank-plugin/options.h"
 
+#include "common/path.h"
 #include "common/text.h"
 
 namespace fanstore::spank {
-namespace {
-
-std::string StripTrailingSlashes(std::string s) {
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
-
-}  // namespace
 
 const char* OptionName(UserOption which) {
   switch (which) {
@@ -35,11 +28,11 @@ Status SetUserOption(UserOptions* opts, UserOption which, const std::string& val
   switch (which) {
     case kOptDataset:
       field = &opts->dataset;
-      v = StripTrailingSlashes(v);
+      v = TrimTrailingSlashes(v);
       break;
     case kOptMount:
       field = &opts->mount;
-      v = StripTrailingSlashes(v);
+      v = TrimTrailingSlashes(v);
       break;
     case kOptReplicas:
       field = &opts->replicas;
