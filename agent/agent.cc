@@ -13,6 +13,7 @@
 #include "agent/exchange.h"
 #include "agent/peer_wire.h"
 #include "agent/placement.h"
+#include "common/env.h"
 #include "common/io.h"
 #include "common/log.h"
 #include "common/private_dir.h"
@@ -96,7 +97,7 @@ Status Agent::Prepare() {
 // Tests hold the agent at a phase (FANSTORE_TEST_PAUSE=staging:MS or exchange:MS) to kill it or
 // its peer there; the log line tells them it got there.
 void Agent::TestPause(const std::string& phase) {
-  const char* v = std::getenv("FANSTORE_TEST_PAUSE");
+  const char* v = std::getenv(env::kTestPause);
   if (!v || std::strncmp(v, phase.c_str(), phase.size()) != 0 || v[phase.size()] != ':') return;
   LOG_WARN("test pause: %s", phase.c_str());
   for (long ms = std::strtol(v + phase.size() + 1, nullptr, 10); ms > 0 && !stop_requested_;

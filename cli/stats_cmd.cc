@@ -103,9 +103,11 @@ int Plot(const nlohmann::json& stats, const std::string& png) {
   std::string script = self + "/../share/fanstore/plot_stats.py";
   if (::access(script.c_str(), R_OK) != 0) script = FANSTORE_INSTALL_DATADIR "/plot_stats.py";
   // The paths go through the environment: no shell quoting to get wrong.
-  ::setenv("FANSTORE_PLOT_SCRIPT", script.c_str(), 1);
-  ::setenv("FANSTORE_PLOT_OUT", png.c_str(), 1);
-  FILE* p = ::popen("exec /usr/bin/python3 \"$FANSTORE_PLOT_SCRIPT\" \"$FANSTORE_PLOT_OUT\"", "w");
+  ::setenv(env::kPlotScript, script.c_str(), 1);
+  ::setenv(env::kPlotOut, png.c_str(), 1);
+  const std::string command =
+      std::string("exec /usr/bin/python3 \"$") + env::kPlotScript + "\" \"$" + env::kPlotOut + "\"";
+  FILE* p = ::popen(command.c_str(), "w");
   if (!p) return Fail(Status::FromErrno("plot: run /usr/bin/python3", errno));
   const std::string text = Dump(stats);
   std::fwrite(text.data(), 1, text.size(), p);

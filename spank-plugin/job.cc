@@ -234,13 +234,14 @@ std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
   const std::string drop[] = {std::string(env::kMount) + "=",   std::string(env::kTable) + "=",
                               std::string(env::kSocket) + "=",  std::string(env::kDisable) + "=",
                               std::string(kEnvAgentStep) + "=", std::string(kEnvJobAgents) + "="};
+  const std::string ld_preload = std::string(env::kLdPreload) + "=";
   for (const auto& e : env) {
     bool skip = e.find(kOptionEnvMarker) != std::string::npos;
     for (const auto& d : drop) skip = skip || StartsWith(e, d.c_str());
     if (skip) continue;
-    if (StartsWith(e, "LD_PRELOAD=")) {
-      const std::string rest = RemovePreload(e.substr(11), preload);
-      if (!rest.empty()) out.push_back("LD_PRELOAD=" + rest);
+    if (StartsWith(e, ld_preload.c_str())) {
+      const std::string rest = RemovePreload(e.substr(ld_preload.size()), preload);
+      if (!rest.empty()) out.push_back(ld_preload + rest);
       continue;
     }
     out.push_back(e);

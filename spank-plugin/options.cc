@@ -1,6 +1,7 @@
 // Option values and the node count (see options.h).
 #include "spank-plugin/options.h"
 
+#include "common/env.h"
 #include "common/path.h"
 #include "common/text.h"
 
@@ -53,7 +54,7 @@ Status SetUserOption(UserOptions* opts, UserOption which, const std::string& val
 Result<uint32_t> ParseNodeCount(const std::optional<std::string>& value) {
   if (!value) return 0u;
   if (auto n = ParseInt(*value, 1, kMaxNodes)) return static_cast<uint32_t>(*n);
-  return Status::InvalidArgument("SLURM_JOB_NUM_NODES='" + value->substr(0, 40) +
+  return Status::InvalidArgument(std::string(env::kSlurmJobNumNodes) + "='" + value->substr(0, 40) +
                                  "' is not a node count");
 }
 
