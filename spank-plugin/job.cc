@@ -123,6 +123,19 @@ std::string ExpandTemplate(const std::string& tmpl, const JobIdentity& id) {
   return out;
 }
 
+std::string TemplateBeforeJob(const std::string& tmpl) {
+  for (size_t i = 0; i + 1 < tmpl.size(); i++) {
+    if (tmpl[i] != '%') continue;
+    if (tmpl[i + 1] != 'j') {
+      i++;  // %%, %n, %u: a '%' that follows is not a sequence of its own
+      continue;
+    }
+    const size_t slash = tmpl.rfind('/', i);
+    return slash == std::string::npos ? "" : slash == 0 ? "/" : tmpl.substr(0, slash);
+  }
+  return tmpl;
+}
+
 bool IsSafeNodeName(const std::string& node) {
   return !node.empty() && node != "." && node != ".." && node.find('/') == std::string::npos &&
          node.find('\0') == std::string::npos;
