@@ -13,6 +13,7 @@
 #include "agent/exchange.h"
 #include "agent/peer_wire.h"
 #include "agent/placement.h"
+#include "common/env.h"
 #include "common/io.h"
 #include "common/log.h"
 #include "common/private_dir.h"
@@ -50,7 +51,7 @@ std::vector<const format::ShardFile*> Pointers(
 
 Agent::Agent(Config cfg) : cfg_(std::move(cfg)) {}
 
-void Agent::WriteStatus(const std::string& state, const std::string& error) {
+void Agent::WriteStatus(AgentState state, const std::string& error) {
   std::lock_guard<std::mutex> w(status_write_mu_);
   {
     std::lock_guard<std::mutex> l(state_mu_);
@@ -69,7 +70,7 @@ Status Agent::Prepare() {
   auto alive = run_dir::HoldAlive(cfg_.run_dir);
   if (!alive.ok()) return alive.status();
   alive_lock_ = std::move(alive).value();
-  WriteStatus("starting", "");
+  WriteStatus(AgentState::kStarting, "");
   StartTicker();
   FS_RETURN_IF_ERROR(EnsureOwnDir(cfg_.local_dir, &created_local_).Prefixed("local directory"));
   have_local_ = true;
@@ -96,7 +97,7 @@ Status Agent::Prepare() {
 // Tests hold the agent at a phase (FANSTORE_TEST_PAUSE=staging:MS or exchange:MS) to kill it or
 // its peer there; the log line tells them it got there.
 void Agent::TestPause(const std::string& phase) {
-  const char* v = std::getenv("FANSTORE_TEST_PAUSE");
+  const char* v = std::getenv(env::kTestPause);
   if (!v || std::strncmp(v, phase.c_str(), phase.size()) != 0 || v[phase.size()] != ':') return;
   LOG_WARN("test pause: %s", phase.c_str());
   for (long ms = std::strtol(v + phase.size() + 1, nullptr, 10); ms > 0 && !stop_requested_;
@@ -203,7 +204,8 @@ void Agent::InitRoles() {
   };
   uc.on_done = [this] {
     cpu_unpacked_ = CpuSeconds();
-    std::string state, error;
+    AgentState state;
+    std::string error;
     {
       std::lock_guard<std::mutex> l(state_mu_);
       state = state_;
@@ -298,7 +300,7 @@ Status Agent::Start() {
     peer_server_.Stop();
     server_.Stop();
     RemoveOwnFiles(/*keep_status=*/true);
-    WriteStatus("failed", st.ToString());
+    WriteStatus(AgentState::kFailed, st.ToString());
     return st;
   }
   cpu_ready_ = CpuSeconds();  // before the prefetch and the unpack start
@@ -322,7 +324,7 @@ Status Agent::Start() {
     cpu_unpacked_ = cpu_ready_.load();
     unpacker_.SetDone();
   }
-  WriteStatus("ready", "");
+  WriteStatus(AgentState::kReady, "");
   return Status::OK();
 }
 

@@ -62,6 +62,7 @@ struct Config {
   std::string peer_addr;          // address or interface for the peer service; "" picks one
 };
 
+using run_dir::AgentState;
 using run_dir::kSocketName;
 using run_dir::kStatusName;
 using run_dir::kTableName;
@@ -113,7 +114,7 @@ class Agent {
   // The remote files and, in lazy mode, the unpacker, once the indexes are known.
   void InitRoles();
   Status PublishTable();
-  void WriteStatus(const std::string& state, const std::string& error);
+  void WriteStatus(AgentState state, const std::string& error);
   void TestPause(const std::string& phase);
 
   // Staging (stage_plan.cc).
@@ -206,7 +207,8 @@ class Agent {
   std::atomic<bool> serving_{false};  // peers are served once the share is staged
   bool created_local_ = false, created_run_ = false;
   bool have_local_ = false, have_run_ = false;  // ensured (created, or given and checked)
-  std::string state_ = "starting", error_;
+  AgentState state_ = AgentState::kStarting;
+  std::string error_;
   mutable std::mutex state_mu_;
 
   // Counters.

@@ -54,13 +54,13 @@ Status AppendLine(const std::string& path, std::string line) {
 // to the peak at 1.33M files, for no gain in time.) FANSTORE_AGENT_MALLOC=0 keeps glibc's
 // defaults.
 void TuneAllocator(char** argv) {
-  if (std::getenv("FANSTORE_AGENT_MALLOC")) return;  // tuned already, or opted out
+  if (std::getenv(env::kAgentMalloc)) return;  // tuned already, or opted out
   std::string tunables = "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1";
-  if (const char* user = std::getenv("GLIBC_TUNABLES"); user && *user)
+  if (const char* user = std::getenv(env::kGlibcTunables); user && *user)
     tunables += std::string(":") + user;  // the user's win
   // The marker first: without it the new image would re-execute itself again.
-  if (::setenv("FANSTORE_AGENT_MALLOC", "1", 1) != 0 ||
-      ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0)
+  if (::setenv(env::kAgentMalloc, "1", 1) != 0 ||
+      ::setenv(env::kGlibcTunables, tunables.c_str(), 1) != 0)
     return;
   // By its own path, not /proc/self/exe, so that the process keeps its name (ps, pgrep).
   char self[PATH_MAX];
@@ -186,9 +186,10 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
 
 // What the launcher left unsaid: the job id and the node's name from the environment.
 void FillDefaults(Config* cfg) {
-  if (cfg->job_id.empty() && std::getenv("SLURM_JOB_ID")) cfg->job_id = std::getenv("SLURM_JOB_ID");
+  if (const char* job = std::getenv(env::kSlurmJobId); cfg->job_id.empty() && job)
+    cfg->job_id = job;
   if (cfg->node_name.empty()) {
-    const char* n = std::getenv("SLURMD_NODENAME");
+    const char* n = std::getenv(env::kSlurmdNodeName);
     char host[256] = "localhost";
     if (!n) ::gethostname(host, sizeof host - 1);
     cfg->node_name = n ? n : host;
@@ -267,8 +268,7 @@ int ReadStateMain(int argc, char** argv) {
     std::fprintf(stderr, "fanstore-agent: %s\n", st.status().ToString().c_str());
     return 1;
   }
-  static const char* const kWords[] = {"starting", "staging", "ready", "failed"};
-  std::printf("%s\n", kWords[static_cast<int>(st->state)]);
+  std::printf("%s\n", run_dir::StateName(st->state));
   return 0;
 }
 
@@ -284,9 +284,9 @@ int Main(int argc, char** argv) {
   FillDefaults(&cfg);
   // The agent never runs through its own interception library.
   ::setenv(env::kDisable, "1", 1);
-  ::unsetenv("LD_PRELOAD");
+  ::unsetenv(env::kLdPreload);
   // In a Slurm job the agent runs as the job user; root there means a broken launch.
-  if (::geteuid() == 0 && std::getenv("SLURM_JOB_ID") && !std::getenv("FANSTORE_ALLOW_ROOT")) {
+  if (::geteuid() == 0 && std::getenv(env::kSlurmJobId) && !std::getenv(env::kAllowRoot)) {
     std::fprintf(
         stderr,
         "fanstore-agent: refusing to run as root in a Slurm job; agents run as the job user\n");

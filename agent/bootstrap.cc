@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/env.h"
 #include "common/log.h"
 
 namespace fanstore::agent {
@@ -34,7 +35,7 @@ class Pmix : public Bootstrap {
   Status Init() {
     // The default store (gds ds21) fails above about 4 MB per value and takes the step's PMIx
     // server down with it; the hash store has no such limit (see SLURM-TESTBED.md).
-    ::setenv("PMIX_MCA_gds", "hash", 1);
+    ::setenv(env::kPmixMcaGds, "hash", 1);
     pmix_status_t rc = PMIx_Init(&me_, nullptr, 0);
     if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Init", rc));
     inited_ = true;
@@ -105,7 +106,7 @@ class Pmix : public Bootstrap {
 
 Result<std::unique_ptr<Bootstrap>> MakeBootstrap(const std::string& kind) {
   bool pmix = kind == "pmix" ||
-              (kind == "auto" && (std::getenv("PMIX_RANK") || std::getenv("PMIX_NAMESPACE")));
+              (kind == "auto" && (std::getenv(env::kPmixRank) || std::getenv(env::kPmixNamespace)));
   if (kind != "pmix" && kind != "auto" && kind != "single")
     return Status::InvalidArgument("unknown bootstrap '" + kind + "' (auto, single or pmix)");
   if (!pmix) return std::unique_ptr<Bootstrap>(new Single);

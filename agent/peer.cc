@@ -20,6 +20,7 @@
 
 #include "agent/peer_io.h"
 #include "agent/peer_wire.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
 
@@ -181,7 +182,7 @@ Result<std::string> PeerListenAddress(const std::string& want) {
                                    "' is neither an IPv4 address nor an interface of this node");
   }
   // The interface the job uses: the one the kernel routes to the launch node through.
-  const char* launch = std::getenv("SLURM_LAUNCH_NODE_IPADDR");
+  const char* launch = std::getenv(env::kSlurmLaunchNodeIpaddr);
   struct sockaddr_in sa = {};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(9);

@@ -23,7 +23,7 @@ Reply Agent::Handle(proto::Op op, const std::string& payload, UniqueFD passed) {
 Reply Agent::Open(const std::string& path) {
   {
     std::lock_guard<std::mutex> l(state_mu_);
-    if (state_ != "ready") return Reply{EAGAIN, "", -1};
+    if (state_ != AgentState::kReady) return Reply{EAGAIN, "", -1};
   }
   const table::Entry* te = view_.Lookup(path);
   if (te) te = &view_.Target(*te);  // a hard link opens its file
@@ -57,7 +57,7 @@ Reply Agent::Open(const std::string& path) {
 Reply Agent::ServeView(UniqueFD dev) {
   {
     std::lock_guard<std::mutex> l(state_mu_);
-    if (state_ != "ready") return Reply{EAGAIN, "the agent is not serving yet", -1};
+    if (state_ != AgentState::kReady) return Reply{EAGAIN, "the agent is not serving yet", -1};
   }
   Status st = kernel_view_.Serve(std::move(dev));
   if (!st.ok()) {

@@ -57,7 +57,7 @@ Status Agent::ChooseUnpack() {
 // Meanwhile this node's shards are opened (their indexes read) and the share checked against
 // the free space; eager unpack needs the indexes and starts after.
 Status Agent::OpenAndPlan(Result<Shards>* shards) {
-  WriteStatus("staging", "");
+  WriteStatus(AgentState::kStaging, "");
   FS_RETURN_IF_ERROR(ChooseUnpack());
   if (lazy_) FS_RETURN_IF_ERROR(StageAsync(nullptr));
   // Eager unpack stages from the entries: parsed here, several shards at once.
@@ -67,7 +67,7 @@ Status Agent::OpenAndPlan(Result<Shards>* shards) {
   FS_RETURN_IF_ERROR(DigestShards(**shards, &share));
   bool lazy_fits = true;
   FS_RETURN_IF_ERROR(PlanStage(**shards, share, &lazy_fits));
-  WriteStatus("staging", "");  // with the totals now known
+  WriteStatus(AgentState::kStaging, "");  // with the totals now known
   if (lazy_fits) return Status::OK();
   // The estimate let the copy start, the exact share does not fit beside it: unpack eagerly.
   LOG_WARN("this node's shard copies and files do not fit side by side in %s; unpacking eagerly",

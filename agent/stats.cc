@@ -64,7 +64,7 @@ void Agent::Tick() {
   std::lock_guard<std::mutex> w(status_write_mu_);
   {
     std::lock_guard<std::mutex> l(state_mu_);
-    if (state_ != "staging") return;
+    if (state_ != AgentState::kStaging) return;
   }
   Status st = WriteFileAtomic(cfg_.run_dir + "/" + kStatusName, StatusJson() + "\n", 0600);
   if (!st.ok()) LOG_ERROR("%s", st.ToString().c_str());
@@ -98,7 +98,7 @@ std::string Agent::StatusJson() const {
   nlohmann::json j;
   {
     std::lock_guard<std::mutex> l(state_mu_);
-    j["state"] = state_;
+    j["state"] = run_dir::StateName(state_);
     if (!error_.empty()) j["error"] = error_;
   }
   j["unpacked"] = unpacker_.done();
@@ -125,7 +125,7 @@ std::string Agent::StatsJson(bool series) const {
   nlohmann::json j;
   {
     std::lock_guard<std::mutex> l(state_mu_);
-    j["state"] = state_;
+    j["state"] = run_dir::StateName(state_);
   }
   j["node"] = cfg_.node_name;
   j["rank"] = boot_ ? boot_->rank() : 0;

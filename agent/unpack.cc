@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "common/env.h"
 #include "common/io.h"
 #include "common/log.h"
 #include "common/thread_pool.h"
@@ -155,7 +156,7 @@ void Unpacker::Loop() {
   auto t0 = Clock::now();
   LowerThreadPriority();
   // Tests hold the background pass back to exercise unpacking on first open.
-  if (const char* d = std::getenv("FANSTORE_TEST_UNPACK_DELAY_MS"))
+  if (const char* d = std::getenv(env::kTestUnpackDelayMs))
     for (long ms = std::strtol(d, nullptr, 10); ms > 0 && !stop_; ms -= 10) ::usleep(10000);
   bool ok = true;
   {

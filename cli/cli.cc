@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <utility>
+
+#include "common/path.h"
 
 namespace fanstore::cli {
 
@@ -39,7 +42,7 @@ std::string SelfDir() {
 
 std::string DatasetPath(std::string p) {
   while (!p.empty() && p.front() == '/') p.erase(0, 1);
-  while (!p.empty() && p.back() == '/') p.pop_back();
+  p = TrimTrailingSlashes(std::move(p));  // (no lone "/" is left to keep)
   if (p == ".") p.clear();
   return p;
 }

@@ -1,18 +1,13 @@
 // `fanstore doctor`: checks that a node can run FanStore jobs, before the first one does. Each
 // check prints one line, `ok`, `warn` or `FAIL`, and for a problem says what is wrong and what to
-// do. Exit 0 when nothing FAILs, 1 otherwise.
+// do. Exit 0 when nothing FAILs, 1 otherwise. Here: the report, and the checks of the node
+// (MUNGE, PMIx, the local directory, the kernel, the limits); the plugin's are in doctor_plugin.cc.
 #include <dirent.h>
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <glob.h>
 #include <munge.h>
-#include <poll.h>
-#include <pwd.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,62 +21,37 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli.h"
+#include "cli/doctor.h"
 #include "common/io.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
-#ifdef FANSTORE_HAVE_SPANK_CONFIG
-#include "spank-plugin/config.h"
-#endif
+#include "spank-plugin/job.h"
+#include "spank-plugin/node.h"
+#include "spank-plugin/proc.h"
 
-namespace fanstore::cli {
-namespace {
+namespace fanstore::cli::doctor {
 
-constexpr const char* kPluginFile = "spank_fanstore.so";
-constexpr uint64_t kLowSpace = 10ull << 30;  // below this a large dataset will not fit
-constexpr uint64_t kLowInodes = 1000000;     // datasets of small files are staged as files
-constexpr rlim_t kLowNofile = 65536;         // the agent keeps a descriptor per open shard
+bool Report::Failed() const {
+  for (const Check& c : checks_)
+    if (c.status == "FAIL") return true;
+  return false;
+}
 
-struct Check {
-  std::string name, status, detail, fix;
-};
-
-class Report {
- public:
-  void Add(std::string name, const char* status, std::string detail, std::string fix = "") {
-    checks_.push_back({std::move(name), status, std::move(detail), std::move(fix)});
-  }
-  void Ok(std::string name, std::string detail) { Add(std::move(name), "ok", std::move(detail)); }
-  void Warn(std::string name, std::string detail, std::string fix) {
-    Add(std::move(name), "warn", std::move(detail), std::move(fix));
-  }
-  void Fail(std::string name, std::string detail, std::string fix) {
-    Add(std::move(name), "FAIL", std::move(detail), std::move(fix));
-  }
-  bool Failed() const {
-    for (const Check& c : checks_)
-      if (c.status == "FAIL") return true;
-    return false;
-  }
-  void Print(bool json, bool quiet) const {
-    nlohmann::json out = nlohmann::json::array();
-    for (const Check& c : checks_) {
-      if (quiet && c.status == "ok") continue;
-      if (json) {
-        out.push_back({{"check", c.name}, {"status", c.status}, {"detail", c.detail}});
-        if (!c.fix.empty()) out.back()["fix"] = c.fix;
-        continue;
-      }
-      std::printf("%-4s  %-12s %s%s%s\n", c.status.c_str(), c.name.c_str(), c.detail.c_str(),
-                  c.fix.empty() ? "" : ". Fix: ", c.fix.c_str());
+void Report::Print(bool json, bool quiet) const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Check& c : checks_) {
+    if (quiet && c.status == "ok") continue;
+    if (json) {
+      out.push_back({{"check", c.name}, {"status", c.status}, {"detail", c.detail}});
+      if (!c.fix.empty()) out.back()["fix"] = c.fix;
+      continue;
     }
-    if (json)
-      std::printf("%s\n",
-                  out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%-4s  %-12s %s%s%s\n", c.status.c_str(), c.name.c_str(), c.detail.c_str(),
+                c.fix.empty() ? "" : ". Fix: ", c.fix.c_str());
   }
-
- private:
-  std::vector<Check> checks_;
-};
+  if (json)
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+}
 
 std::string Dirname(const std::string& p) {
   const size_t slash = p.rfind('/');
@@ -89,167 +59,27 @@ std::string Dirname(const std::string& p) {
   return slash == 0 ? "/" : p.substr(0, slash);
 }
 
-std::string Basename(const std::string& p) {
-  const size_t slash = p.rfind('/');
-  return slash == std::string::npos ? p : p.substr(slash + 1);
-}
-
 bool Exists(const std::string& p) {
   struct stat st;
   return ::stat(p.c_str(), &st) == 0;
 }
 
-// ---- plugstack.conf ----------------------------------------------------------------------
-
-struct PluginLine {
-  std::string where;  // FILE:LINE
-  std::string kind;   // required or optional
-  std::string so;     // the plugin path, resolved against Slurm's plugin directory
-  std::vector<std::string> args;
-};
-
-struct Plugstack {
-  std::vector<PluginLine> lines;      // those naming spank_fanstore.so
-  std::vector<std::string> problems;  // unreadable files, includes nested too deep
-};
-
-// Reads `file` as Slurm does: `required|optional PLUGIN ARGS...` and `include GLOB` lines,
-// '#' starting a comment. Includes are followed, relative ones from the file's directory.
-void ScanPlugstack(const std::string& file, int depth, Plugstack* ps) {
-  auto text = ReadSmallFile(file, 1 << 20);
-  if (!text.ok()) {
-    ps->problems.push_back(text.status().ToString());
-    return;
-  }
-  int n = 0;
-  for (std::string_view line : Split(*text, '\n')) {
-    n++;
-    if (const size_t hash = line.find('#'); hash != std::string_view::npos)
-      line = line.substr(0, hash);
-    std::vector<std::string> words;
-    for (std::string_view w : Split(line, ' '))
-      for (std::string_view v : Split(w, '\t')) words.emplace_back(v);
-    if (words.empty()) continue;
-    if (words[0] == "include" && words.size() >= 2) {
-      if (depth >= 8) {
-        ps->problems.push_back(file + ":" + std::to_string(n) + ": includes nest too deep");
-        continue;
-      }
-      const std::string pattern = words[1][0] == '/' ? words[1] : Dirname(file) + "/" + words[1];
-      glob_t g{};
-      if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) ScanPlugstack(g.gl_pathv[i], depth + 1, ps);
-      ::globfree(&g);
-      continue;
-    }
-    if ((words[0] == "required" || words[0] == "optional") && words.size() >= 2 &&
-        Basename(words[1]) == kPluginFile) {
-      PluginLine pl;
-      pl.where = file + ":" + std::to_string(n);
-      pl.kind = words[0];
-      pl.so =
-          words[1][0] == '/' ? words[1] : std::string(FANSTORE_SLURM_PLUGIN_DIR) + "/" + words[1];
-      pl.args.assign(words.begin() + 2, words.end());
-      ps->lines.push_back(std::move(pl));
-    }
-  }
-}
-
-// Runs argv (no shell) and returns its standard output and error, or nothing when it cannot
-// start; a command still running after `seconds` is killed.
-std::optional<std::string> RunCapture(const std::vector<std::string>& argv, int seconds) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return std::nullopt;
-  UniqueFD rd(p[0]), wr(p[1]);
-  const pid_t pid = ::fork();
-  if (pid < 0) return std::nullopt;
-  if (pid == 0) {
-    ::dup2(wr.get(), 1);
-    ::dup2(wr.get(), 2);
-    std::vector<char*> av;
-    for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
-    av.push_back(nullptr);
-    ::execv(av[0], av.data());
-    ::_exit(127);
-  }
-  wr.Reset();
+std::optional<std::string> Output(const std::vector<std::string>& argv) {
+  // Through a shell for its 2>&1: srun says some things on its standard error.
+  std::vector<std::string> sh = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1"};
+  sh.insert(sh.end(), argv.begin(), argv.end());
   std::string out;
-  char buf[4096];
-  struct pollfd pfd = {rd.get(), POLLIN, 0};
-  while (::poll(&pfd, 1, seconds * 1000) > 0) {
-    const ssize_t r = ::read(rd.get(), buf, sizeof buf);
-    if (r <= 0) break;
-    out.append(buf, static_cast<size_t>(r));
-  }
-  ::kill(pid, SIGKILL);  // harmless when it has ended; it is still our unreaped child
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && out.empty()) return std::nullopt;
+  const Result<int> rc = spank::RunCapture(sh, spank::ProcessEnvironment(), nullptr, 10000, &out);
+  // 126 and 127: the shell could not run it (not executable, not there).
+  if (!rc.ok() || rc.value() == 126 || rc.value() == 127) return std::nullopt;
   return out;
 }
 
-// "22.05.8" from srun --version ("slurm-wlm 22.05.8" or "slurm 23.02.1", perhaps after error
-// lines of its own); empty when unknown.
-std::string SlurmVersion(const std::string& srun) {
-  auto out = RunCapture({srun, "--version"}, 10);
-  if (!out) return "";
-  for (const auto& line : Split(*out, '\n')) {
-    const std::string_view l(line);
-    const size_t sp = l.find(' ');
-    if (l.rfind("slurm", 0) != 0 || sp == std::string_view::npos) continue;
-    std::string v(l.substr(sp + 1));
-    while (!v.empty() && v.back() == ' ') v.pop_back();
-    return v;
-  }
-  return "";
-}
+namespace {
 
-// Loads the plugin in a child process (a plugin that crashes on load takes only the child down)
-// and reads its name and the Slurm version it was built for. Returns an error text, or "".
-std::string LoadPlugin(const std::string& so, std::string* name, unsigned* version) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return std::strerror(errno);
-  UniqueFD rd(p[0]), wr(p[1]);
-  const pid_t pid = ::fork();
-  if (pid < 0) return std::strerror(errno);
-  if (pid == 0) {
-    // Slurm's own symbols (slurm_*) are resolved by the loading program: lazily, they need not be.
-    void* h = ::dlopen(so.c_str(), RTLD_LAZY | RTLD_LOCAL);
-    std::string msg;
-    if (!h) {
-      msg = std::string("E") + ::dlerror();
-    } else {
-      const auto* n = static_cast<const char*>(::dlsym(h, "plugin_name"));
-      const auto* v = static_cast<const unsigned*>(::dlsym(h, "plugin_version"));
-      if (!n || !v || !::dlsym(h, "slurm_spank_init"))
-        msg = "Eit is not a SPANK plugin (no plugin_name, plugin_version or slurm_spank_init)";
-      else
-        msg = "V" + std::to_string(*v) + " " + n;
-    }
-    (void)WriteFull(wr.get(), msg.data(), msg.size(), "pipe");
-    ::_exit(0);
-  }
-  wr.Reset();
-  std::string msg;
-  char buf[1024];
-  for (ssize_t r; (r = ::read(rd.get(), buf, sizeof buf)) > 0;) msg.append(buf, r);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (msg.empty())
-    return WIFSIGNALED(status)
-               ? "loading it crashed (signal " + std::to_string(WTERMSIG(status)) + ")"
-               : "loading it failed";
-  if (msg[0] == 'E') return msg.substr(1);
-  const size_t sp = msg.find(' ');
-  *version = static_cast<unsigned>(std::strtoul(msg.c_str() + 1, nullptr, 10));
-  *name = msg.substr(sp + 1);
-  return "";
-}
-
-std::string VersionText(unsigned v) {
-  return std::to_string(v >> 16) + "." + (((v >> 8) & 0xff) < 10 ? "0" : "") +
-         std::to_string((v >> 8) & 0xff) + "." + std::to_string(v & 0xff);
-}
+constexpr uint64_t kLowSpace = 10ull << 30;  // below this a large dataset will not fit
+constexpr uint64_t kLowInodes = 1000000;     // datasets of small files are staged as files
+constexpr rlim_t kLowNofile = 65536;         // the agent keeps a descriptor per open shard
 
 struct Options {
   std::string plugstack = "/etc/slurm/plugstack.conf";
@@ -257,129 +87,6 @@ struct Options {
   std::string munge_socket;
   bool json = false, quiet = false;
 };
-
-// What the checks after the plugin's need from its line (or its defaults).
-struct PluginSettings {
-  std::string local_dir = "/tmp", srun = "/usr/bin/srun", mount_prefix = "/fanstore";
-  bool kernel_view = true;
-};
-
-// The plugin checks; fills *ps from the plugin's line when it parses.
-void CheckPlugin(const Options& o, Report* r, PluginSettings* settings) {
-  const std::string add_line = "add the line 'required " + std::string(FANSTORE_SLURM_PLUGIN_DIR) +
-                               "/" + kPluginFile + "' to " + o.plugstack +
-                               " or to a file it includes (see the admin guide)";
-  if (!Exists(o.plugstack)) {
-    r->Fail("plugin", o.plugstack + " does not exist, so Slurm loads no SPANK plugin", add_line);
-    return;
-  }
-  Plugstack ps;
-  ScanPlugstack(o.plugstack, 0, &ps);
-  for (const std::string& p : ps.problems)
-    r->Warn("plugstack", "cannot read " + p, "make it readable by every user (Slurm reads it)");
-  if (ps.lines.empty()) {
-    // A snippet beside plugstack.conf that it does not include is the usual mistake.
-    Plugstack beside;
-    const std::string dir = Dirname(o.plugstack) + "/plugstack.conf.d";
-    glob_t g{};
-    if (::glob((dir + "/*.conf").c_str(), 0, nullptr, &g) == 0)
-      for (size_t i = 0; i < g.gl_pathc; i++) ScanPlugstack(g.gl_pathv[i], 8, &beside);
-    ::globfree(&g);
-    if (!beside.lines.empty())
-      r->Fail("plugin",
-              beside.lines[0].where + " names " + kPluginFile + " but " + o.plugstack +
-                  " does not include it",
-              "add the line 'include " + dir + "/*.conf' to " + o.plugstack);
-    else
-      r->Fail("plugin",
-              "no line of " + o.plugstack + " (or the files it includes) names " + kPluginFile +
-                  ": the --fanstore option does not exist",
-              add_line);
-    return;
-  }
-  const PluginLine& pl = ps.lines[0];
-#ifdef FANSTORE_HAVE_SPANK_CONFIG
-  auto config = spank::ParseConfig(pl.args);
-  if (config.ok()) {
-    settings->local_dir = config->local_dir;
-    settings->srun = config->srun;
-    settings->mount_prefix = config->mount_prefix;
-    settings->kernel_view = config->kernel_view;
-  }
-#endif
-  if (ps.lines.size() > 1) {
-    r->Fail("plugin",
-            kPluginFile + std::string(" is named twice (") + pl.where + " and " +
-                ps.lines[1].where + "): Slurm refuses the second --fanstore option",
-            "keep one of the lines");
-  }
-  struct stat st;
-  const bool exists = ::stat(pl.so.c_str(), &st) == 0;
-  UniqueFD fd(::open(pl.so.c_str(), O_RDONLY | O_CLOEXEC));
-  const int open_errno = errno;
-  char magic[4] = {};
-  constexpr char kElf[4] = {0x7f, 'E', 'L', 'F'};
-  if (!exists) {
-    r->Fail("plugin", pl.where + " names " + pl.so + ", which does not exist",
-            "install the FanStore SPANK plugin there, or correct the path in " + pl.where);
-  } else if (!fd.valid()) {
-    r->Fail("plugin", "cannot read " + pl.so + ": " + std::strerror(open_errno),
-            "make it readable (chmod 0644 " + pl.so + ")");
-  } else if (::read(fd.get(), magic, 4) != 4 || std::memcmp(magic, kElf, 4) != 0) {
-    r->Fail("plugin", pl.so + " is not a shared library (no ELF header)",
-            "reinstall the FanStore SPANK plugin");
-  } else {
-    std::string name;
-    unsigned built_for = 0;
-    const std::string err = LoadPlugin(pl.so, &name, &built_for);
-    if (!err.empty()) {
-      r->Fail("plugin", pl.so + " does not load: " + err,
-              "install its missing libraries (ldd " + pl.so + "), or rebuild it on this system");
-    } else {
-      std::string detail = pl.so + " (plugin '" + name + "', built for Slurm " +
-                           VersionText(built_for) + ") is named at " + pl.where;
-      // Slurm refuses a plugin built for another major.minor release.
-      const std::string node_slurm = Exists(settings->srun) ? SlurmVersion(settings->srun) : "";
-      const std::string built = VersionText(built_for);
-      if (!node_slurm.empty() &&
-          node_slurm.compare(0, built.rfind('.') + 1, built, 0, built.rfind('.') + 1) != 0)
-        r->Fail("plugin",
-                detail + ", but this node runs Slurm " + node_slurm +
-                    ", which refuses a plugin of another release",
-                "rebuild FanStore against this Slurm (libslurm-dev " + node_slurm + ")");
-      else if (pl.kind == "optional")
-        r->Warn("plugin",
-                detail +
-                    " as optional: a job can start without it, and then its agents"
-                    " are never torn down",
-                "write 'required' instead of 'optional' at " + pl.where);
-      else
-        r->Ok("plugin", detail);
-    }
-  }
-#ifdef FANSTORE_HAVE_SPANK_CONFIG
-  if (!config.ok()) {
-    r->Fail("plugin-args", pl.where + ": " + config.status().message() + "; every job fails",
-            "correct the arguments at " + pl.where);
-    return;
-  }
-  std::string missing;
-  for (const auto& [key, path] :
-       {std::pair{"agent", config->agent}, {"preload", config->preload}, {"srun", config->srun}})
-    if (!Exists(path)) missing += std::string(missing.empty() ? "" : ", ") + key + "=" + path;
-  if (!missing.empty())
-    r->Fail("plugin-args", "the plugin's programs are missing on this node: " + missing,
-            "install FanStore on this node, or give their paths at " + pl.where);
-  else
-    r->Ok("plugin-args", "arguments parse; agent " + config->agent + ", preload " +
-                             config->preload + ", local_dir " + config->local_dir);
-#else
-  (void)settings;
-  (void)srun;
-  r->Warn("plugin-args", "not checked: this fanstore was built without the SPANK plugin",
-          "build FanStore with libslurm-dev installed");
-#endif
-}
 
 // ---- MUNGE -------------------------------------------------------------------------------
 
@@ -450,7 +157,7 @@ void CheckPmix(const std::string& srun, Report* r) {
             "run fanstore doctor where srun is installed, or give srun= on the plugin line");
     return;
   }
-  auto out = RunCapture({srun, "--mpi=list"}, 10);
+  auto out = Output({srun, "--mpi=list"});
   if (!out) {
     r->Warn("slurm-mpi", "cannot run " + srun + " --mpi=list", "check that srun works");
   } else if (out->find("pmix") == std::string::npos) {
@@ -489,36 +196,28 @@ const char* NetworkFsName(long type) {
   }
 }
 
-// local_dir with %u (this user), %n (this host) and %% put in; a component holding %j is
-// dropped, with everything after it (the job's part does not exist before the job).
-std::string ExpandLocalDir(const std::string& tmpl, bool* per_job) {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::string node = host;
-  node = node.substr(0, node.find('.'));
-  const struct passwd* pw = ::getpwuid(::getuid());
-  const std::string user = pw ? pw->pw_name : std::to_string(::getuid());
-  std::string out;
-  *per_job = false;
-  for (size_t i = 0; i < tmpl.size(); i++) {
-    if (tmpl[i] != '%' || i + 1 == tmpl.size()) {
-      out += tmpl[i];
-      continue;
-    }
-    const char c = tmpl[++i];
-    if (c == 'j') {
-      *per_job = true;
-      const size_t slash = out.rfind('/');
-      return slash == 0 ? "/" : out.substr(0, slash);
-    }
-    out += c == 'u' ? user : c == 'n' ? node : std::string(1, c);
+// The part of the local_dir= template that exists before a job, expanded as the plugin does for
+// this user on this node; nothing after a FAIL when the node has no name the plugin can use.
+std::optional<std::string> ExpandLocalDir(const std::string& tmpl, Report* r) {
+  spank::JobIdentity id;
+  id.uid = ::getuid();
+  const Result<std::string> user = spank::UserName(id.uid);
+  id.user = user.ok() ? user.value() : std::to_string(id.uid);
+  const Result<std::string> node = spank::NodeName();
+  if (!node.ok()) {
+    r->Fail("local-dir", node.status().message() + ": the plugin fails every job on this node",
+            "give the node a name without '/' (slurm.conf NodeName=)");
+    return std::nullopt;
   }
-  return out;
+  id.node = node.value();
+  return spank::ExpandTemplate(spank::TemplateBeforeJob(tmpl), id);
 }
 
 void CheckLocalDir(const std::string& tmpl, Report* r) {
-  bool per_job = false;
-  const std::string dir = ExpandLocalDir(tmpl, &per_job);
+  const std::optional<std::string> expanded = ExpandLocalDir(tmpl, r);
+  if (!expanded) return;
+  const std::string& dir = *expanded;
+  const bool per_job = spank::TemplateBeforeJob(tmpl) != tmpl;
   const std::string name = dir == tmpl ? dir : dir + " (from " + tmpl + ")";
   struct stat st;
   std::string probe_dir = dir;  // the directory whose file system is measured
@@ -590,7 +289,7 @@ void CheckLocalDir(const std::string& tmpl, Report* r) {
 
 // ---- kernel features and limits -------------------------------------------------------------
 
-void CheckKernel(const PluginSettings& ps, Report* r) {
+void CheckKernel(const spank::Config& ps, Report* r) {
   const std::string lost =
       ": tasks get no kernel-visible view (static binaries, exec and dlopen of dataset files, "
       "containers); the interception library still serves them";
@@ -688,6 +387,9 @@ void CheckLimits(Report* r) {
 }
 
 }  // namespace
+}  // namespace fanstore::cli::doctor
+
+namespace fanstore::cli {
 
 int CmdDoctor(int argc, char** argv) {
   CLI::App app(
@@ -697,7 +399,7 @@ int CmdDoctor(int argc, char** argv) {
       "fanstore doctor");
   Configure(app);
   app.footer("Exit status: 0 when no check FAILs, 1 otherwise, 2 usage error.");
-  Options o;
+  doctor::Options o;
   app.add_option("--plugstack", o.plugstack,
                  "Slurm's plugstack.conf; the files it includes are read too")
       ->type_name("FILE")
@@ -712,18 +414,14 @@ int CmdDoctor(int argc, char** argv) {
   app.add_flag("-q,--quiet", o.quiet, "print only the checks that warn or FAIL");
   if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
 
-  Report r;
-  PluginSettings settings;  // the plugin's defaults
-#ifdef FANSTORE_HAVE_SPANK_CONFIG
-  settings.local_dir = spank::DefaultConfig().local_dir;
-  settings.srun = spank::DefaultConfig().srun;
-#endif
-  CheckPlugin(o, &r, &settings);
-  CheckMunge(o, &r);
-  CheckPmix(settings.srun, &r);
-  CheckLocalDir(o.local_dir.empty() ? settings.local_dir : o.local_dir, &r);
-  CheckKernel(settings, &r);
-  CheckLimits(&r);
+  doctor::Report r;
+  spank::Config settings = spank::DefaultConfig();  // the plugin's line's, once it parses
+  doctor::CheckPlugin(o.plugstack, &r, &settings);
+  doctor::CheckMunge(o, &r);
+  doctor::CheckPmix(settings.srun, &r);
+  doctor::CheckLocalDir(o.local_dir.empty() ? settings.local_dir : o.local_dir, &r);
+  doctor::CheckKernel(settings, &r);
+  doctor::CheckLimits(&r);
   r.Print(o.json, o.quiet);
   return r.Failed() ? kExitBad : kExitOk;
 }

@@ -45,8 +45,8 @@ std::string Locate(const char* env_name, const std::vector<std::string>& candida
   return candidates.back();
 }
 
-std::string DefaultMount(std::string ds) {
-  while (ds.size() > 1 && ds.back() == '/') ds.pop_back();
+std::string DefaultMount(const std::string& dataset) {
+  const std::string ds = TrimTrailingSlashes(dataset);
   std::string name = ds.substr(ds.rfind('/') + 1);
   if (name.size() > 3 && name.compare(name.size() - 3, 3, ".fs") == 0) name.resize(name.size() - 3);
   return "/fanstore/" + name;
@@ -142,7 +142,7 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
       ->type_name("PATH")
       ->transform(CLI::Validator(
           [](std::string& m) -> std::string {
-            while (m.size() > 1 && m.back() == '/') m.pop_back();
+            m = TrimTrailingSlashes(m);
             return IsCleanAbsolutePath(m)
                        ? ""
                        : "must be a clean absolute path other than / (no '.', '..' or '//')";
@@ -177,7 +177,7 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
   o->ds = Absolute(o->ds);
   if (o->mount.empty()) o->mount = DefaultMount(o->ds);
   if (o->local_parent.empty()) {
-    const char* t = std::getenv("TMPDIR");
+    const char* t = std::getenv(env::kTmpdir);
     o->local_parent = t && *t ? t : "/tmp";
   }
   return -1;
@@ -186,19 +186,18 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
 // The agent binary and the interception library; false (after a message) when one is missing.
 bool FindTools(std::string* agent, std::string* preload) {
   const std::string self = SelfDir();
-  *agent = Locate("FANSTORE_AGENT",
-                  {self + "/fanstore-agent", FANSTORE_INSTALL_BINDIR "/fanstore-agent"});
-  *preload = Locate("FANSTORE_PRELOAD", {self + "/../lib/libfanstore_preload.so",
-                                         FANSTORE_INSTALL_LIBDIR "/libfanstore_preload.so"});
+  *agent =
+      Locate(env::kRunAgent, {self + "/fanstore-agent", FANSTORE_INSTALL_BINDIR "/fanstore-agent"});
+  *preload = Locate(env::kRunPreload, {self + "/../lib/libfanstore_preload.so",
+                                       FANSTORE_INSTALL_LIBDIR "/libfanstore_preload.so"});
   if (::access(agent->c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "fanstore: run: agent %s not found (set FANSTORE_AGENT)\n",
-                 agent->c_str());
+    std::fprintf(stderr, "fanstore: run: agent %s not found (set %s)\n", agent->c_str(),
+                 env::kRunAgent);
     return false;
   }
   if (::access(preload->c_str(), R_OK) != 0) {
-    std::fprintf(stderr,
-                 "fanstore: run: interception library %s not found (set FANSTORE_PRELOAD)\n",
-                 preload->c_str());
+    std::fprintf(stderr, "fanstore: run: interception library %s not found (set %s)\n",
+                 preload->c_str(), env::kRunPreload);
     return false;
   }
   return true;
@@ -294,7 +293,7 @@ int Run::StartAgent(const std::string& agent) {
   agent_pid_ = ::fork();
   if (agent_pid_ == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive `fanstore run`
-    ::unsetenv("LD_PRELOAD");
+    ::unsetenv(env::kLdPreload);
     ::setenv(env::kDisable, "1", 1);
     std::vector<const char*> av = {
         agent.c_str(), "--dataset",      o_.ds.c_str(),    "--local-dir",    local_dir_.c_str(),
@@ -364,9 +363,9 @@ int Run::RunCommand(const std::string& preload) {
     ::setpgid(0, 0);
     for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);
     // After what is already preloaded: a sanitizer runtime must stay first.
-    const char* old = std::getenv("LD_PRELOAD");
+    const char* old = std::getenv(env::kLdPreload);
     std::string lp = old && *old ? std::string(old) + ":" + preload : preload;
-    ::setenv("LD_PRELOAD", lp.c_str(), 1);
+    ::setenv(env::kLdPreload, lp.c_str(), 1);
     ::setenv(env::kMount, o_.mount.c_str(), 1);
     ::setenv(env::kTable, (run_dir_ + "/" + run_dir::kTableName).c_str(), 1);
     ::setenv(env::kSocket, (run_dir_ + "/" + run_dir::kSocketName).c_str(), 1);

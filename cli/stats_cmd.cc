@@ -16,6 +16,7 @@
 #include "common/env.h"
 #include "common/io.h"
 #include "common/proto.h"
+#include "common/run_dir.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
 
@@ -58,7 +59,9 @@ void PrintSources(const nlohmann::json& o, const nlohmann::json& b) {
 // node stages, and files written so far).
 void PrintStaging(const nlohmann::json& j) {
   const nlohmann::json st = Obj(j, "staging");
-  if (Str(j, "state") != "staging" || At(st, "bytes_total") <= 0) return;
+  if (run_dir::ParseState(Str(j, "state")) != run_dir::AgentState::kStaging ||
+      At(st, "bytes_total") <= 0)
+    return;
   const double done = At(st, "bytes_done"), total = At(st, "bytes_total");
   std::printf("  staging: %s of %s (%.0f%%), %.0f of %.0f files\n", HumanBytes(done).c_str(),
               HumanBytes(total).c_str(), std::min(100.0, 100 * done / total), At(st, "files_done"),
@@ -100,9 +103,11 @@ int Plot(const nlohmann::json& stats, const std::string& png) {
   std::string script = self + "/../share/fanstore/plot_stats.py";
   if (::access(script.c_str(), R_OK) != 0) script = FANSTORE_INSTALL_DATADIR "/plot_stats.py";
   // The paths go through the environment: no shell quoting to get wrong.
-  ::setenv("FANSTORE_PLOT_SCRIPT", script.c_str(), 1);
-  ::setenv("FANSTORE_PLOT_OUT", png.c_str(), 1);
-  FILE* p = ::popen("exec /usr/bin/python3 \"$FANSTORE_PLOT_SCRIPT\" \"$FANSTORE_PLOT_OUT\"", "w");
+  ::setenv(env::kPlotScript, script.c_str(), 1);
+  ::setenv(env::kPlotOut, png.c_str(), 1);
+  const std::string command =
+      std::string("exec /usr/bin/python3 \"$") + env::kPlotScript + "\" \"$" + env::kPlotOut + "\"";
+  FILE* p = ::popen(command.c_str(), "w");
   if (!p) return Fail(Status::FromErrno("plot: run /usr/bin/python3", errno));
   const std::string text = Dump(stats);
   std::fwrite(text.data(), 1, text.size(), p);

@@ -1,4 +1,5 @@
-// Every environment variable FanStore reads or sets, in one place (after GekkoFS env.hpp).
+// Every environment variable FanStore reads or sets, in one place (after GekkoFS env.hpp): its own,
+// and those of Slurm, PMIx and the system that it looks at.
 #pragma once
 
 namespace fanstore::env {
@@ -22,5 +23,47 @@ inline constexpr char kAgentRunDir[] = "FANSTORE_AGENT_RUN_DIR";      // per nod
 // In each task: "on" when the dataset is also mounted at FANSTORE_MOUNT for the kernel (FUSE),
 // else "off: <why>".
 inline constexpr char kKernelView[] = "FANSTORE_KERNEL_VIEW";
+
+// Read by `fanstore run`: the agent and the interception library to use instead of those beside
+// the fanstore binary or installed.
+inline constexpr char kRunAgent[] = "FANSTORE_AGENT";
+inline constexpr char kRunPreload[] = "FANSTORE_PRELOAD";
+// Set by `fanstore stats --plot` for its plotting script: the script, and the PNG to write.
+inline constexpr char kPlotScript[] = "FANSTORE_PLOT_SCRIPT";
+inline constexpr char kPlotOut[] = "FANSTORE_PLOT_OUT";
+
+// The agent.
+// Set (to 1) by the agent once it has re-executed itself with its malloc tunables; set by the user
+// (to anything, e.g. 0), it keeps glibc's defaults.
+inline constexpr char kAgentMalloc[] = "FANSTORE_AGENT_MALLOC";
+// Set: the agent runs as root in a Slurm job (which otherwise means a broken launch).
+inline constexpr char kAllowRoot[] = "FANSTORE_ALLOW_ROOT";
+// Tests only: hold the agent at a phase ("staging:MS" or "exchange:MS"), and hold its background
+// unpacking back by MS milliseconds.
+inline constexpr char kTestPause[] = "FANSTORE_TEST_PAUSE";
+inline constexpr char kTestUnpackDelayMs[] = "FANSTORE_TEST_UNPACK_DELAY_MS";
+
+// Slurm's, read.
+inline constexpr char kSlurmJobId[] = "SLURM_JOB_ID";
+inline constexpr char kSlurmJobNumNodes[] = "SLURM_JOB_NUM_NODES";
+inline constexpr char kSlurmSubmitDir[] = "SLURM_SUBMIT_DIR";
+inline constexpr char kSlurmLaunchNodeIpaddr[] = "SLURM_LAUNCH_NODE_IPADDR";
+// slurmd's node name, inherited by slurmstepd, the prolog and the epilog. (A job's environment
+// holds the batch node's.)
+inline constexpr char kSlurmdNodeName[] = "SLURMD_NODENAME";
+// SLURM_RLIMIT_NOFILE=1024, ...: the job's soft limits, one variable per resource.
+inline constexpr char kSlurmRlimitPrefix[] = "SLURM_RLIMIT_";
+
+// PMIx's: set in the tasks of a step with a PMIx server (read), and its store (set).
+inline constexpr char kPmixRank[] = "PMIX_RANK";
+inline constexpr char kPmixNamespace[] = "PMIX_NAMESPACE";
+inline constexpr char kPmixMcaGds[] = "PMIX_MCA_gds";
+
+// The system's.
+inline constexpr char kLdPreload[] = "LD_PRELOAD";          // read and set
+inline constexpr char kGlibcTunables[] = "GLIBC_TUNABLES";  // read and set by the agent
+inline constexpr char kTmpdir[] = "TMPDIR";                 // `fanstore run`'s default --local-dir
+inline constexpr char kHome[] = "HOME";
+inline constexpr char kXdgRuntimeDir[] = "XDG_RUNTIME_DIR";
 
 }  // namespace fanstore::env

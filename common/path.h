@@ -1,10 +1,19 @@
-// Dataset-relative paths ("a/b/c"), as the format, the table and the interceptor use them.
+// Paths: dataset-relative ones ("a/b/c"), as the format, the table and the interceptor use them,
+// and the rules for paths given on a command line or in a configuration.
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace fanstore {
+
+// `p` without its trailing slashes ("/data/x.fs/" is "/data/x.fs"), except that a path of
+// slashes alone stays "/": it names the root, which "" would not. Nothing else is changed.
+inline std::string TrimTrailingSlashes(std::string p) {
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
 
 // True when `p` is a plain relative path: not empty, no leading or trailing slash, no empty,
 // "." or ".." component, no NUL, and no component longer than `max_component`. Such a path

@@ -3,9 +3,28 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 namespace fanstore {
 namespace {
+
+TEST(TrimTrailingSlashes, DropsTrailingSlashesOnly) {
+  const std::pair<const char*, const char*> cases[] = {{"/data/x.fs/", "/data/x.fs"},
+                                                       {"/data/x.fs///", "/data/x.fs"},
+                                                       {"/data/x.fs", "/data/x.fs"},
+                                                       {"a/b/", "a/b"},
+                                                       {"a", "a"},
+                                                       {"", ""},
+                                                       {"//a//b//", "//a//b"},
+                                                       {"./", "."},
+                                                       {"../", ".."}};
+  for (const auto& [in, out] : cases) EXPECT_EQ(TrimTrailingSlashes(in), out) << "'" << in << "'";
+}
+
+TEST(TrimTrailingSlashes, TheRootStaysTheRoot) {
+  // "" would be no path at all (or the current directory), never the root.
+  for (const char* root : {"/", "//", "////"}) EXPECT_EQ(TrimTrailingSlashes(root), "/") << root;
+}
 
 TEST(IsCanonicalPath, PlainRelativePathsPass) {
   for (const char* ok : {"a", "a/b", "a/b/c.txt", "...", "..a", ".a", "a.", "a/.b/..c", "a b/c"})

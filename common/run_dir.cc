@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -15,11 +16,28 @@ namespace {
 
 constexpr size_t kMaxStatusBytes = 1 << 20;  // the list of thousands of shards still fits
 
+constexpr std::pair<AgentState, const char*> kStateNames[] = {{AgentState::kStarting, "starting"},
+                                                              {AgentState::kStaging, "staging"},
+                                                              {AgentState::kReady, "ready"},
+                                                              {AgentState::kFailed, "failed"}};
+
 UniqueFD OpenDir(const std::string& dir) {
   return UniqueFD(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
 }
 
 }  // namespace
+
+const char* StateName(AgentState state) {
+  for (const auto& [s, name] : kStateNames)
+    if (s == state) return name;
+  return "unknown";  // not an AgentState
+}
+
+std::optional<AgentState> ParseState(std::string_view word) {
+  for (const auto& [s, name] : kStateNames)
+    if (word == name) return s;
+  return std::nullopt;
+}
 
 Result<UniqueFD> HoldAlive(const std::string& dir) {
   UniqueFD fd = OpenDir(dir);
@@ -47,18 +65,12 @@ Result<RunStatus> ParseStatus(const std::string& text) {
   const auto error = j.find("error");
   if (error != j.end() && error->is_string()) st.error = error->get<std::string>();
   const std::string& s = state->get_ref<const std::string&>();
-  if (s == "starting") {
-    st.state = AgentState::kStarting;
-  } else if (s == "staging") {
-    st.state = AgentState::kStaging;
-  } else if (s == "ready") {
-    st.state = AgentState::kReady;
-  } else if (s == "failed") {
-    st.state = AgentState::kFailed;
-    if (st.error.empty()) st.error = "the agent failed without a message";
-  } else {
+  const std::optional<AgentState> parsed = ParseState(s);
+  if (!parsed)
     return Status::Corruption("status.json has an unknown state \"" + s.substr(0, 40) + "\"");
-  }
+  st.state = *parsed;
+  if (st.state == AgentState::kFailed && st.error.empty())
+    st.error = "the agent failed without a message";
   return st;
 }
 

@@ -12,7 +12,9 @@
 // stands behind the file, whatever it says.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -32,6 +34,9 @@ bool AgentAlive(const std::string& dir);
 
 // status.json, as the agent writes it: {"state":"starting|staging|ready|failed","error":...}.
 enum class AgentState { kStarting, kStaging, kReady, kFailed };
+// The state's word in status.json ("starting", ...), and back: nullopt for any other word.
+const char* StateName(AgentState state);
+std::optional<AgentState> ParseState(std::string_view word);
 struct RunStatus {
   AgentState state = AgentState::kStarting;
   std::string error;   // why it failed; never empty when state is kFailed

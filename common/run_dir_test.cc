@@ -99,8 +99,13 @@ TEST_F(RunDirTest, EveryStateTheAgentWrites) {
     auto st = ReadStatus(dir_);
     ASSERT_TRUE(st.ok()) << word << ": " << st.status().ToString();
     EXPECT_EQ(st->state, state) << word;
+    // The one table both ways: what the agent writes is what readers parse.
+    EXPECT_STREQ(StateName(state), word);
+    EXPECT_EQ(ParseState(word), state) << word;
   }
   EXPECT_EQ(ReadStatus(dir_)->error, "the agent failed without a message");  // never empty
+  for (const char* other : {"", "Ready", "ready ", "unknown"})
+    EXPECT_EQ(ParseState(other), std::nullopt) << other;
 }
 
 TEST_F(RunDirTest, TornOrForeignFilesAreCorrupt) {

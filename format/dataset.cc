@@ -16,6 +16,7 @@
 
 #include "common/hash.h"
 #include "common/io.h"
+#include "common/path.h"
 #include "common/thread_pool.h"
 #include "common/unique_fd.h"
 #include "common/xattrs.h"
@@ -23,8 +24,7 @@
 namespace fanstore::format {
 
 Result<std::unique_ptr<Dataset>> Dataset::Open(const std::string& dir_in) {
-  std::string dir = dir_in;
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string dir = TrimTrailingSlashes(dir_in);
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) {
     if (errno == ENOENT) return Status::NotFound("dataset " + dir + " does not exist");

@@ -17,6 +17,7 @@
 
 #include "common/hash.h"
 #include "common/io.h"
+#include "common/path.h"
 #include "common/thread_pool.h"
 #include "common/unique_fd.h"
 #include "format/format.h"
@@ -318,8 +319,7 @@ Status Pack(const std::vector<std::string>& srcs, const std::string& dst, const 
   bool tree = false;
   mode_t dir_mode = 0700;
   FS_RETURN_IF_ERROR(CheckSources(srcs, &tree, &dir_mode));
-  std::string d = dst;
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const std::string d = TrimTrailingSlashes(dst);
   struct stat st;
   if (::lstat(d.c_str(), &st) == 0)
     return Status::InvalidArgument(d + " already exists; remove it or choose another name");

@@ -2,6 +2,7 @@
 #include "spank-plugin/job.h"
 
 #include "common/env.h"
+#include "common/run_dir.h"
 #include "common/text.h"
 
 namespace fanstore::spank {
@@ -39,13 +40,14 @@ std::string JoinPreload(const std::vector<std::string>& parts) {
 // down cleanly.
 std::string AgentWrapper() {
   const std::string run = std::string("\"$") + kEnvAgentRunDir + "\"";
+  const std::string ready = run_dir::StateName(run_dir::AgentState::kReady);
   // Shell built-ins and the agent only: the user's PATH is not trusted to hold anything.
   return std::string("trap : HUP INT TERM USR2; \"$0\" \"$@\" --local-dir \"$") +
          kEnvAgentLocalDir + "\" --run-dir " + run +
          "; rc=$?; [ $rc -ne 0 ] && [ \"$(\"$0\" --read-state " + run +
-         " 2>/dev/null)\" = ready ] && { echo \"fanstore: this agent ended (status $rc) after it "
-         "was ready; "
-         "the other agents go on\" >&2; exit 0; }; exit $rc";
+         " 2>/dev/null)\" = " + ready +
+         " ] && { echo \"fanstore: this agent ended (status $rc) after it was ready; the other "
+         "agents go on\" >&2; exit 0; }; exit $rc";
 }
 
 }  // namespace
@@ -119,6 +121,19 @@ std::string ExpandTemplate(const std::string& tmpl, const JobIdentity& id) {
     }
   }
   return out;
+}
+
+std::string TemplateBeforeJob(const std::string& tmpl) {
+  for (size_t i = 0; i + 1 < tmpl.size(); i++) {
+    if (tmpl[i] != '%') continue;
+    if (tmpl[i + 1] != 'j') {
+      i++;  // %%, %n, %u: a '%' that follows is not a sequence of its own
+      continue;
+    }
+    const size_t slash = tmpl.rfind('/', i);
+    return slash == std::string::npos ? "" : slash == 0 ? "/" : tmpl.substr(0, slash);
+  }
+  return tmpl;
 }
 
 bool IsSafeNodeName(const std::string& node) {
@@ -232,13 +247,14 @@ std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
   const std::string drop[] = {std::string(env::kMount) + "=",   std::string(env::kTable) + "=",
                               std::string(env::kSocket) + "=",  std::string(env::kDisable) + "=",
                               std::string(kEnvAgentStep) + "=", std::string(kEnvJobAgents) + "="};
+  const std::string ld_preload = std::string(env::kLdPreload) + "=";
   for (const auto& e : env) {
     bool skip = e.find(kOptionEnvMarker) != std::string::npos;
     for (const auto& d : drop) skip = skip || StartsWith(e, d.c_str());
     if (skip) continue;
-    if (StartsWith(e, "LD_PRELOAD=")) {
-      const std::string rest = RemovePreload(e.substr(11), preload);
-      if (!rest.empty()) out.push_back("LD_PRELOAD=" + rest);
+    if (StartsWith(e, ld_preload.c_str())) {
+      const std::string rest = RemovePreload(e.substr(ld_preload.size()), preload);
+      if (!rest.empty()) out.push_back(ld_preload + rest);
       continue;
     }
     out.push_back(e);

@@ -70,6 +70,10 @@ std::string ResolveReplicas(const UserOptions& opts, const Config& config);
 
 // Expands %n, %j, %u and %% in a local_dir template.
 std::string ExpandTemplate(const std::string& tmpl, const JobIdentity& id);
+// The part of a local_dir template that exists before any job: the components before the first
+// one holding %j (the job's own part, which the prolog makes), or the whole template when none
+// does. "/l/%u/%j/x" gives "/l/%u", "/%j" gives "/". `fanstore doctor` checks that part.
+std::string TemplateBeforeJob(const std::string& tmpl);
 // A node name usable in a path: non-empty, no '/', not "." or "..".
 bool IsSafeNodeName(const std::string& node);
 

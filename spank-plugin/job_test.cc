@@ -78,6 +78,12 @@ TEST(JobTest, ReplicasFromUserThenAdmin) {
 TEST(JobTest, TemplateAndPaths) {
   const JobIdentity id = Alice();
   EXPECT_EQ(ExpandTemplate("/l/%n/%j/%u/100%%", id), "/l/node3/42/alice/100%");
+  EXPECT_EQ(TemplateBeforeJob("/l/%u/%j/x"), "/l/%u");
+  EXPECT_EQ(TemplateBeforeJob("/l/%u/job%j"), "/l/%u");
+  EXPECT_EQ(TemplateBeforeJob("/%j"), "/");
+  EXPECT_EQ(TemplateBeforeJob("/l/%n/%u"), "/l/%n/%u");        // no job part: all of it
+  EXPECT_EQ(TemplateBeforeJob("/l/100%%j/x"), "/l/100%%j/x");  // "%%j" is '%' and 'j'
+  EXPECT_EQ(TemplateBeforeJob("/l/100%%%j"), "/l");
   const Config c = TestConfig();
   EXPECT_EQ(RunDir(c, id), "/dev/shm/fanstore.1001.42.node3");
   EXPECT_EQ(LocalDir(c, id), "/scratch/alice/node3/fanstore.1001.42");

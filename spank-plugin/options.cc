@@ -1,17 +1,11 @@
 // Option values and the node count (see options.h).
 #include "spank-plugin/options.h"
 
+#include "common/env.h"
+#include "common/path.h"
 #include "common/text.h"
 
 namespace fanstore::spank {
-namespace {
-
-std::string StripTrailingSlashes(std::string s) {
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  return s;
-}
-
-}  // namespace
 
 const char* OptionName(UserOption which) {
   switch (which) {
@@ -35,11 +29,11 @@ Status SetUserOption(UserOptions* opts, UserOption which, const std::string& val
   switch (which) {
     case kOptDataset:
       field = &opts->dataset;
-      v = StripTrailingSlashes(v);
+      v = TrimTrailingSlashes(v);
       break;
     case kOptMount:
       field = &opts->mount;
-      v = StripTrailingSlashes(v);
+      v = TrimTrailingSlashes(v);
       break;
     case kOptReplicas:
       field = &opts->replicas;
@@ -60,7 +54,7 @@ Status SetUserOption(UserOptions* opts, UserOption which, const std::string& val
 Result<uint32_t> ParseNodeCount(const std::optional<std::string>& value) {
   if (!value) return 0u;
   if (auto n = ParseInt(*value, 1, kMaxNodes)) return static_cast<uint32_t>(*n);
-  return Status::InvalidArgument("SLURM_JOB_NUM_NODES='" + value->substr(0, 40) +
+  return Status::InvalidArgument(std::string(env::kSlurmJobNumNodes) + "='" + value->substr(0, 40) +
                                  "' is not a node count");
 }
 

@@ -1,12 +1,6 @@
 // Shared plugin state and helpers (see plugin_state.h).
 #include "spank-plugin/plugin_state.h"
 
-#include <pwd.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <cstring>
-
 #include "spank-plugin/options.h"
 
 namespace fanstore::spank {
@@ -111,34 +105,12 @@ std::optional<std::string> JobGetenv(spank_t sp, const char* name) {
   }
 }
 
-std::optional<std::string> ProcessGetenv(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr) return std::nullopt;
-  return std::string(v);
-}
-
 std::vector<std::string> JobEnvironment(spank_t sp) {
   std::vector<std::string> out;
   char** env = nullptr;
   if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || env == nullptr) return out;
   for (char** e = env; *e != nullptr; e++) out.emplace_back(*e);
   return out;
-}
-
-std::vector<std::string> ProcessEnvironment() {
-  std::vector<std::string> out;
-  for (char** e = environ; *e != nullptr; e++) out.emplace_back(*e);
-  return out;
-}
-
-Result<std::string> UserName(uid_t uid) {
-  long size = ::sysconf(_SC_GETPW_R_SIZE_MAX);
-  std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
-  struct passwd pw, *result = nullptr;
-  const int rc = ::getpwuid_r(uid, &pw, buf.data(), buf.size(), &result);
-  if (rc != 0 || result == nullptr)
-    return Status::NotFound("no user name for uid " + std::to_string(uid));
-  return std::string(pw.pw_name);
 }
 
 Result<JobIdentity> GetJobIdentity(spank_t sp) {
@@ -152,16 +124,9 @@ Result<JobIdentity> GetJobIdentity(spank_t sp) {
   auto user = UserName(id.uid);
   if (!user.ok()) return user.status();
   id.user = user.value();
-  if (auto node = ProcessGetenv("SLURMD_NODENAME")) {
-    id.node = *node;
-  } else {
-    char host[256] = {};
-    if (::gethostname(host, sizeof host - 1) != 0) return Status::FromErrno("gethostname", errno);
-    id.node = host;
-    id.node = id.node.substr(0, id.node.find('.'));
-  }
-  if (!IsSafeNodeName(id.node))
-    return Status::InvalidArgument("unusable node name '" + id.node + "'");
+  auto node = NodeName();
+  if (!node.ok()) return node.status();
+  id.node = node.value();
   return id;
 }
 

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "spank-plugin/config.h"
 #include "spank-plugin/job.h"
+#include "spank-plugin/node.h"
 #include "spank-plugin/proc.h"
 #include "spank-plugin/spank_api.h"
 
@@ -50,19 +51,15 @@ void LogDebug(const char* phase, const std::string& msg);
 
 // A variable of the job's environment (remote context), or nullopt.
 std::optional<std::string> JobGetenv(spank_t sp, const char* name);
-// A variable of this process's environment, or nullopt.
-std::optional<std::string> ProcessGetenv(const char* name);
 // The job's whole environment (remote context).
 std::vector<std::string> JobEnvironment(spank_t sp);
-std::vector<std::string> ProcessEnvironment();
+// This process's environment: ProcessGetenv, ProcessEnvironment (node.h).
 
-// Job id, uid and user name from Slurm; node from SLURMD_NODENAME in this process's environment
-// (slurmd's, inherited by slurmstepd and the prolog/epilog), else the short host name. The job's
-// own environment is no good for the node: steps inherit SLURMD_NODENAME of the batch node.
+// Job id, uid and user name from Slurm; node from this process's environment (NodeName, node.h).
+// The job's own environment is no good for the node: steps inherit SLURMD_NODENAME of the batch
+// node.
 [[nodiscard]] Result<JobIdentity> GetJobIdentity(spank_t sp);
 // The job user's uid, gid and supplementary groups.
 [[nodiscard]] Result<Credentials> GetJobCredentials(spank_t sp);
-// The user name of uid.
-[[nodiscard]] Result<std::string> UserName(uid_t uid);
 
 }  // namespace fanstore::spank

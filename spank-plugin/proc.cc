@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/env.h"
 #include "common/io.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
@@ -157,10 +158,11 @@ std::vector<std::pair<int, rlim_t>> JobLimits(const std::vector<std::string>& en
       {"AS", RLIMIT_AS}};
   std::vector<std::pair<int, rlim_t>> out;
   for (const std::string& kv : env) {
-    if (kv.rfind("SLURM_RLIMIT_", 0) != 0) continue;
+    constexpr size_t kPrefix = sizeof env::kSlurmRlimitPrefix - 1;
+    if (kv.rfind(env::kSlurmRlimitPrefix, 0) != 0) continue;
     const size_t eq = kv.find('=');
     if (eq == std::string::npos) continue;
-    const std::string name = kv.substr(13, eq - 13);
+    const std::string name = kv.substr(kPrefix, eq - kPrefix);
     const std::optional<rlim_t> v = ParseLimit(kv.substr(eq + 1));
     if (!v) continue;
     for (const auto& [n, res] : kNames)

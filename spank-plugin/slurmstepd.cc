@@ -64,14 +64,14 @@ Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& 
   if (::access(s.config.agent.c_str(), X_OK) != 0)
     return Status::NotFound("the FanStore agent " + s.config.agent +
                             " is not executable on this node (plugstack agent=)");
-  auto count = ParseNodeCount(JobGetenv(sp, "SLURM_JOB_NUM_NODES"));
+  auto count = ParseNodeCount(JobGetenv(sp, env::kSlurmJobNumNodes));
   if (!count.ok()) return count.status();
   const uint32_t nodes = count.value();
   if (nodes == 0)
-    return Status::IOError(
-        "SLURM_JOB_NUM_NODES is not set in the batch step");  // S_JOB_NNODES is 0 here
+    return Status::IOError(std::string(env::kSlurmJobNumNodes) +
+                           " is not set in the batch step");  // S_JOB_NNODES is 0 here
   auto step = MakeAgentStep(s.config, s.options, id.job, nodes,
-                            JobGetenv(sp, "SLURM_SUBMIT_DIR").value_or(""));
+                            JobGetenv(sp, env::kSlurmSubmitDir).value_or(""));
   if (!step.ok()) return step.status();
   // The prolog claimed these on every node; here too, in case the site runs no prolog on the
   // batch node: the launch log must never go into a file someone else planted (F12).
@@ -160,8 +160,8 @@ Status ServeStep(spank_t sp) {
   s.socket = wait.run_dir + "/" + run_dir::kSocketName;
 
   const std::string preload =
-      PrependPreload(JobGetenv(sp, "LD_PRELOAD").value_or(""), s.config.preload);
-  FS_RETURN_IF_ERROR(SetTaskEnv(sp, "LD_PRELOAD", preload));
+      PrependPreload(JobGetenv(sp, env::kLdPreload).value_or(""), s.config.preload);
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kLdPreload, preload));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kMount, mount.value()));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kTable, wait.run_dir + "/" + run_dir::kTableName));
   return SetTaskEnv(sp, env::kSocket, s.socket);

@@ -11,6 +11,7 @@
 // Each step then waits on every node, in user_init, for that node's agent (slurmstepd.cc).
 #include <unistd.h>
 
+#include "common/env.h"
 #include "spank-plugin/dataset_check.h"
 #include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
@@ -25,7 +26,7 @@ constexpr char kPhase[] = "srun";
 // True inside a batch job whose batch step already started the agents.
 bool AgentsRunByBatchStep() {
   auto owner = ProcessGetenv(kEnvJobAgents);
-  auto job = ProcessGetenv("SLURM_JOB_ID");
+  auto job = ProcessGetenv(env::kSlurmJobId);
   return owner && job && *owner == *job;
 }
 
@@ -63,7 +64,7 @@ int SrunLocalUserInit(spank_t sp, int /*ac*/, char** /*av*/) {
     return -1;
   }
   id.uid = ::getuid();
-  auto count = ParseNodeCount(ProcessGetenv("SLURM_JOB_NUM_NODES"));
+  auto count = ParseNodeCount(ProcessGetenv(env::kSlurmJobNumNodes));
   if (!count.ok()) {
     LogError(kPhase, count.status().message());
     return -1;
@@ -71,7 +72,7 @@ int SrunLocalUserInit(spank_t sp, int /*ac*/, char** /*av*/) {
   uint32_t nodes = count.value();
   if (nodes == 0 && spank_get_item(sp, S_JOB_NNODES, &nodes) != ESPANK_SUCCESS) nodes = 0;
   auto step = MakeAgentStep(s.config, s.options, id.job, nodes,
-                            ProcessGetenv("SLURM_SUBMIT_DIR").value_or(""));
+                            ProcessGetenv(env::kSlurmSubmitDir).value_or(""));
   if (!step.ok()) {
     LogError(kPhase, step.status().message());
     return -1;
@@ -82,8 +83,8 @@ int SrunLocalUserInit(spank_t sp, int /*ac*/, char** /*av*/) {
   std::string dir;
   std::string why;
   for (const std::string& d :
-       {LaunchDir(s.config, id), ProcessGetenv("XDG_RUNTIME_DIR").value_or("") + "/fanstore",
-        ProcessGetenv("HOME").value_or("") + "/.fanstore"}) {
+       {LaunchDir(s.config, id), ProcessGetenv(env::kXdgRuntimeDir).value_or("") + "/fanstore",
+        ProcessGetenv(env::kHome).value_or("") + "/.fanstore"}) {
     if (d[0] != '/') continue;
     Status ok = EnsureOwnDir(d);
     if (ok.ok()) {

@@ -134,6 +134,18 @@ check "it says to create it" has "^FAIL +local-dir +the local directory $T/absen
 mkdir -p "local/$(id -un)"
 doctor --plugstack good.conf --local-dir "$T/local/%u/%j"
 check "%u is the user; the job's part is left out" has "^ok +local-dir +the local directory $T/local/$(id -un) \(from $T/local/%u/%j\) is writable \(each job's"
+# %n is the node's name as the plugin takes it: slurmd's SLURMD_NODENAME, which need not be the
+# host name, else the host name up to its first dot.
+mkdir -p local/fs-node-7
+SLURMD_NODENAME=fs-node-7 doctor --plugstack good.conf --local-dir "$T/local/%n/%j"
+check "%n is SLURMD_NODENAME where slurmd sets it" has "^ok +local-dir +the local directory $T/local/fs-node-7 \(from $T/local/%n/%j\) is writable"
+host=$(hostname)
+host=${host%%.*}
+mkdir -p "local/$host"
+out=$(env -u SLURMD_NODENAME "$F" doctor --plugstack good.conf --local-dir "$T/local/%n" 2>&1)
+check "%n is the short host name without it" has "^ok +local-dir +the local directory $T/local/$host \(from $T/local/%n\) is writable"
+SLURMD_NODENAME=.. doctor --plugstack good.conf --local-dir "$T/local/%n"
+check "a node name the plugin refuses FAILs" has "^FAIL +local-dir +unusable node name '\.\.': the plugin fails every job on this node"
 if [[ $EUID -eq 0 ]]; then
   mkdir full ro
   mount -t tmpfs -o size=1M tmpfs full && MOUNTS+=("$T/full")
