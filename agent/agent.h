@@ -34,7 +34,7 @@
 #include "agent/unpack.h"
 #include "common/run_dir.h"
 #include "common/status.h"
-#include "common/table.h"
+#include "common/table_builder.h"
 #include "common/thread_pool.h"
 #include "common/unique_fd.h"
 #include "format/manifest.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "common/table.h"
+#include "common/table_builder.h"
 #include "format/format.h"
 
 namespace fanstore::agent {

@@ -23,6 +23,7 @@
 
 #include "agent/testing.h"
 #include "common/io.h"
+#include "common/table_builder.h"
 #include "common/task_views.h"
 
 namespace fanstore::agent {

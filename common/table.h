@@ -1,13 +1,14 @@
 // The node's metadata table: a read-only, lock-free image of the whole dataset namespace,
-// built once by the agent in shared memory and mapped by every client process.
+// built once by the agent in shared memory (common/table_builder.h) and mapped by every client
+// process. This header is the layout, what the agent and its clients share, and the view.
 //
 // Layout (all little-endian, offsets from the start of the mapping):
 //   Header | buckets: Bucket[bucket_count] | entries: Entry[entry_count] |
 //   children: uint32[] | strings | xattrs: XattrRef[xattr_count]
 // Entry 0 is the root directory (relative path ""); the others come in the builder's order
 // (NodeSource). Paths are relative to the mount, without a leading '/'. Lookup is open
-// addressing on XXH3(path) with linear probing. Children of a directory are contiguous in
-// `children`, sorted by name.
+// addressing on XXH3(path) with linear probing (Probe). Children of a directory are contiguous
+// in `children`, sorted by name.
 //
 // Thread safety: a TableView is immutable after Open() and safe to share between threads, with
 // one exception: while it serves, the agent may set kLocal on a file's entry (never clear it)
@@ -18,11 +19,10 @@
 #include <sys/stat.h>
 
 #include <cstdint>
-#include <functional>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "common/status.h"
 
@@ -39,8 +39,8 @@ inline constexpr uint32_t kNone = 0xffffffffu;
 enum EntryFlags : uint32_t {
   kLocal = 1u << 0,  // file is materialised at <local_root>/<path>
   // Lazy unpack, until kLocal: the file's bytes are stored raw in this node's verified copy of
-  // its shard, <local_root>/../shards/<shard file> (shard in `aux`), at offset `child_count`,
-  // so a client may unpack it itself (CopyPathOf) instead of asking the agent.
+  // its shard, <local_root>/../<kCopyDir>/<CopyName(shard)> (shard in `aux`), at offset
+  // RawCopyOffset(entry), so a client may unpack it itself instead of asking the agent.
   kRawCopy = 1u << 1,
   // Another name of the regular file at entry `aux` (a hard link): its data, attributes and
   // inode number are that entry's (TableView::Target).
@@ -78,7 +78,7 @@ struct Header {
   uint32_t tool_len;
   uint32_t xattr_count;
   uint64_t xattrs_off;  // XattrRef[xattr_count], sorted by entry
-  // A process-shared robust mutex the agent holds while it serves (see AgentLock). Clients
+  // A process-shared robust mutex the agent holds while it serves (AgentLock). Clients
   // read its lock word without a syscall: when the agent dies, even by SIGKILL, the kernel
   // marks the word FUTEX_OWNER_DIED; after a clean shutdown it is 0.
   alignas(8) unsigned char agent_lock[64];
@@ -92,14 +92,26 @@ struct Entry {
   uint32_t path_off;  // into strings
   uint32_t path_len;
   uint32_t parent;  // entry index; the root is its own parent
+  // A directory's children are children[first_child, first_child + child_count); a symlink has
+  // none (count 0). A regular file has none either and keeps other things in these two fields:
+  // first_child is its index in its shard (the shard is `aux`; TableView::Source), child_count
+  // its frame's offset in this node's copy of that shard when kRawCopy is set, else 0
+  // (RawCopyOffset). A hard link: kNone and 0 (its file's entry holds them).
   uint32_t first_child;
   uint32_t child_count;
   uint32_t mode;   // full st_mode, type bits included
   uint32_t flags;  // EntryFlags
   uint32_t aux;    // symlink: target offset in strings; directory: number of subdirectories;
-                   // file: its shard (kNone: unknown), with its index there in first_child
+                   // file: its shard (kNone: unknown); hard link: its file's entry
 };
 static_assert(sizeof(Entry) == 64);
+
+inline uint32_t EntryFlagsOf(const Entry& e) { return __atomic_load_n(&e.flags, __ATOMIC_ACQUIRE); }
+inline bool IsDir(const Entry& e) { return S_ISDIR(e.mode); }
+inline bool IsReg(const Entry& e) { return S_ISREG(e.mode); }
+inline bool IsLink(const Entry& e) { return S_ISLNK(e.mode); }
+// Where a kRawCopy file's frame starts in this node's copy of its shard (see kRawCopy).
+inline uint32_t RawCopyOffset(const Entry& e) { return e.child_count; }
 
 // A slot of the hash table: the entry, and where its path is, so that a lookup loads the entry
 // and its path at once instead of one after the other (two cache misses in a row, not three, in
@@ -117,113 +129,31 @@ inline uint32_t Slot(uint64_t hash, uint32_t count) {
 }
 inline uint32_t NextSlot(uint32_t b, uint32_t count) { return b + 1 == count ? 0 : b + 1; }
 
+// The entry of `rel` (whose XXH3 is `h`) among `count` slots, or kNone: the one probe of the
+// builder (hard links) and of every lookup. Bounded by the slot count.
+inline uint32_t Probe(const Bucket* buckets, uint32_t count, const Entry* entries,
+                      const char* strings, std::string_view rel, uint64_t h) {
+  for (uint32_t b = Slot(h, count), probes = 0; probes < count; b = NextSlot(b, count), probes++) {
+    const Bucket bk = buckets[b];
+    if (bk.entry == kNone) return kNone;
+    // The path's line is fetched while the entry's is (a prefetch never faults, whatever the
+    // offset); the comparison below reads the entry's own offset.
+    __builtin_prefetch(
+        reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(strings) + bk.path_off));
+    const Entry& e = entries[bk.entry];
+    if (e.hash == h && e.path_len == rel.size() &&
+        std::memcmp(strings + e.path_off, rel.data(), rel.size()) == 0)
+      return bk.entry;
+  }
+  return kNone;
+}
+
 // The extended attributes of entry `entry`: `len` bytes at `off` in strings, encoded
 // (common/xattrs.h).
 struct XattrRef {
   uint32_t entry;
   uint32_t len;
   uint64_t off;
-};
-
-// What the builder takes for one namespace entry. Missing parent directories are added.
-// Paths and texts are views: the caller keeps their bytes until Build returns.
-struct Node {
-  std::string_view path;  // relative, canonical ("a/b/c"), "" is the root
-  uint32_t mode = 0;      // full st_mode with type bits
-  uint64_t size = 0;
-  int64_t mtime_ns = 0;
-  uint32_t flags = 0;
-  // A symlink: its target. A hard link (`hardlink`): the path of the regular file it is
-  // another name of (kHardLink). A file or directory: its extended attributes, encoded
-  // (common/xattrs.h).
-  std::string_view text;
-  uint32_t source_shard = kNone;  // files: where the dataset holds them
-  uint32_t source_index = kNone;
-  uint32_t copy_offset = 0;  // files with kRawCopy: the frame's offset in the shard copy
-  bool hardlink = false;
-  int64_t ctime_ns = 0;  // 0: mtime_ns
-
-  std::string_view Xattrs() const { return hardlink || S_ISLNK(mode) ? std::string_view() : text; }
-};
-
-struct BuildOptions {
-  std::string local_root;  // where kLocal files live
-  // Where the agent caches other files, as <cache_root>/<CacheName(entry hash)>; "" for none.
-  // Clients open a cached file directly and ask the agent only on a miss.
-  std::string cache_root;
-  uint64_t dev = 0;
-  uint64_t dataset_id = 0;
-  uint32_t uid = 0, gid = 0;
-  std::string dataset;  // the dataset directory
-  std::string tool;     // reads one file of it (see Header::tool_off)
-};
-
-// A table image written straight into its file, mapped read-write, so that the agent keeps no
-// second copy of it in its heap (issue 13: 115 bytes per file).
-class FileImage {
- public:
-  FileImage() = default;
-  ~FileImage();
-  FileImage(const FileImage&) = delete;
-  FileImage& operator=(const FileImage&) = delete;
-  // Creates (or truncates) `path`, mode 0600, of `size` zero bytes, mapped shared.
-  Result<char*> Create(const std::string& path, size_t size);
-  std::string_view view() const { return {static_cast<const char*>(map_), len_}; }
-  char* data() const { return static_cast<char*>(map_); }
-
- private:
-  void* map_ = nullptr;
-  size_t len_ = 0;
-};
-
-// The nodes a table is built from, in two passes over the caller's data (issue 13: the table
-// is the only copy of the metadata; nobody holds every node at once). ForEach gives the same
-// nodes in the same order in both passes (0: counting, 1: writing); a node's views need live
-// only during its call. The root is not among them: node k becomes entry k + 1, entry 0 is
-// Root(), and the missing parent directories follow the given nodes.
-class NodeSource {
- public:
-  using NodeFn = std::function<Status(const Node&)>;
-  virtual ~NodeSource() = default;
-  virtual Node Root() const;  // default: mode 0555, time 0
-  virtual Status ForEach(int pass, const NodeFn& fn) const = 0;
-};
-
-// Serialises the nodes into a table image in the memory `alloc` gives for its size (zeroed).
-// Fails on duplicate or non-canonical paths, or a parent that is not a directory.
-using AllocFn = std::function<Result<char*>(size_t)>;
-Status BuildInto(const NodeSource& nodes, const BuildOptions& opts, const AllocFn& alloc);
-// From a vector, which may hold the root ("").
-Status BuildInto(const std::vector<Node>& nodes, const BuildOptions& opts, const AllocFn& alloc);
-// The same into a string.
-Result<std::string> Build(const std::vector<Node>& nodes, const BuildOptions& opts);
-
-// Writes `image` to `path` (mode 0600) atomically: a temporary file, then rename.
-Status WriteFile(const std::string& path, std::string_view image);
-
-// Held by the agent while it serves: maps the table file read-write and locks the robust
-// mutex in its header. Keep the object alive (on the thread that called Acquire) until
-// shutdown; destroying it unlocks, which clients see as "agent gone".
-class AgentLock {
- public:
-  AgentLock() = default;
-  ~AgentLock();
-  AgentLock(const AgentLock&) = delete;
-  AgentLock& operator=(const AgentLock&) = delete;
-  Status Acquire(const std::string& table_path);
-  // The same on a read-write mapping of the table that the caller keeps (FileImage): no second
-  // mapping of its pages.
-  Status Acquire(char* map, size_t len);
-  // Sets kLocal on entry `index` once its file is complete under the local root (lazy
-  // unpack); clients that load the flag afterwards open the file directly.
-  void MarkLocal(uint32_t index);
-
- private:
-  Status Lock();
-
-  void* map_ = nullptr;
-  size_t len_ = 0;
-  bool owned_ = false;  // mapped by Acquire(path), unmapped here
 };
 
 // The cache file name of an entry: its path hash as 16 lowercase hex digits, written into
@@ -276,11 +206,9 @@ class TableView {
   const Entry& at(uint32_t i) const { return entries_[i]; }
   uint32_t IndexOf(const Entry& e) const { return static_cast<uint32_t>(&e - entries_); }
 
-  // Exact lookup of a canonical relative path; nullptr when absent.
+  // Exact lookup of a canonical relative path; nullptr when absent. Paths with symlinks or
+  // dot components are the interceptor's to resolve (interceptor/resolver.h).
   const Entry* Lookup(std::string_view rel) const;
-  // Resolves a relative path (components may be symlinks inside the dataset). On success sets
-  // *out and returns 0; otherwise returns ENOENT, ENOTDIR or ELOOP.
-  int Resolve(std::string_view rel, bool follow_last, const Entry** out) const;
 
   std::string_view Path(const Entry& e) const { return {strings_ + e.path_off, e.path_len}; }
   std::string_view Name(const Entry& e) const;
@@ -301,18 +229,18 @@ class TableView {
   // Where the dataset holds regular file e; false when the table does not say.
   bool Source(const Entry& alias, uint32_t* shard, uint32_t* index) const {
     const Entry& e = Target(alias);
-    if (!IsRegular(e) || e.aux == kNone) return false;
+    if (!IsReg(e) || e.aux == kNone) return false;
     *shard = e.aux;
     *index = e.first_child;
     return true;
   }
   std::span<const uint32_t> Children(const Entry& e) const {
-    if (e.child_count == 0) return {};  // files keep their source index in first_child
+    // A file's fields hold its source and raw-copy offset (Entry::first_child).
+    if (IsReg(e) || e.child_count == 0) return {};
     return {children_ + e.first_child, e.child_count};
   }
 
   void FillStat(const Entry& e, struct stat* st) const;
-  static bool IsRegular(const Entry& e) { return S_ISREG(e.mode); }
   // True while the agent that built this table is alive and serving. A plain memory load.
   bool AgentAlive() const;
 
@@ -330,10 +258,5 @@ class TableView {
   const char* strings_ = nullptr;
   const XattrRef* xattrs_ = nullptr;
 };
-
-inline uint32_t EntryFlagsOf(const Entry& e) { return __atomic_load_n(&e.flags, __ATOMIC_ACQUIRE); }
-inline bool IsDir(const Entry& e) { return S_ISDIR(e.mode); }
-inline bool IsReg(const Entry& e) { return S_ISREG(e.mode); }
-inline bool IsLink(const Entry& e) { return S_ISLNK(e.mode); }
 
 }  // namespace fanstore::table

@@ -120,6 +120,60 @@ class ShapeCheck : public nlohmann::json_sax<json> {
   bool syntax_ = false;
 };
 
+// The top directory's attributes ("root"): mode and mtime always; ctime, size and extended
+// attributes since version 3.
+Status RootFromJson(const json& root, Manifest* m) {
+  uint64_t mode = 0;
+  auto mt = root.is_object() ? root.find("mtime_ns") : root.end();
+  if (!root.is_object() || !GetU64(root, "mode", &mode) || mode > 07777 || mt == root.end() ||
+      !mt->is_number_integer())
+    return Status::Corruption("bad \"root\" entry");
+  m->root_mode = static_cast<uint32_t>(mode);
+  m->root_mtime_ns = mt->get<int64_t>();
+  m->root_ctime_ns = m->root_mtime_ns;
+  auto ct = root.find("ctime_ns");
+  if (ct != root.end()) {
+    if (!ct->is_number_integer()) return Status::Corruption("bad \"root\" ctime_ns");
+    m->root_ctime_ns = ct->get<int64_t>();
+  }
+  if (root.contains("size") &&
+      (!GetU64(root, "size", &m->root_size) || m->root_size > kMaxFileSize))
+    return Status::Corruption("bad \"root\" size");
+  std::string hex, why;
+  if (root.contains("xattrs") && (!GetStr(root, "xattrs", &hex) || !FromHex(hex, &m->root_xattrs) ||
+                                  !xattrs::Valid(m->root_xattrs, &why)))
+    return Status::Corruption("bad \"root\" xattrs" + (why.empty() ? "" : ": " + why));
+  return Status::OK();
+}
+
+Status DictFromJson(const json& d, DictRef* dict) {
+  uint64_t id = 0;
+  if (!d.is_object() || !GetStr(d, "file", &dict->file) || !IsPlainName(dict->file) ||
+      !GetU64(d, "bytes", &dict->bytes) || !GetHex(d, "xxh3", &dict->xxh3) ||
+      !GetU64(d, "id", &id) || id > 0xffffffffu || dict->bytes > kMaxDictBytes)
+    return Status::Corruption("bad \"dict\" entry");
+  dict->id = static_cast<uint32_t>(id);
+  return Status::OK();
+}
+
+// The "shards" array: at least one, at most kMaxShards, each a plain file name.
+Status ShardsFromJson(const json& s, std::vector<ShardRef>* shards) {
+  if (s.size() > kMaxShards)
+    return Status::Corruption("absurd shard count " + std::to_string(s.size()) + " (at most " +
+                              std::to_string(kMaxShards) + ")");
+  for (const auto& e : s) {
+    ShardRef r;
+    if (!e.is_object() || !GetStr(e, "file", &r.file) || !GetU64(e, "bytes", &r.bytes) ||
+        !GetU64(e, "files", &r.files) || !GetHex(e, "xxh3", &r.xxh3))
+      return Status::Corruption("bad shard entry " + std::to_string(shards->size()));
+    if (!IsPlainName(r.file))
+      return Status::Corruption("shard entry names an unsafe file '" + r.file.substr(0, 200) + "'");
+    shards->push_back(std::move(r));
+  }
+  if (shards->empty()) return Status::Corruption("no shards");
+  return Status::OK();
+}
+
 }  // namespace
 
 std::string ManifestToJson(const Manifest& m) {
@@ -192,53 +246,12 @@ Result<Manifest> ManifestFromJson(const std::string& text) {
     return Status::Corruption("missing or mistyped summary field");
   m.level = static_cast<int>(level);
   auto root = j.find("root");
-  if (root != j.end()) {
-    uint64_t mode = 0;
-    auto mt = root->is_object() ? root->find("mtime_ns") : root->end();
-    if (!root->is_object() || !GetU64(*root, "mode", &mode) || mode > 07777 || mt == root->end() ||
-        !mt->is_number_integer())
-      return Status::Corruption("bad \"root\" entry");
-    m.root_mode = static_cast<uint32_t>(mode);
-    m.root_mtime_ns = mt->get<int64_t>();
-    m.root_ctime_ns = m.root_mtime_ns;
-    auto ct = root->find("ctime_ns");
-    if (ct != root->end()) {
-      if (!ct->is_number_integer()) return Status::Corruption("bad \"root\" ctime_ns");
-      m.root_ctime_ns = ct->get<int64_t>();
-    }
-    if (root->contains("size") &&
-        (!GetU64(*root, "size", &m.root_size) || m.root_size > kMaxFileSize))
-      return Status::Corruption("bad \"root\" size");
-    std::string hex, why;
-    if (root->contains("xattrs") &&
-        (!GetStr(*root, "xattrs", &hex) || !FromHex(hex, &m.root_xattrs) ||
-         !xattrs::Valid(m.root_xattrs, &why)))
-      return Status::Corruption("bad \"root\" xattrs" + (why.empty() ? "" : ": " + why));
-  }
+  if (root != j.end()) FS_RETURN_IF_ERROR(RootFromJson(*root, &m));
   auto d = j.find("dict");
-  if (d != j.end() && !d->is_null()) {
-    uint64_t id = 0;
-    if (!d->is_object() || !GetStr(*d, "file", &m.dict.file) || !IsPlainName(m.dict.file) ||
-        !GetU64(*d, "bytes", &m.dict.bytes) || !GetHex(*d, "xxh3", &m.dict.xxh3) ||
-        !GetU64(*d, "id", &id) || id > 0xffffffffu || m.dict.bytes > kMaxDictBytes)
-      return Status::Corruption("bad \"dict\" entry");
-    m.dict.id = static_cast<uint32_t>(id);
-  }
+  if (d != j.end() && !d->is_null()) FS_RETURN_IF_ERROR(DictFromJson(*d, &m.dict));
   auto s = j.find("shards");
   if (s == j.end() || !s->is_array()) return Status::Corruption("missing \"shards\" array");
-  if (s->size() > kMaxShards)
-    return Status::Corruption("absurd shard count " + std::to_string(s->size()) + " (at most " +
-                              std::to_string(kMaxShards) + ")");
-  for (const auto& e : *s) {
-    ShardRef r;
-    if (!e.is_object() || !GetStr(e, "file", &r.file) || !GetU64(e, "bytes", &r.bytes) ||
-        !GetU64(e, "files", &r.files) || !GetHex(e, "xxh3", &r.xxh3))
-      return Status::Corruption("bad shard entry " + std::to_string(m.shards.size()));
-    if (!IsPlainName(r.file))
-      return Status::Corruption("shard entry names an unsafe file '" + r.file.substr(0, 200) + "'");
-    m.shards.push_back(std::move(r));
-  }
-  if (m.shards.empty()) return Status::Corruption("no shards");
+  FS_RETURN_IF_ERROR(ShardsFromJson(*s, &m.shards));
   return m;
 }
 

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "common/table_builder.h"
+
 namespace fanstore::interceptor {
 namespace {
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/table_builder.h"
+
 namespace fanstore::interceptor {
 namespace {
 

@@ -1,6 +1,7 @@
 // The archive packer (see archive.h). libarchive reads the tar formats and decompresses; members
 // are collected into batches compressed on the pool, and the writer fills shards one after the
-// other to the target size, in archive order.
+// other to the target size, in archive order. The paths named so far are an ArchiveTree
+// (archive_tree.h).
 #include "pack/archive.h"
 
 #include <archive.h>
@@ -17,12 +18,11 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
-#include "common/hash.h"
 #include "common/io.h"
 #include "common/thread_pool.h"
 #include "common/xattrs.h"
+#include "pack/archive_tree.h"
 #include "pack/core.h"
 
 namespace fanstore::pack {
@@ -73,93 +73,9 @@ la_ssize_t InnerRead(archive* inner, void* client, const void** buf) {
   return static_cast<la_ssize_t>(size);
 }
 
-// 128 bits of path hash: the set of file paths without keeping the paths (a collision between
-// two of 14 million paths has a chance of about 1e-25).
-struct PathKey {
-  uint64_t lo, hi;
-  bool operator==(const PathKey& o) const { return lo == o.lo && hi == o.hi; }
-};
-
-// A set of paths as PathKeys in one array: open addressing with linear probing, at most 70 %
-// full, 16 bytes a slot. One cache miss per lookup and no allocation per path, where a
-// node-based set took two misses and a node each: its upkeep was a fifth of an archive pack's
-// reading thread at 1.28M files. The hash is seeded at random for each pack: the keys are never
-// stored, and an archive cannot pick names that pile up in a few slots (the probes would then
-// grow with the square of the member count).
-class PathKeySet {
- public:
-  PathKey Key(std::string_view path) const {
-    XXH128_hash_t h = XXH3_128bits_withSeed(path.data(), path.size(), seed_);
-    return {h.low64, h.high64 | (h.low64 == 0 && h.high64 == 0)};  // (0, 0) marks a free slot
-  }
-  bool Contains(PathKey k) const {
-    if (slots_.empty()) return false;
-    for (size_t i = k.lo & mask_;; i = (i + 1) & mask_) {
-      if (slots_[i] == k) return true;
-      if (IsFree(slots_[i])) return false;
-    }
-  }
-  void Insert(PathKey k) {
-    if (10 * (count_ + 1) > 7 * slots_.size()) Grow();
-    if (Place(&slots_, mask_, k)) count_++;
-  }
-
- private:
-  static bool IsFree(PathKey k) { return k.lo == 0 && k.hi == 0; }
-  // False when k is there already.
-  static bool Place(std::vector<PathKey>* slots, size_t mask, PathKey k) {
-    for (size_t i = k.lo & mask;; i = (i + 1) & mask) {
-      PathKey& s = (*slots)[i];
-      if (s == k) return false;
-      if (IsFree(s)) {
-        s = k;
-        return true;
-      }
-    }
-  }
-  void Grow() {
-    std::vector<PathKey> bigger(slots_.empty() ? size_t{1} << 16 : 2 * slots_.size(),
-                                PathKey{0, 0});
-    const size_t mask = bigger.size() - 1;
-    for (const PathKey& k : slots_)
-      if (!IsFree(k)) Place(&bigger, mask, k);
-    slots_.swap(bigger);
-    mask_ = mask;
-  }
-
-  const uint64_t seed_ = RandomNonZero();
-  std::vector<PathKey> slots_;
-  size_t mask_ = 0, count_ = 0;
-};
-
-std::string Parent(const std::string& p) {
-  size_t s = p.rfind('/');
-  return s == std::string::npos ? std::string() : p.substr(0, s);
-}
-
 std::string BaseName(const std::string& p) {
   size_t s = p.rfind('/');
   return s == std::string::npos ? p : p.substr(s + 1);
-}
-
-// The member name as a path under `prefix`: leading `/`, empty and `.` components dropped.
-// False when it holds `..`.
-bool MemberPath(const std::string& prefix, const char* name, std::string* out) {
-  std::string p = prefix;
-  const char* c = name;
-  while (*c) {
-    const char* e = c;
-    while (*e && *e != '/') e++;
-    std::string_view comp(c, e - c);
-    if (comp == "..") return false;
-    if (!comp.empty() && comp != ".") {
-      if (!p.empty()) p += '/';
-      p.append(comp);
-    }
-    c = *e ? e + 1 : e;
-  }
-  *out = std::move(p);
-  return true;
 }
 
 struct PendingBatch {
@@ -190,14 +106,13 @@ class ArchivePacker : PackCore {
   Status ReadArchive(archive* a, const std::string& label, const std::string& prefix, int depth);
   Status Member(archive* a, archive_entry* ent, const std::string& label, const std::string& prefix,
                 int depth);
+  // An archive inside the archive, read in place into the directory `dir`.
+  Status ReadInner(archive* outer, const std::string& where, const std::string& dir,
+                   int64_t mtime_ns, int depth);
   void Warn(const std::string& msg) {
     meta_.skipped++;
     if (opts_.warn) opts_.warn(msg);
   }
-  // Checks that `rel` is new and that its parents are directories (making missing ones); a
-  // file's path joins files_.
-  Status Claim(const std::string& rel, EntryType type, int64_t mtime_ns);
-  Status AddDir(const std::string& rel, uint32_t mode, int64_t mtime_ns);
   void MemberAttrs(archive_entry* ent, const std::string& where, int64_t mtime, int64_t* ctime,
                    std::string* enc);
   Status AddFile(archive* a, const std::string& label, SrcEntry e);
@@ -220,12 +135,9 @@ class ArchivePacker : PackCore {
   ShardOut shard_;
   uint32_t shard_id_ = 0;
   uint64_t shard_raw_ = 0, shard_files_ = 0;
-  std::vector<SrcEntry> nonfiles_;                      // directories and symlinks
-  std::unordered_map<std::string, size_t> nonfile_at_;  // path -> index in nonfiles_
-  PathKeySet files_;
-  std::string last_dir_;  // the last file's directory, known to exist
-  SourceTree meta_;       // root mode and mtime, skipped entries
-  std::thread writer_;    // last: started once everything it uses exists
+  ArchiveTree tree_;
+  SourceTree meta_;     // root mode and mtime, skipped entries
+  std::thread writer_;  // last: started once everything it uses exists
 };
 
 // Member names are bytes, as in a directory tree. libarchive converts pax's UTF-8 names to the
@@ -263,20 +175,21 @@ Status ArchivePacker::Run(const std::vector<std::string>& srcs, Stats* stats) {
               : 0;
       if (prefix.empty() || !format::IsSafePath(prefix))
         return Status::InvalidArgument(src + ": cannot name a directory after this archive");
-      if (nonfile_at_.count(prefix))
+      if (tree_.HasNonFile(prefix))
         return Status::InvalidArgument(src + ": another archive's members already went into " +
                                        prefix + "/; give the archives different names");
-      FS_RETURN_IF_ERROR(AddDir(prefix, 0755, mtime));
+      FS_RETURN_IF_ERROR(tree_.AddDir(prefix, 0755, mtime));
     }
     FS_RETURN_IF_ERROR(ReadTop(src, prefix));
   }
   if (!cur_->files.empty()) FS_RETURN_IF_ERROR(Dispatch());
   FS_RETURN_IF_ERROR(CloseQueue());
-  meta_.skipped += DropEscapingLinks("", &nonfiles_, opts_.warn);
-  FS_RETURN_IF_ERROR(AppendNonFiles(shard_, nonfiles_));
+  std::vector<SrcEntry>& nonfiles = tree_.nonfiles();
+  meta_.skipped += DropEscapingLinks("", &nonfiles, opts_.warn);
+  FS_RETURN_IF_ERROR(AppendNonFiles(shard_, nonfiles));
   FS_RETURN_IF_ERROR(FinishShard(shard_, shard_id_));
   uint64_t dirs = 0, links = 0;
-  for (const auto& e : nonfiles_) {
+  for (const auto& e : nonfiles) {
     dirs += e.type == EntryType::kDir;
     links += e.type == EntryType::kSymlink;
   }
@@ -294,6 +207,18 @@ Status ArchivePacker::ReadTop(const std::string& src, const std::string& prefix)
     return Status::InvalidArgument(label + " is not a tar archive (" +
                                    archive_error_string(a.get()) + ")");
   return ReadArchive(a.get(), label, prefix, 0);
+}
+
+Status ArchivePacker::ReadInner(archive* outer, const std::string& where, const std::string& dir,
+                                int64_t mtime_ns, int depth) {
+  FS_RETURN_IF_ERROR(tree_.AddDir(dir, 0755, mtime_ns));
+  ArchivePtr inner = NewReader();
+  InnerSource src{outer};
+  if (!inner) return Status::IOError("libarchive: out of memory");
+  if (archive_read_open(inner.get(), &src, nullptr, InnerRead, nullptr) != ARCHIVE_OK)
+    return Status::InvalidArgument(where + " is not a tar archive (" +
+                                   archive_error_string(inner.get()) + ")");
+  return ReadArchive(inner.get(), where, dir, depth);
 }
 
 Status ArchivePacker::ReadArchive(archive* a, const std::string& label, const std::string& prefix,
@@ -375,21 +300,16 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
   }
   if (const char* link = archive_entry_hardlink(ent)) {  // another name of an earlier file
     std::string target;
-    if (!MemberPath(prefix, link, &target) || !files_.Contains(files_.Key(target))) {
+    if (!MemberPath(prefix, link, &target) || !tree_.HasFile(target)) {
       Warn("skipping " + where + ": a hard link to " + link +
            ", which is not a file earlier in the archive");
       return Status::OK();
     }
-    FS_RETURN_IF_ERROR(Claim(rel, EntryType::kHardLink, mtime));
-    nonfile_at_.emplace(rel, nonfiles_.size());
-    nonfiles_.push_back({rel, EntryType::kHardLink, mode, target.size(), mtime, target});
-    return Status::OK();
+    return tree_.AddLink(rel, EntryType::kHardLink, mode, mtime, std::move(target));
   }
   if (type == AE_IFDIR) {
-    FS_RETURN_IF_ERROR(AddDir(rel, mode, mtime));
-    SrcEntry& dir = nonfiles_[nonfile_at_.at(rel)];
-    dir.ctime_ns = ctime;
-    dir.xattrs = std::move(attrs);
+    FS_RETURN_IF_ERROR(tree_.AddDir(rel, mode, mtime));
+    tree_.SetDirAttrs(rel, ctime, std::move(attrs));
     return Status::OK();
   }
   if (type == AE_IFLNK) {
@@ -400,10 +320,7 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
       Warn("skipping symlink " + where + " -> " + target + ": points outside the dataset");
       return Status::OK();
     }
-    FS_RETURN_IF_ERROR(Claim(rel, EntryType::kSymlink, mtime));
-    nonfile_at_.emplace(rel, nonfiles_.size());
-    nonfiles_.push_back({rel, EntryType::kSymlink, 0777, target.size(), mtime, target});
-    return Status::OK();
+    return tree_.AddLink(rel, EntryType::kSymlink, 0777, mtime, target);
   }
   if (type != AE_IFREG) {
     Warn("skipping " + where + ": not a file, directory or symlink");
@@ -411,17 +328,8 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
   }
   if (const size_t suffix = ArchiveSuffix(rel);
       suffix && opts_.inner_archives && rel[rel.size() - suffix - 1] != '/') {
-    if (depth + 1 < kMaxNesting) {
-      const std::string dir = rel.substr(0, rel.size() - suffix);
-      FS_RETURN_IF_ERROR(AddDir(dir, 0755, mtime));
-      ArchivePtr inner = NewReader();
-      InnerSource src{a};
-      if (!inner) return Status::IOError("libarchive: out of memory");
-      if (archive_read_open(inner.get(), &src, nullptr, InnerRead, nullptr) != ARCHIVE_OK)
-        return Status::InvalidArgument(where + " is not a tar archive (" +
-                                       archive_error_string(inner.get()) + ")");
-      return ReadArchive(inner.get(), where, dir, depth + 1);
-    }
+    if (depth + 1 < kMaxNesting)
+      return ReadInner(a, where, rel.substr(0, rel.size() - suffix), mtime, depth + 1);
     Warn(where + ": archive nested too deeply, stored as a file");
   }
   return AddFile(a, where,
@@ -433,49 +341,6 @@ Status ArchivePacker::Member(archive* a, archive_entry* ent, const std::string& 
                   {},
                   ctime,
                   std::move(attrs)});
-}
-
-Status ArchivePacker::Claim(const std::string& rel, EntryType type, int64_t mtime_ns) {
-  auto twice = [&](const std::string& p) {
-    return Status::InvalidArgument(p + " appears twice in the archive (as a " +
-                                   (type == EntryType::kDir ? "directory" : "file or symlink") +
-                                   " too); a dataset stores each path once");
-  };
-  const PathKey key = files_.Key(rel);
-  if (files_.Contains(key) || nonfile_at_.count(rel)) return twice(rel);
-  if (type == EntryType::kFile) files_.Insert(key);
-  // Archives list a directory's files together: its parents were checked for the file before.
-  const size_t slash = rel.rfind('/');
-  if (slash != std::string::npos && type == EntryType::kFile &&
-      std::string_view(rel).substr(0, slash) == last_dir_)
-    return Status::OK();
-  for (std::string p = Parent(rel); !p.empty(); p = Parent(p)) {
-    auto it = nonfile_at_.find(p);
-    if (it != nonfile_at_.end()) {
-      if (nonfiles_[it->second].type == EntryType::kDir) break;
-      return Status::InvalidArgument(rel + ": its parent " + p + " is a symlink in the archive");
-    }
-    if (files_.Contains(files_.Key(p)))
-      return Status::InvalidArgument(rel + ": its parent " + p + " is a file in the archive");
-    nonfile_at_.emplace(p, nonfiles_.size());
-    nonfiles_.push_back({p, EntryType::kDir, 0755, 0, mtime_ns, {}});
-  }
-  if (type == EntryType::kFile) last_dir_ = Parent(rel);
-  return Status::OK();
-}
-
-Status ArchivePacker::AddDir(const std::string& rel, uint32_t mode, int64_t mtime_ns) {
-  auto it = nonfile_at_.find(rel);
-  if (it != nonfile_at_.end() && nonfiles_[it->second].type == EntryType::kDir) {
-    // Made for a child before the archive listed it: the archive's attributes win.
-    nonfiles_[it->second].mode = mode;
-    nonfiles_[it->second].mtime_ns = mtime_ns;
-    return Status::OK();
-  }
-  FS_RETURN_IF_ERROR(Claim(rel, EntryType::kDir, mtime_ns));
-  nonfile_at_.emplace(rel, nonfiles_.size());
-  nonfiles_.push_back({rel, EntryType::kDir, mode, 0, mtime_ns, {}});
-  return Status::OK();
 }
 
 // Reads exactly n bytes of the current member.
@@ -491,7 +356,7 @@ Status ReadMember(archive* a, const std::string& where, char* dst, uint64_t n) {
 }
 
 Status ArchivePacker::AddFile(archive* a, const std::string& where, SrcEntry e) {
-  FS_RETURN_IF_ERROR(Claim(e.rel, EntryType::kFile, e.mtime_ns));  // now in files_
+  FS_RETURN_IF_ERROR(tree_.Claim(e.rel, EntryType::kFile, e.mtime_ns));  // now a file of tree_
   if (e.size > format::kStreamAbove) {
     Work w;
     w.big = std::make_unique<BigSource>();

@@ -141,94 +141,109 @@ Status WriteStagedStream(int root_fd, const std::string& local_root, const Index
   return out.Finish();
 }
 
+namespace {
+
+// A remote file system answers each read after a round trip: several shards are read at once,
+// in moderate chunks, to keep its pipeline full (4-6 x 256 KiB beat both 2 x 1 MiB and one
+// sequential reader over sshfs; see docs/benchmarks.md, S2).
+constexpr size_t kCopyChunk = 256u << 10, kCopyStreams = 6;
+
+// Copies shards of a dataset as they are into a directory, one shard a call; calls may run at
+// once.
+class ShardCopier {
+ public:
+  ShardCopier(const std::string& dataset_dir, const format::Manifest& m,
+              const format::Dictionary& dict, const std::string& copy_dir, int copy_fd,
+              const Options& opts)
+      : dataset_dir_(dataset_dir),
+        m_(m),
+        dict_(dict),
+        copy_dir_(copy_dir),
+        copy_fd_(copy_fd),
+        opts_(opts) {}
+
+  // Copies shard `id` to table::CopyName(id), checking its size and whole-shard hash.
+  Status Copy(uint32_t id);
+  bool Cancelled() const { return opts_.cancel && opts_.cancel->load(); }
+  uint64_t read() const { return read_; }
+
+ private:
+  Status Damage(const std::string& src) const;
+
+  const std::string& dataset_dir_;
+  const format::Manifest& m_;
+  const format::Dictionary& dict_;
+  const std::string& copy_dir_;
+  const int copy_fd_;
+  const Options& opts_;
+  std::atomic<uint64_t> read_{0};
+};
+
+Status ShardCopier::Copy(uint32_t id) {
+  if (id >= m_.shards.size()) return Status::InvalidArgument("no shard " + std::to_string(id));
+  const format::ShardRef& ref = m_.shards[id];
+  const std::string name = table::CopyName(id);
+  const std::string src = dataset_dir_ + "/" + ref.file, dst = copy_dir_ + "/" + name;
+  if (Cancelled()) return Status::Aborted("stage-in cancelled");
+  UniqueFD in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) return Status::FromErrno("open " + src, errno);
+  struct stat sst;
+  if (::fstat(in.get(), &sst) != 0) return Status::FromErrno("stat " + src, errno);
+  FS_RETURN_IF_ERROR(format::CheckShardSize(src, static_cast<uint64_t>(sst.st_size), ref));
+  if (ref.bytes < format::kHeaderSize + format::kFooterSize)
+    return Status::Corruption(src + ": truncated shard (" + std::to_string(ref.bytes) + " bytes)");
+  UniqueFD out(
+      ::openat(copy_fd_, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+  if (!out.valid()) return Status::FromErrno("create " + dst, errno);
+  std::unique_ptr<char[]> buf(new char[kCopyChunk]);
+  Xxh3Stream hash;
+  for (uint64_t off = 0; off < ref.bytes && !Cancelled();) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kCopyChunk, ref.bytes - off));
+    FS_RETURN_IF_ERROR(PreadFull(in.get(), buf.get(), n, off, src));
+    FS_RETURN_IF_ERROR(WriteFull(out.get(), buf.get(), n, dst));
+    hash.Update(buf.get(), n);
+    off += n;
+    read_ += n;
+    if (opts_.on_read) opts_.on_read(n);
+  }
+  if (Cancelled()) return Status::Aborted("stage-in cancelled");
+  return hash.Digest() == ref.xxh3 ? Status::OK() : Damage(src);
+}
+
+// A copy whose hash does not match: names the damage as a full scan of the source does (an
+// error path: the shard is read again); failing that, the shard.
+Status ShardCopier::Damage(const std::string& src) const {
+  auto sh = format::OpenShard(src, m_.dataset_id);
+  if (!sh.ok()) return sh.status();
+  format::FrameDecoder dec(&dict_);
+  FS_RETURN_IF_ERROR(format::ScanShards(
+      m_, {sh->get()}, nullptr, nullptr, nullptr,
+      [&](const IndexEntry& e, std::string_view stored) {
+        std::string_view raw;
+        return e.type == EntryType::kFile ? dec.Decode(e, stored, nullptr, &raw) : Status::OK();
+      },
+      [](const IndexEntry&, const format::DecodeFn&) { return Status::OK(); },
+      &dict_));  // the scan decodes it
+  return Status::Corruption(src + ": changed while it was copied (whole-shard checksum mismatch)");
+}
+
+}  // namespace
+
 Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
                   const format::Dictionary& dict, const std::vector<uint32_t>& ids,
                   const std::string& copy_dir, const Options& opts, Stats* stats) {
   auto t0 = std::chrono::steady_clock::now();
   UniqueFD dir(::open(copy_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir.valid()) return Status::FromErrno("local directory " + copy_dir, errno);
-  // A remote file system answers each read after a round trip: several shards are read at
-  // once, in moderate chunks, to keep its pipeline full (4-6 x 256 KiB beat both 2 x 1 MiB and
-  // one sequential reader over sshfs; see docs/benchmarks.md, S2).
-  constexpr size_t kChunk = 256u << 10, kStreams = 6;
+  ShardCopier copier(dataset_dir, m, dict, copy_dir, dir.get(), opts);
   std::vector<Status> results(ids.size());
-  std::atomic<uint64_t> read{0};
-  auto cancelled = [&] { return opts.cancel && opts.cancel->load(); };
-  ParallelFor(ids.size(), std::min(kStreams, ids.size()), [&](size_t k) {
-    if (ids[k] >= m.shards.size()) {
-      results[k] = Status::InvalidArgument("no shard " + std::to_string(ids[k]));
-      return;
-    }
-    const format::ShardRef& ref = m.shards[ids[k]];
-    const std::string name = table::CopyName(ids[k]);
-    const std::string src = dataset_dir + "/" + ref.file, dst = copy_dir + "/" + name;
-    Status& st = results[k];
-    if (cancelled()) {
-      st = Status::Aborted("stage-in cancelled");
-      return;
-    }
-    UniqueFD in(::open(src.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!in.valid()) {
-      st = Status::FromErrno("open " + src, errno);
-      return;
-    }
-    struct stat sst;
-    if (::fstat(in.get(), &sst) != 0) {
-      st = Status::FromErrno("stat " + src, errno);
-      return;
-    }
-    st = format::CheckShardSize(src, static_cast<uint64_t>(sst.st_size), ref);
-    if (!st.ok()) return;
-    if (ref.bytes < format::kHeaderSize + format::kFooterSize) {
-      st = Status::Corruption(src + ": truncated shard (" + std::to_string(ref.bytes) + " bytes)");
-      return;
-    }
-    UniqueFD out(::openat(dir.get(), name.c_str(),
-                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
-    if (!out.valid()) {
-      st = Status::FromErrno("create " + dst, errno);
-      return;
-    }
-    std::unique_ptr<char[]> buf(new char[kChunk]);
-    Xxh3Stream hash;
-    for (uint64_t off = 0; off < ref.bytes && st.ok() && !cancelled();) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, ref.bytes - off));
-      st = PreadFull(in.get(), buf.get(), n, off, src);
-      if (st.ok()) st = WriteFull(out.get(), buf.get(), n, dst);
-      if (!st.ok()) break;
-      hash.Update(buf.get(), n);
-      off += n;
-      read += n;
-      if (opts.on_read) opts.on_read(n);
-    }
-    if (st.ok() && cancelled()) st = Status::Aborted("stage-in cancelled");
-    if (!st.ok()) return;
-    if (hash.Digest() == ref.xxh3) return;
-    // Name the damage as a full scan of the source does (an error path: the shard is read
-    // again); failing that, the shard.
-    auto sh = format::OpenShard(src, m.dataset_id);
-    if (!sh.ok()) {
-      st = sh.status();
-      return;
-    }
-    format::FrameDecoder dec(&dict);
-    st = format::ScanShards(
-        m, {sh->get()}, nullptr, nullptr, nullptr,
-        [&](const IndexEntry& e, std::string_view stored) {
-          std::string_view raw;
-          return e.type == EntryType::kFile ? dec.Decode(e, stored, nullptr, &raw) : Status::OK();
-        },
-        [](const IndexEntry&, const format::DecodeFn&) { return Status::OK(); },
-        &dict);  // the scan decodes it
-    if (st.ok())
-      st =
-          Status::Corruption(src + ": changed while it was copied (whole-shard checksum mismatch)");
-  });
+  ParallelFor(ids.size(), std::min(kCopyStreams, ids.size()),
+              [&](size_t k) { results[k] = copier.Copy(ids[k]); });
   for (const Status& st : results)
-    if (!st.ok()) return cancelled() ? Status::Aborted("stage-in cancelled") : st;
+    if (!st.ok()) return copier.Cancelled() ? Status::Aborted("stage-in cancelled") : st;
   if (stats) {
     stats->shards = ids.size();
-    stats->read_bytes = read;
+    stats->read_bytes = copier.read();
     stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return Status::OK();

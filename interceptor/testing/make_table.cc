@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/hash.h"
-#include "common/table.h"
+#include "common/table_builder.h"
 
 namespace {
 
