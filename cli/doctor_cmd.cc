@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "cli/doctor.h"
 #include "common/io.h"
+#include "common/private_dir.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
 #include "spank-plugin/job.h"
@@ -210,7 +211,10 @@ std::optional<std::string> ExpandLocalDir(const std::string& tmpl, Report* r) {
     return std::nullopt;
   }
   id.node = node.value();
-  return spank::ExpandTemplate(spank::TemplateBeforeJob(tmpl), id);
+  spank::Config resolved;  // as the plugin reads it on this node: the fixed part's links resolved
+  resolved.local_dir = tmpl;
+  spank::ResolveAdminSymlinks(&resolved);
+  return spank::ExpandTemplate(spank::TemplateBeforeJob(resolved.local_dir), id);
 }
 
 void CheckLocalDir(const std::string& tmpl, Report* r) {
@@ -228,6 +232,12 @@ void CheckLocalDir(const std::string& tmpl, Report* r) {
                 " does not exist (the plugin creates only"
                 " fanstore.UID.JOB inside it)",
             "create it on every node: mkdir -p " + dir + " && chmod 1777 " + dir);
+  } else if (auto trusted = OpenTrustedDir(dir, ::getuid() == 0 ? st.st_uid : ::getuid(), true);
+             !trusted.ok()) {
+    // What the prolog and the agent check on the way to a job's directory (docs/security.md).
+    r->Fail("local-dir",
+            "jobs refuse the local directory " + name + ": " + trusted.status().message(),
+            "give local_dir= the real path, owned by root (chmod 1777 for a shared one)");
   } else {
     // A real write: permissions, a read-only mount, a full inode table all show here.
     std::string tmp = dir + "/.fanstore-doctor.XXXXXX";

@@ -18,11 +18,13 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/run_output.h"
 #include "common/env.h"
 #include "common/io.h"
 #include "common/path.h"
@@ -31,6 +33,8 @@
 #include "common/task_views.h"
 #include "common/unique_fd.h"
 #include "format/manifest.h"
+#include "spank-plugin/config.h"
+#include "spank-plugin/job.h"
 
 extern char** environ;
 
@@ -45,18 +49,12 @@ std::string Locate(const char* env_name, const std::vector<std::string>& candida
   return candidates.back();
 }
 
+// The plugin's default: <mount_prefix>/NAME, NAME the dataset directory's name without .fs.
 std::string DefaultMount(const std::string& dataset) {
-  const std::string ds = TrimTrailingSlashes(dataset);
-  std::string name = ds.substr(ds.rfind('/') + 1);
-  if (name.size() > 3 && name.compare(name.size() - 3, 3, ".fs") == 0) name.resize(name.size() - 3);
-  return "/fanstore/" + name;
-}
-
-std::string Absolute(const std::string& p) {
-  if (!p.empty() && p[0] == '/') return p;
-  char cwd[4096];
-  if (!::getcwd(cwd, sizeof cwd)) return p;
-  return std::string(cwd) + "/" + p;
+  spank::UserOptions opts;
+  opts.dataset = TrimTrailingSlashes(dataset);
+  auto mount = spank::ResolveMount(opts, spank::DefaultConfig());
+  return mount.ok() ? mount.value() : spank::DefaultConfig().mount_prefix + "/dataset";
 }
 
 bool Exited(pid_t pid, int* wstatus) { return ::waitpid(pid, wstatus, WNOHANG) == pid; }
@@ -111,13 +109,30 @@ void RemoveLeftovers(const std::string& parent, const std::string& prefix) {
 }
 
 struct RunOptions {
-  std::string ds;  // absolute
+  std::string ds;  // absolute; empty: no dataset (an output-only run)
   std::string mount, local_parent, unpack = "auto";
+  std::string output;  // --output: the directory on the parallel file system
+  double drain_timeout = 300;
   double timeout = 0;  // seconds; 0: no limit
   bool verbose = false;
   bool kernel_view = false;
   char** command = nullptr;  // COMMAND [ARGS...], null-terminated
 };
+
+// The defaults and absolute forms of what was given.
+void CompleteRunOptions(RunOptions* o) {
+  if (!o->output.empty()) o->output = TrimTrailingSlashes(Absolute(o->output));
+  if (!o->ds.empty()) o->ds = Absolute(o->ds);
+  if (o->mount.empty() && !o->ds.empty()) o->mount = DefaultMount(o->ds);
+  if (o->local_parent.empty()) {
+    const char* t = std::getenv(env::kTmpdir);
+    o->local_parent = t && *t ? t : "/tmp";
+  }
+  // Its symlinks resolved (a /home that links to /gpfs/home): the job's directories below it
+  // are then reached without following any (common/private_dir.h).
+  char real[PATH_MAX];
+  if (::realpath(o->local_parent.c_str(), real) != nullptr) o->local_parent = real;
+}
 
 // Options end at "--"; COMMAND follows. Returns -1 to go on, else the exit status.
 int ParseRunOptions(int argc, char** argv, RunOptions* o) {
@@ -125,7 +140,8 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
       "Serves the dataset DS.fs on this machine without Slurm: starts an agent that stages the\n"
       "dataset into a private directory under DIR, waits until it is ready, runs COMMAND with the\n"
       "interception library so that the dataset appears read-only at PATH, and removes\n"
-      "everything when COMMAND ends, also when it fails or is killed.",
+      "everything when COMMAND ends, also when it fails or is killed. With --output, COMMAND\n"
+      "also gets $FANSTORE_OUTPUT, drained to DIR; DS.fs is then optional.",
       "fanstore run");
   Configure(app, " -- COMMAND [ARGS...]");
   app.footer(
@@ -135,7 +151,19 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
       "\n"
       "Exit status: COMMAND's (128+N when it died of signal N), or 1 when the dataset cannot be\n"
       "served (COMMAND is then not started), 2 usage error.");
-  app.add_option("DS.fs", o->ds, "the dataset to serve")->required();
+  app.add_option("DS.fs", o->ds, "the dataset to serve (optional with --output)");
+  app.add_option(
+         "--output", o->output,
+         "a directory on the parallel file system: COMMAND writes its output (checkpoints,\n"
+         "logs) to $FANSTORE_OUTPUT on local storage, and each file, once closed or\n"
+         "renamed into place, is copied there in the background, verified, and renamed\n"
+         "into place, never half-written; a manifest .fanstore-output.json lists them")
+      ->type_name("DIR");
+  app.add_option("--drain-timeout", o->drain_timeout,
+                 "when COMMAND ends, wait this long at most for the output to drain (default\n"
+                 "300); what did not is named and stays in the local directory")
+      ->type_name("SEC")
+      ->check(args::Seconds(kMaxTimeoutSeconds));
   app.add_option("--mount", o->mount,
                  "virtual path of the dataset (default /fanstore/NAME, NAME being the\n"
                  "dataset directory's name without .fs)")
@@ -174,12 +202,9 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
   if (dashdash + 1 >= argc)
     return args::UsageError(app, "-- COMMAND is missing: run needs a command to run");
   o->command = argv + dashdash + 1;
-  o->ds = Absolute(o->ds);
-  if (o->mount.empty()) o->mount = DefaultMount(o->ds);
-  if (o->local_parent.empty()) {
-    const char* t = std::getenv(env::kTmpdir);
-    o->local_parent = t && *t ? t : "/tmp";
-  }
+  if (o->ds.empty() && o->output.empty())
+    return args::UsageError(app, "give DS.fs, --output DIR, or both");
+  CompleteRunOptions(o);
   return -1;
 }
 
@@ -248,8 +273,9 @@ class Run {
   bool MakeDirs();
   // Starts the agent and waits until it is ready. Returns -1 then, else the exit status.
   int StartAgent(const std::string& agent);
-  // Runs COMMAND against the dataset and returns its exit status.
-  int RunCommand(const std::string& preload);
+  // Runs COMMAND against the dataset (if any), with its output directory (if any), and returns
+  // its exit status.
+  int RunCommand(const std::string& preload, const std::string& output);
 
  private:
   int WaitReady();
@@ -357,11 +383,18 @@ int Run::WaitReady() {
   }
 }
 
-int Run::RunCommand(const std::string& preload) {
+int Run::RunCommand(const std::string& preload, const std::string& output) {
   pid_t child = ::fork();
   if (child == 0) {
     ::setpgid(0, 0);
     for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);
+    if (!output.empty()) ::setenv(env::kOutput, output.c_str(), 1);
+    if (o_.ds.empty()) {  // output only: nothing to serve
+      ::execvp(o_.command[0], o_.command);
+      std::fprintf(stderr, "fanstore: run: cannot run %s: %s\n", o_.command[0],
+                   std::strerror(errno));
+      ::_exit(127);
+    }
     // After what is already preloaded: a sanitizer runtime must stay first.
     const char* old = std::getenv(env::kLdPreload);
     std::string lp = old && *old ? std::string(old) + ":" + preload : preload;
@@ -427,22 +460,33 @@ void Run::Teardown() {
 int CmdRun(int argc, char** argv) {
   RunOptions o;
   if (int rc = ParseRunOptions(argc, argv, &o); rc >= 0) return rc;
-  // Check the dataset before starting anything, for a clear message.
-  auto m = format::LoadManifest(o.ds);
-  if (!m.ok()) {
-    std::fprintf(stderr, "fanstore: run: %s\n", m.status().ToString().c_str());
-    return kExitBad;
-  }
   std::string agent, preload;
-  if (!FindTools(&agent, &preload)) return kExitBad;
+  if (!o.ds.empty()) {
+    // Check the dataset before starting anything, for a clear message.
+    auto m = format::LoadManifest(o.ds);
+    if (!m.ok()) {
+      std::fprintf(stderr, "fanstore: run: %s\n", m.status().ToString().c_str());
+      return kExitBad;
+    }
+    if (!FindTools(&agent, &preload)) return kExitBad;
+  }
+  std::unique_ptr<RunOutput> output;
+  if (!o.output.empty()) {
+    output = std::make_unique<RunOutput>(o.output, o.local_parent, o.drain_timeout);
+    if (!output->Start()) return kExitBad;
+  }
   Run run(o);
-  if (!run.MakeDirs()) return kExitBad;
+  if (!o.ds.empty() && !run.MakeDirs()) return kExitBad;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = OnSignal;
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
-  if (int rc = run.StartAgent(agent); rc >= 0) return rc;
-  return run.RunCommand(preload);
+  if (!o.ds.empty())
+    if (int rc = run.StartAgent(agent); rc >= 0) return rc;
+  const int rc = run.RunCommand(preload, output ? output->local() : "");
+  // The command's status, unless its output did not all reach the parallel file system.
+  if (output && !output->Finish() && rc == 0) return kExitBad;
+  return rc;
 }
 
 }  // namespace fanstore::cli

@@ -55,8 +55,8 @@ bool RunOutput::Finish() {
   const output::DrainReport r = drainer_->Finish(deadline);
   drainer_.reset();
   if (!r.manifest_error.empty())
-    std::fprintf(stderr, "fanstore: run: the manifest %s/%s was not written: %s\n",
-                 target_.c_str(), output::kManifestName, r.manifest_error.c_str());
+    std::fprintf(stderr, "fanstore: run: the manifest %s/%s was not written: %s\n", target_.c_str(),
+                 output::kManifestName, r.manifest_error.c_str());
   if (r.not_drained.empty()) {
     (void)RemoveTree(local_);
     return r.manifest_error.empty();

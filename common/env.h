@@ -23,6 +23,9 @@ inline constexpr char kAgentRunDir[] = "FANSTORE_AGENT_RUN_DIR";      // per nod
 // In each task: "on" when the dataset is also mounted at FANSTORE_MOUNT for the kernel (FUSE),
 // else "off: <why>".
 inline constexpr char kKernelView[] = "FANSTORE_KERNEL_VIEW";
+// In each task of a job with an output directory (`fanstore run --output`): the node-local
+// directory whose files are drained to the parallel file system.
+inline constexpr char kOutput[] = "FANSTORE_OUTPUT";
 
 // Read by `fanstore run`: the agent and the interception library to use instead of those beside
 // the fanstore binary or installed.

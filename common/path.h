@@ -2,6 +2,8 @@
 // and the rules for paths given on a command line or in a configuration.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -13,6 +15,15 @@ namespace fanstore {
 inline std::string TrimTrailingSlashes(std::string p) {
   while (p.size() > 1 && p.back() == '/') p.pop_back();
   return p;
+}
+
+// `p` made absolute against the working directory (unchanged when it already is, or when the
+// working directory cannot be had). Nothing else is changed: no symlink is resolved.
+inline std::string Absolute(const std::string& p) {
+  if (!p.empty() && p[0] == '/') return p;
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof cwd) == nullptr) return p;
+  return std::string(cwd) + "/" + p;
 }
 
 // True when `p` is a plain relative path: not empty, no leading or trailing slash, no empty,

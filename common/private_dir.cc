@@ -6,6 +6,8 @@
 
 #include <cerrno>
 
+#include "common/path.h"
+
 namespace fanstore {
 namespace {
 
@@ -18,14 +20,6 @@ std::string Untrusted(const struct stat& st, uid_t uid) {
   if ((st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0)
     return "is writable by other users without the sticky bit (chmod go-w, or +t, fixes it)";
   return "";
-}
-
-// An absolute form of `path`, relative ones against the working directory.
-std::string Absolute(const std::string& path) {
-  if (!path.empty() && path.front() == '/') return path;
-  char cwd[4096];
-  if (::getcwd(cwd, sizeof cwd) == nullptr) return path;
-  return std::string(cwd) + "/" + path;
 }
 
 }  // namespace
@@ -58,8 +52,7 @@ Result<UniqueFD> OpenTrustedDir(const std::string& path, uid_t uid, bool path_on
 }
 
 Status EnsureOwnDir(const std::string& given, bool* created) {
-  std::string path = Absolute(given);
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::string path = TrimTrailingSlashes(Absolute(given));
   const size_t slash = path.rfind('/');
   const std::string leaf = path.substr(slash + 1);
   if (leaf.empty() || leaf == "." || leaf == "..")

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/env.h"
 #include "common/private_dir.h"
 #include "spank-plugin/dirs.h"
 
@@ -17,9 +18,10 @@ constexpr int kClean = 0, kLeft = 1;
 // no pid reuse can fake: the agent step's marker, this job, this node (nodes may share one /proc
 // in a test cluster). A user can fake it with a process of their own: that one is ended too.
 void EndAgents(const CleanupRequest& req, const CleanupLog& log, int* rc) {
-  const std::vector<std::string> marks = {std::string(kEnvAgentStep) + "=1",
-                                          "SLURM_JOB_ID=" + std::to_string(req.id.job),
-                                          "SLURMD_NODENAME=" + req.id.node};
+  const std::vector<std::string> marks = {
+      std::string(kEnvAgentStep) + "=1",
+      std::string(env::kSlurmJobId) + "=" + std::to_string(req.id.job),
+      std::string(env::kSlurmdNodeName) + "=" + req.id.node};
   const std::vector<pid_t> pids = FindProcesses(req.id.uid, marks);
   if (pids.empty()) return;
   std::string list;

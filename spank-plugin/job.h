@@ -34,6 +34,8 @@ inline constexpr const char* kEnvAgentRunDir = env::kAgentRunDir;
 // Prefix of the variables through which Slurm passes our options to later steps and to the epilog
 // (SLURM_SPANK__SLURM_SPANK_OPTION_fanstore_<opt> in jobs, SPANK__... in the prolog and epilog).
 inline constexpr char kOptionEnvMarker[] = "_SLURM_SPANK_OPTION_fanstore_";
+// --fanstore as the prolog and the epilog see it.
+inline constexpr char kJobScriptDatasetEnv[] = "SPANK__SLURM_SPANK_OPTION_fanstore_fanstore";
 inline constexpr char kAgentStepName[] = "fanstore-agent";
 
 // What the user asked for, from --fanstore, --fanstore-mount, --fanstore-replicas and

@@ -36,7 +36,7 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
     return -1;
   }
   CleanupRequest req;
-  req.used = ProcessGetenv("SPANK__SLURM_SPANK_OPTION_fanstore_fanstore").has_value();
+  req.used = ProcessGetenv(kJobScriptDatasetEnv).has_value();
   s.enabled =
       req.used || Exists(RunDir(s.config, id.value())) || Exists(LocalDir(s.config, id.value()));
   if (!s.enabled) return 0;

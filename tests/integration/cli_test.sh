@@ -155,7 +155,7 @@ expect_fail "run --timeout abc" 2 "--timeout: 'abc' is not a number of seconds" 
 expect_fail "run --unpack bogus" 2 "--unpack: 'bogus' is not one of auto, eager, lazy" "$F" run ds.fs --unpack bogus -- true
 expect_fail "run --mount relative" 2 "--mount: must be a clean absolute path" "$F" run ds.fs --mount rel -- true
 expect_fail "run without -- COMMAND" 2 "-- COMMAND is missing" "$F" run ds.fs
-expect_fail "run without DS.fs" 2 "DS.fs is required" "$F" run -- true
+expect_fail "run without DS.fs or --output" 2 "give DS.fs, --output DIR, or both" "$F" run -- true
 expect_fail "run with two datasets" 2 "not expected: ds2.fs" "$F" run ds.fs ds2.fs -- true
 check "run: options after -- belong to COMMAND" bash -c "'$F' run ds.fs --timeout x -- --help 2>&1 | grep -q -- '--timeout'"
 expect_fail "stats with two files" 2 "not expected: b" "$F" stats a b
