@@ -62,27 +62,10 @@ uint64_t CwdAfterRealChdir(const char* path) noexcept {
   int anc = RealAncestorLength(AT_FDCWD, path);
   if (anc > 0)
     return (uint64_t{static_cast<uint32_t>(CwdKind::kAncestor)} << 32) | static_cast<uint32_t>(anc);
-  if (path[0] != '/') return unknown;
-  // A plain absolute path can be classified without asking the kernel: normalise "//" and
-  // trailing slashes; "." and ".." (and symlinks, which we do not see) are left to getcwd.
+  // A plain absolute path can be classified without asking the kernel, once "//" and trailing
+  // slashes are normalised; "." and ".." (and symlinks, which we do not see) are left to getcwd.
   char norm[PATH_MAX];
-  size_t n = 0;
-  for (const char* p = path; *p;) {
-    while (*p == '/') p++;
-    if (!*p) break;
-    const char* end = p;
-    while (*end && *end != '/') end++;
-    size_t len = static_cast<size_t>(end - p);
-    if ((len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.')) return unknown;
-    if (n + 1 + len >= sizeof norm) return unknown;
-    norm[n++] = '/';
-    memcpy(norm + n, p, len);
-    n += len;
-    p = end;
-  }
-  if (n == 0) norm[n++] = '/';
-  norm[n] = '\0';
-  return ClassifyRealDir(norm);
+  return NormalizeAbsolute(path, /*drop_dots=*/false, norm) ? ClassifyRealDir(norm) : unknown;
 }
 
 void StoreCwdWord(uint64_t word) noexcept { g_cwd.store(word, std::memory_order_release); }
@@ -245,26 +228,20 @@ int RealAncestorLength(int dirfd, const char* path) noexcept {
     }
     pos = base == 1 ? 0 : base;
   }
-  const char* p = path;
-  while (true) {
-    while (*p == '/') p++;
-    if (!*p) break;
-    const char* end = p;
-    while (*end && *end != '/') end++;
-    size_t len = static_cast<size_t>(end - p);
-    if (len == 1 && p[0] == '.') {
-      // stays
-    } else if (len == 2 && p[0] == '.' && p[1] == '.') {
+  PathTokenizer tokens(path);
+  for (PathComponent c; tokens.Next(&c);) {
+    if (c.kind == LastKind::kDot) continue;
+    if (c.kind == LastKind::kDotDot) {
       size_t slash = pos == 0 ? 0 : mount.rfind('/', pos - 1);
       pos = slash == std::string_view::npos ? 0 : slash;
-    } else {
-      // The component must be the mount's next one, and not its last (that is the mount).
-      if (pos + 1 + len >= mount.size() || mount.compare(pos + 1, len, p, len) != 0 ||
-          mount[pos + 1 + len] != '/')
-        return -1;
-      pos += 1 + len;
+      continue;
     }
-    p = end;
+    // The component must be the mount's next one, and not its last (that is the mount).
+    const size_t len = c.name.size();
+    if (pos + 1 + len >= mount.size() || mount.compare(pos + 1, len, c.name) != 0 ||
+        mount[pos + 1 + len] != '/')
+      return -1;
+    pos += 1 + len;
   }
   return pos == 0 ? 1 : static_cast<int>(pos);
 }
