@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "common/env.h"
+#include "interceptor/local_files.h"
 #include "interceptor/state.h"
 
 extern char** environ;
@@ -53,11 +54,7 @@ int OpenWithoutAgent(const table::Entry& e, int keep) noexcept {
     int fd = OpenLocalCopy(e, keep);
     if (fd >= 0 || fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM) return fd;
   }
-  char path[PATH_MAX];
-  if (CachePath(e, path)) {
-    int fd = Real().open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | keep);
-    if (fd >= 0) return fd;
-  }
+  if (int fd = OpenCachedCopy(e, O_CLOEXEC | keep); fd >= 0) return fd;
   uint32_t shard, index;
   const std::string_view tool = t.Tool(), dataset = t.Dataset();
   if (!t.Source(e, &shard, &index) || tool.empty() || dataset.empty() || tool.size() >= PATH_MAX ||

@@ -52,24 +52,20 @@ struct Cursor {
 };
 
 // One component of the pending text, with what follows it.
-struct Component {
-  std::string_view name;
+struct Component : PathComponent {
   std::string_view rest;  // from the slash after `name`; empty for the last component
   bool last;              // nothing but slashes follows
   bool trailing;          // last, and followed by a slash
   bool from_link;         // the text came from a symlink target
 };
 
-// Splits off the next component; false when only slashes are left.
-bool NextComponent(Cursor* c, Component* out) {
-  size_t skip = c->pending.find_first_not_of('/');
-  if (skip == std::string_view::npos) return false;
-  c->pending.remove_prefix(skip);
-  out->from_link = c->pending.size() > c->user_len;
-  size_t slash = c->pending.find('/');
-  out->name = c->pending.substr(0, slash);
-  out->rest = slash == std::string_view::npos ? std::string_view() : c->pending.substr(slash);
-  out->last = out->rest.find_first_not_of('/') == std::string_view::npos;
+// The next component of the pending text; false when only slashes are left.
+bool NextComponent(const Cursor& c, Component* out) {
+  PathTokenizer tokens(c.pending);
+  if (!tokens.Next(out)) return false;
+  out->rest = tokens.rest();
+  out->from_link = out->name.size() + out->rest.size() > c.user_len;
+  out->last = tokens.Done();
   out->trailing = out->last && !out->rest.empty();
   return true;
 }
@@ -137,14 +133,13 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
   c.user_len = rel.size();
   w.trailing_slash = !rel.empty() && rel.back() == '/';
   Component comp;
-  while (NextComponent(&c, &comp)) {
-    if (comp.name == ".") {
-      w.last = LastKind::kDot;
+  while (NextComponent(c, &comp)) {
+    w.last = comp.kind;
+    if (comp.kind == LastKind::kDot) {
       c.pending = comp.rest;
       continue;
     }
-    if (comp.name == "..") {
-      w.last = LastKind::kDotDot;
+    if (comp.kind == LastKind::kDotDot) {
       if (c.dir == &root()) {
         // Leaves the namespace, which only the caller's own text may do.
         if (comp.from_link)
@@ -157,7 +152,6 @@ Walk Resolver::Resolve(const Entry& start, std::string_view rel, bool follow_las
       c.pending = comp.rest;
       continue;
     }
-    w.last = LastKind::kName;
     char join[PATH_MAX];
     long n = comp.name.size() > NAME_MAX ? -1 : Join(t.Path(*c.dir), comp.name, join);
     if (n < 0) {
@@ -199,54 +193,42 @@ long Resolver::AbsolutePath(const Entry& e, char* out, size_t cap) const {
   return static_cast<long>(n);
 }
 
-bool NormalizeMount(const char* in, char* out) {
+bool NormalizeAbsolute(const char* in, bool drop_dots, char* out) {
   if (!in || in[0] != '/') return false;
   size_t n = 0;
-  const char* p = in;
-  while (*p) {
-    while (*p == '/') p++;
-    if (!*p) break;
-    const char* end = p;
-    while (*end && *end != '/') end++;
-    size_t len = static_cast<size_t>(end - p);
-    if (len == 1 && p[0] == '.') {
-      p = end;
-      continue;
-    }
-    if (len == 2 && p[0] == '.' && p[1] == '.') return false;
-    if (n + 1 + len >= PATH_MAX) return false;
+  PathTokenizer tokens(in);
+  for (PathComponent c; tokens.Next(&c);) {
+    if (c.kind == LastKind::kDot && drop_dots) continue;
+    if (c.kind != LastKind::kName || n + 1 + c.name.size() >= PATH_MAX) return false;
     out[n++] = '/';
-    memcpy(out + n, p, len);
-    n += len;
-    p = end;
+    memcpy(out + n, c.name.data(), c.name.size());
+    n += c.name.size();
   }
+  if (n == 0) out[n++] = '/';
   out[n] = '\0';
-  return n > 0;  // "/" is not a usable mount
+  return true;
+}
+
+bool NormalizeMount(const char* in, char* out) {
+  // "/" is not a usable mount.
+  return NormalizeAbsolute(in, /*drop_dots=*/true, out) && out[1] != '\0';
 }
 
 const char* UnderMountSpelled(std::string_view mount, const char* path) {
   if (path[0] != '/') return nullptr;
   size_t m = 0;  // mount[0, m) is matched
-  const char* p = path;
-  while (true) {
-    while (*p == '/') p++;
-    if (!*p) return nullptr;  // the path ends above the mount
-    const char* end = p;
-    while (*end && *end != '/') end++;
-    const size_t len = static_cast<size_t>(end - p);
-    if (len == 1 && p[0] == '.') {
-      p = end;
-      continue;
-    }
-    if (len == 2 && p[0] == '.' && p[1] == '.') return nullptr;
-    if (m >= mount.size() || mount[m] != '/' || mount.size() < m + 1 + len ||
-        memcmp(mount.data() + m + 1, p, len) != 0)
+  PathTokenizer tokens(path);
+  for (PathComponent c; tokens.Next(&c);) {
+    if (c.kind == LastKind::kDot) continue;
+    const size_t len = c.name.size();
+    if (c.kind == LastKind::kDotDot || m >= mount.size() || mount[m] != '/' ||
+        mount.size() < m + 1 + len || memcmp(mount.data() + m + 1, c.name.data(), len) != 0)
       return nullptr;
     m += 1 + len;
-    if (m == mount.size()) return end;
+    if (m == mount.size()) return tokens.pos();
     if (mount[m] != '/') return nullptr;
-    p = end;
   }
+  return nullptr;  // the path ends above the mount
 }
 
 int AncestorLength(std::string_view mount, std::string_view dir) {

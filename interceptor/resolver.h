@@ -27,6 +27,57 @@ namespace fanstore::interceptor {
 // What the last component of a path was, for the operations that care (rmdir ".").
 enum class LastKind : uint8_t { kNone, kName, kDot, kDotDot };
 
+// One component of a path, as PathTokenizer splits it.
+struct PathComponent {
+  std::string_view name;
+  LastKind kind = LastKind::kNone;  // kName, kDot or kDotDot
+};
+
+// The interceptor's one path tokenizer: splits a path into components as the kernel does (a
+// run of slashes separates two; leading and trailing slashes add none) and marks "." and "..".
+// A NUL-terminated path is read only as far as its caller asks, never measured first, so that
+// a path elsewhere costs UnderMountSpelled and RealAncestorLength a look at its first component.
+class PathTokenizer {
+ public:
+  explicit PathTokenizer(const char* path) : pos_(path), end_(nullptr), sized_(false) {}
+  explicit PathTokenizer(std::string_view path)
+      : pos_(path.data()), end_(path.data() + path.size()), sized_(true) {}
+
+  // Skips slashes and takes the next component; false when only slashes were left.
+  bool Next(PathComponent* c) {
+    while (!AtEnd(pos_) && *pos_ == '/') pos_++;
+    if (AtEnd(pos_)) return false;
+    const char* end = pos_;
+    while (!AtEnd(end) && *end != '/') end++;
+    c->name = std::string_view(pos_, static_cast<size_t>(end - pos_));
+    c->kind = c->name == "."    ? LastKind::kDot
+              : c->name == ".." ? LastKind::kDotDot
+                                : LastKind::kName;
+    pos_ = end;
+    return true;
+  }
+
+  // True when only slashes are left, so that Next() would return false.
+  bool Done() const {
+    const char* p = pos_;
+    while (!AtEnd(p) && *p == '/') p++;
+    return AtEnd(p);
+  }
+
+  // The text not yet taken: from the slash after the last component taken, or the end.
+  const char* pos() const { return pos_; }
+  std::string_view rest() const {
+    return sized_ ? std::string_view(pos_, static_cast<size_t>(end_ - pos_)) : pos_;
+  }
+
+ private:
+  bool AtEnd(const char* p) const { return sized_ ? p == end_ : *p == '\0'; }
+
+  const char* pos_;
+  const char* end_;  // sized_: one past the last character
+  bool sized_;       // else the text ends at its NUL
+};
+
 struct Walk {
   int err = 0;                           // 0, ENOENT, ENOTDIR, ELOOP, ENAMETOOLONG, or EXDEV
                                          // when a symlink's target leaves the mount
@@ -68,8 +119,13 @@ class Resolver {
   const table::TableView* table_;
 };
 
-// Normalises an absolute mount path: collapses "//" and "/./", strips trailing slashes.
-// Returns false for relative paths, "..", "/" itself, or paths that do not fit out[PATH_MAX].
+// Normalises an absolute path lexically into out[PATH_MAX]: collapses "//", strips trailing
+// slashes ("/" stays "/"), and drops "." components when drop_dots is set. Returns false for
+// relative paths, paths with a ".." component (which only the file system can resolve), a "."
+// component when drop_dots is not set, or paths that do not fit.
+bool NormalizeAbsolute(const char* in, bool drop_dots, char* out);
+
+// NormalizeAbsolute for the mount path, which may not be "/" itself.
 bool NormalizeMount(const char* in, char* out);
 
 // When `path` is absolute and lies under `mount` (a component-wise prefix), returns the rest

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "common/table_builder.h"
 
@@ -183,6 +184,69 @@ TEST(MountPath, Normalize) {
   EXPECT_FALSE(NormalizeMount("/", out));
   EXPECT_FALSE(NormalizeMount("/a/../b", out));
   EXPECT_FALSE(NormalizeMount(nullptr, out));
+}
+
+// The components as "name" strings, "." and ".." marked by their kind ("<.>", "<..>").
+template <typename Path>
+std::vector<std::string> Split(Path path) {
+  std::vector<std::string> out;
+  PathTokenizer tokens(path);
+  for (PathComponent c; tokens.Next(&c);) {
+    EXPECT_EQ(c.kind == LastKind::kDot, c.name == ".");
+    EXPECT_EQ(c.kind == LastKind::kDotDot, c.name == "..");
+    out.push_back(c.kind == LastKind::kName ? std::string(c.name)
+                                            : "<" + std::string(c.name) + ">");
+  }
+  return out;
+}
+
+TEST(PathTokenizer, SplitsAsTheKernel) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(Split("//a///b/./c/../"), (V{"a", "b", "<.>", "c", "<..>"}));
+  EXPECT_EQ(Split("a"), V{"a"});
+  EXPECT_EQ(Split(".a/..b/..."), (V{".a", "..b", "..."}));
+  EXPECT_EQ(Split("///"), V{});
+  EXPECT_EQ(Split(""), V{});
+  // A string_view ends at its size, not at a NUL; a NUL inside it is no separator.
+  EXPECT_EQ(Split(std::string_view("x/y/z", 3)), (V{"x", "y"}));
+  EXPECT_EQ(Split(std::string_view()), V{});
+  EXPECT_EQ(Split(std::string_view("p\0q/r", 5)), (V{std::string("p\0q", 3), "r"}));
+}
+
+TEST(PathTokenizer, RestAndDone) {
+  PathTokenizer tokens("a//b//");
+  PathComponent c;
+  ASSERT_TRUE(tokens.Next(&c));
+  EXPECT_STREQ(tokens.pos(), "//b//");
+  EXPECT_EQ(tokens.rest(), "//b//");
+  EXPECT_FALSE(tokens.Done());
+  ASSERT_TRUE(tokens.Next(&c));
+  EXPECT_EQ(c.name, "b");
+  EXPECT_EQ(tokens.rest(), "//");
+  EXPECT_TRUE(tokens.Done());
+  EXPECT_FALSE(tokens.Next(&c));
+  PathTokenizer sized(std::string_view("a/b/c", 3));
+  ASSERT_TRUE(sized.Next(&c));
+  EXPECT_EQ(sized.rest(), "/b");
+  ASSERT_TRUE(sized.Next(&c));
+  EXPECT_EQ(sized.rest(), "");
+  EXPECT_TRUE(sized.Done());
+}
+
+TEST(MountPath, NormalizeAbsolute) {
+  char out[PATH_MAX];
+  ASSERT_TRUE(NormalizeAbsolute("//a//b/", false, out));
+  EXPECT_STREQ(out, "/a/b");
+  ASSERT_TRUE(NormalizeAbsolute("///", false, out));
+  EXPECT_STREQ(out, "/");
+  EXPECT_FALSE(NormalizeAbsolute("/a/./b", false, out));
+  ASSERT_TRUE(NormalizeAbsolute("/a/./b/.", true, out));
+  EXPECT_STREQ(out, "/a/b");
+  EXPECT_FALSE(NormalizeAbsolute("/a/../b", true, out));
+  EXPECT_FALSE(NormalizeAbsolute("a/b", true, out));
+  std::string long_path(PATH_MAX, 'x');
+  long_path[0] = '/';
+  EXPECT_FALSE(NormalizeAbsolute(long_path.c_str(), true, out));
 }
 
 TEST(MountPath, UnderMountSpelled) {

@@ -4,7 +4,7 @@
 // word and also moves the kernel's working directory to the directory's stand-in: the directory
 // itself in the kernel-visible view, else its copy under the local root, so that children
 // started with exec inherit it: their interceptor maps a working directory inside the local
-// root or the mount back to the virtual path (state.cc, ClassifyRealDir).
+// root or the mount back to the virtual path (locate.cc, ClassifyRealDir).
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -41,7 +41,6 @@ int OpenFileData(const Entry& name, int flags) {
     return fd;
   }
   std::string_view rel = t.Path(e);
-  char path[PATH_MAX];
   // kLocal may be set by the agent after this process mapped the table (lazy unpack).
   const uint32_t eflags = table::EntryFlagsOf(e);
   if (eflags & table::kLocal) {
@@ -72,10 +71,9 @@ int OpenFileData(const Entry& name, int flags) {
     }
     if (fd == -EMFILE || fd == -ENFILE || fd == -ENOMEM || fd == -EINTR) return fd;
   }
-  // Fetched from a peer before: the agent's cache file, opened directly (a miss costs one
-  // failed open; eviction only unlinks, so a descriptor we get stays valid).
-  if (!(eflags & table::kLocal) && CachePath(e, path)) {
-    int fd = Real().open(path, O_RDONLY | O_NOFOLLOW | keep);
+  // Fetched from a peer before: the agent's cache file, opened directly.
+  if (!(eflags & table::kLocal)) {
+    int fd = OpenCachedCopy(e, keep);
     if (fd >= 0) {
       if (g_cfg.counters)
         table::CountOpen(&g_cfg.counters->cached_opens, &g_cfg.counters->cached_bytes, e.size);

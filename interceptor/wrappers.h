@@ -18,6 +18,8 @@
 #include <type_traits>
 
 #include "interceptor/libc_types.h"
+#include "interceptor/local_files.h"
+#include "interceptor/locate.h"
 #include "interceptor/state.h"
 
 #define FS_SYM(ret, name, params)                   \
