@@ -173,7 +173,7 @@ int SelfUnpack(const table::Entry& e, int flags) noexcept {
     if (err == EROFS || err == EACCES || err == EPERM)
       g_no_self_unpack.store(true, std::memory_order_relaxed);
   } else {
-    if (!CopyRange(src, static_cast<loff_t>(e.child_count), tmp, e.size)) {
+    if (!CopyRange(src, static_cast<loff_t>(table::RawCopyOffset(e)), tmp, e.size)) {
       err = errno;  // CopyRange sets it
     } else {
       memcpy(path, rel.data(), rel.size());

@@ -38,7 +38,9 @@ void WarnOnce(std::string_view dataset) {
 size_t ChildEnv(char** out, size_t cap, char* disable) {
   size_t n = 0;
   for (char** e = environ; e && *e && n + 2 < cap; e++)
-    if (strncmp(*e, "LD_PRELOAD=", 11) != 0) out[n++] = *e;
+    if (strncmp(*e, env::kLdPreload, sizeof env::kLdPreload - 1) != 0 ||
+        (*e)[sizeof env::kLdPreload - 1] != '=')
+      out[n++] = *e;
   out[n++] = disable;
   out[n] = nullptr;
   return n;
