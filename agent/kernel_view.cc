@@ -226,7 +226,7 @@ const struct fuse_lowlevel_ops kOps = [] {
   ops.release = Release;
   // No opendir: libfuse answers ENOSYS, after which the kernel opens directories without a
   // request (FUSE_CAP_NO_OPENDIR_SUPPORT). The library's directory stand-ins are opened in the
-  // view (state.cc, OpenDirStandIn), so a request per opendir would cost every listing.
+  // view (local_files.cc, OpenDirStandIn), so a request per opendir would cost every listing.
   ops.readdir = ReadDir;
   ops.statfs = StatFs;
   ops.getxattr = GetXattr;
