@@ -411,6 +411,21 @@ TEST(JobFs, MountedOnTmpfsOnlyLimitedToTheFreeSpaceAndDroppedWhole) {
       0);
 }
 
+// In a test's own namespace: a node tmpfs at `node` and the job's tmpfs mounted as the prolog
+// does, at node/`name`. Its path, or "" (after a message) when either cannot be made.
+std::string MountNodeAndJobFs(const std::string& node, const std::string& name) {
+  const std::string job = node + "/" + name;
+  std::string moved;
+  bool mounted = false;
+  if (::mount("node", node.c_str(), "tmpfs", 0, "size=64m,mode=1777") != 0 ||
+      !ClaimDir(job, kUser, kUser, &moved).ok() || !MountJobFs(job, kUser, kUser, &mounted).ok() ||
+      !mounted) {
+    std::fprintf(stderr, "JobFs: cannot mount the node's and the job's tmpfs at %s\n", job.c_str());
+    return "";
+  }
+  return job;
+}
+
 // Issue 30, finding 1: any user can hold the job's tmpfs with an O_PATH descriptor of its root
 // (its path is known), and the job's user can hold directories in it from another job. The
 // epilog's unmount is then busy: the tmpfs is detached and emptied through a descriptor, its
@@ -428,14 +443,9 @@ TEST(JobFs, ABusyTmpfsIsDetachedAndEmptied) {
           std::fprintf(stderr, "JobFs busy: %s\n", what.c_str());
           return 1;
         };
-        if (::mount("node", node.c_str(), "tmpfs", 0, "size=64m,mode=1777") != 0)
-          return fail("mount the node's tmpfs");
-        const std::string job = node + "/fanstore.54321.8";
-        std::string moved;
-        bool mounted = false, dropped = false;
-        if (!ClaimDir(job, kUser, kUser, &moved).ok() ||
-            !MountJobFs(job, kUser, kUser, &mounted).ok() || !mounted)
-          return fail("mount the job's tmpfs");
+        const std::string job = MountNodeAndJobFs(node, "fanstore.54321.8");
+        if (job.empty()) return 1;
+        bool dropped = false;
         // The job's files: 8 MiB in a directory of the user's.
         const std::string sub = job + "/data";
         if (::mkdir(sub.c_str(), 0700) != 0 || ::chown(sub.c_str(), kUser, kUser) != 0)
@@ -491,14 +501,9 @@ TEST(JobFs, ACopyInAnotherNamespaceIsEmptiedAndAStackedMountDetached) {
           std::fprintf(stderr, "JobFs copy: %s\n", what.c_str());
           return 1;
         };
-        if (::mount("node", node.c_str(), "tmpfs", 0, "size=64m,mode=1777") != 0)
-          return fail("mount the node's tmpfs");
-        const std::string job = node + "/fanstore.54321.9";
-        std::string moved;
-        bool mounted = false, dropped = false;
-        if (!ClaimDir(job, kUser, kUser, &moved).ok() ||
-            !MountJobFs(job, kUser, kUser, &mounted).ok() || !mounted)
-          return fail("mount the job's tmpfs");
+        const std::string job = MountNodeAndJobFs(node, "fanstore.54321.9");
+        if (job.empty()) return 1;
+        bool dropped = false;
         {
           UniqueFD f(::open((job + "/data").c_str(), O_WRONLY | O_CREAT, 0600));
           if (!f.valid() || ::posix_fallocate(f.get(), 0, 8 << 20) != 0) return fail("fill");
