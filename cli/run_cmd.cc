@@ -50,11 +50,13 @@ std::string Locate(const char* env_name, const std::vector<std::string>& candida
 }
 
 // The plugin's default: <mount_prefix>/NAME, NAME the dataset directory's name without .fs.
-std::string DefaultMount(const std::string& dataset) {
+Result<std::string> DefaultMount(const std::string& dataset) {
   spank::UserOptions opts;
   opts.dataset = TrimTrailingSlashes(dataset);
   auto mount = spank::ResolveMount(opts, spank::DefaultConfig());
-  return mount.ok() ? mount.value() : spank::DefaultConfig().mount_prefix + "/dataset";
+  if (!mount.ok())
+    return Status::InvalidArgument("cannot derive a mount name from " + dataset + "; use --mount");
+  return mount;
 }
 
 bool Exited(pid_t pid, int* wstatus) { return ::waitpid(pid, wstatus, WNOHANG) == pid; }
@@ -119,11 +121,15 @@ struct RunOptions {
   char** command = nullptr;  // COMMAND [ARGS...], null-terminated
 };
 
-// The defaults and absolute forms of what was given.
-void CompleteRunOptions(RunOptions* o) {
+// The defaults and absolute forms of what was given; why they cannot be had, or "".
+std::string CompleteRunOptions(RunOptions* o) {
   if (!o->output.empty()) o->output = TrimTrailingSlashes(Absolute(o->output));
   if (!o->ds.empty()) o->ds = Absolute(o->ds);
-  if (o->mount.empty() && !o->ds.empty()) o->mount = DefaultMount(o->ds);
+  if (o->mount.empty() && !o->ds.empty()) {
+    auto mount = DefaultMount(o->ds);
+    if (!mount.ok()) return mount.status().message();
+    o->mount = mount.value();
+  }
   if (o->local_parent.empty()) {
     const char* t = std::getenv(env::kTmpdir);
     o->local_parent = t && *t ? t : "/tmp";
@@ -132,6 +138,7 @@ void CompleteRunOptions(RunOptions* o) {
   // are then reached without following any (common/private_dir.h).
   char real[PATH_MAX];
   if (::realpath(o->local_parent.c_str(), real) != nullptr) o->local_parent = real;
+  return "";
 }
 
 // Options end at "--"; COMMAND follows. Returns -1 to go on, else the exit status.
@@ -204,7 +211,7 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
   o->command = argv + dashdash + 1;
   if (o->ds.empty() && o->output.empty())
     return args::UsageError(app, "give DS.fs, --output DIR, or both");
-  CompleteRunOptions(o);
+  if (std::string why = CompleteRunOptions(o); !why.empty()) return args::UsageError(app, why);
   return -1;
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/remove_tree.h"
 #include "common/text.h"
+#include "spank-plugin/node.h"
 
 namespace fanstore::cli {
 
@@ -34,9 +35,8 @@ bool RunOutput::Start() {
   output::DrainerOptions o;
   o.local = local_;
   o.target = target_;
-  char host[256] = "localhost";
-  (void)::gethostname(host, sizeof host - 1);
-  o.node = host;
+  const Result<std::string> node = spank::NodeName();  // as the plugin names it
+  o.node = node.ok() ? node.value() : "localhost";
   o.umask = mask;
   drainer_ = std::make_unique<output::Drainer>();
   Status st = drainer_->Start(o);

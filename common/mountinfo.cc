@@ -5,7 +5,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <cstdlib>
+#include <cstdint>
 #include <set>
 
 #include "common/io.h"
@@ -43,12 +43,16 @@ std::vector<MountEntry> ParseMountInfo(const std::string& text) {
     if (f.size() < 7 || dash + 2 >= f.size()) continue;
     const size_t colon = f[2].find(':');
     if (colon == std::string_view::npos) continue;
+    const auto id = ParseInt(f[0], 0, INT32_MAX), parent = ParseInt(f[1], 0, INT32_MAX);
+    const auto major = ParseInt(f[2].substr(0, colon), 0, UINT32_MAX);
+    const auto minor = ParseInt(f[2].substr(colon + 1), 0, UINT32_MAX);
+    if (!id || !parent || !major || !minor) continue;
     MountEntry e;
-    e.id = std::atoi(std::string(f[0]).c_str());
-    e.parent = std::atoi(std::string(f[1]).c_str());
-    e.dev = makedev(std::strtoul(std::string(f[2].substr(0, colon)).c_str(), nullptr, 10),
-                    std::strtoul(std::string(f[2].substr(colon + 1)).c_str(), nullptr, 10));
+    e.id = static_cast<int>(*id);
+    e.parent = static_cast<int>(*parent);
+    e.dev = makedev(static_cast<unsigned>(*major), static_cast<unsigned>(*minor));
     e.mount_point = Unescape(f[4]);
+    e.options = std::string(f[5]);
     e.type = Unescape(f[dash + 1]);
     e.source = Unescape(f[dash + 2]);
     out.push_back(std::move(e));
@@ -73,8 +77,8 @@ std::vector<MountCopy> MountsElsewhere(dev_t dev) {
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return found;
   while (struct dirent* d = ::readdir(proc)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(d->d_name));
-    if (pid <= 0) continue;
+    const pid_t pid = static_cast<pid_t>(ParseInt(d->d_name, 1, INT32_MAX).value_or(0));
+    if (pid == 0) continue;
     const std::string dir = std::string("/proc/") + d->d_name;
     struct stat ns;
     if (::stat((dir + "/ns/mnt").c_str(), &ns) != 0 || !seen.insert(ns.st_ino).second) continue;

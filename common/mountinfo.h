@@ -13,6 +13,7 @@ struct MountEntry {
   int id = 0, parent = 0;
   dev_t dev = 0;             // major:minor of the file system
   std::string mount_point;   // as seen from the reader's root, unescaped
+  std::string options;       // the mount's own ("rw,nosuid,nodev")
   std::string type, source;  // "tmpfs", "fuse.sshfs"; the source as given to mount(2)
 };
 

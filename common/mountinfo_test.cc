@@ -25,6 +25,7 @@ TEST(MountInfo, ParsesFieldsEscapesAndOptionalFields) {
   EXPECT_EQ(m[0].parent, 35);
   EXPECT_EQ(m[0].dev, makedev(98, 0));
   EXPECT_EQ(m[0].mount_point, "/mnt/with space");
+  EXPECT_EQ(m[0].options, "rw,noatime");
   EXPECT_EQ(m[0].type, "ext3");
   EXPECT_EQ(m[1].type, "tmpfs");
   EXPECT_EQ(m[1].source, "fanstore.1000.7");

@@ -223,11 +223,7 @@ bool Drainer::Drain(const std::string& rel, std::string* error) {
       return true;  // unchanged since it drained
     if (d != done_.end()) as = d->second.as, ours = true;
   }
-  if (!target_fd_.valid()) {  // made at the first file: an unreachable one is retried
-    auto t = OpenTarget(opts_.target, opts_.umask);
-    if (!t.ok()) return *error = t.status().message(), false;
-    target_fd_ = std::move(t.value());
-  }
+  if (Status t = EnsureTarget(); !t.ok()) return *error = t.message(), false;
   const auto t0 = Clock::now();
   CommitRequest req{
       local_fd_.get(), target_fd_.get(), rel, as.empty() ? rel : as, opts_.umask, ours, &stop_};
@@ -252,6 +248,15 @@ bool Drainer::Drain(const std::string& rel, std::string* error) {
   stats_.bytes_drained += c->size;
   copy_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   return true;
+}
+
+// Made and opened at the first file (or the manifest): an unreachable one is tried again then.
+Status Drainer::EnsureTarget() {
+  if (target_fd_.valid()) return Status::OK();
+  auto t = OpenTarget(opts_.target, opts_.umask);
+  if (!t.ok()) return t.status();
+  target_fd_ = std::move(t.value());
+  return Status::OK();
 }
 
 DrainStats Drainer::Stats() const {
@@ -343,11 +348,7 @@ class ManifestLock {
 }  // namespace
 
 Status Drainer::WriteManifest(const DrainReport& report) {
-  if (!target_fd_.valid()) {
-    auto t = OpenTarget(opts_.target, opts_.umask);
-    if (!t.ok()) return t.status();
-    target_fd_ = std::move(t.value());
-  }
+  FS_RETURN_IF_ERROR(EnsureTarget());
   ManifestLock lock(target_fd_.get());
   if (!lock.held()) return Status::Timeout("the manifest's lock in " + opts_.target);
   const std::string path = opts_.target + "/" + kManifestName;

@@ -98,6 +98,7 @@ class Drainer {
   // One attempt; true when the file needs no further attempt (drained, gone or unchanged).
   bool Drain(const std::string& rel, std::string* error);
   Status WriteManifest(const DrainReport& report);
+  Status EnsureTarget();
 
   DrainerOptions opts_;
   UniqueFD local_fd_, target_fd_, inotify_fd_, wake_fd_;

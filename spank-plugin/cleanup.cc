@@ -71,10 +71,6 @@ int RemoveLeftovers(const CleanupRequest& req, const CleanupLog& log) {
   return rc;
 }
 
-// As root, in the prolog: the job's directories on this node, whatever another user planted
-// under their names first (moved aside, never deleted), and the job's tmpfs. A failure here
-// fails the job, not the node: the agent then reports what it cannot create, and a failed mount
-// leaves the plain directory, whose files the agent removes itself.
 // ClaimDir, and with local_dir=/tmp/%u a directory of the user's name that another user made
 // first in a place of root's: moved aside too, as anything planted, and the user's own put in
 // its place, so that nobody can make a user's jobs fail on a node by planting it (their
@@ -92,6 +88,10 @@ Status ClaimWithUserDir(const std::string& dir, const CleanupRequest& req, std::
   return Status::OK();
 }
 
+// As root, in the prolog: the job's directories on this node, whatever another user planted
+// under their names first (moved aside, never deleted), and the job's tmpfs. A failure here
+// fails the job, not the node: the agent then reports what it cannot create, and a failed mount
+// leaves the plain directory, whose files the agent removes itself.
 void Prepare(const CleanupRequest& req, const CleanupLog& log) {
   const uint32_t job = req.id.job;
   const std::string local = LocalDir(req.config, req.id);

@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 
+#include "common/mountinfo.h"
 #include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
@@ -206,39 +207,16 @@ int InTaskNamespace(const std::function<int()>& fn) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
 }
 
-// What /proc/self/mountinfo says is mounted at `path` (file system type), or "".
+// What /proc/self/mountinfo says is mounted at `path` (the topmost file system's type), or "".
 std::string MountedAt(const std::string& path) {
-  FILE* f = std::fopen("/proc/self/mountinfo", "r");
-  std::string type;
-  char line[4096];
-  while (f && std::fgets(line, sizeof line, f)) {
-    std::string l(line), point;
-    // ID PARENT MAJ:MIN ROOT MOUNTPOINT ... - TYPE SOURCE OPTIONS
-    size_t p = 0;
-    for (int field = 0; field < 4; field++) p = l.find(' ', p) + 1;
-    point = l.substr(p, l.find(' ', p) - p);
-    const size_t dash = l.find(" - ");
-    if (point == path && dash != std::string::npos)
-      type = l.substr(dash + 3, l.find(' ', dash + 3) - dash - 3);
-  }
-  if (f) std::fclose(f);
-  return type;
+  const std::vector<MountEntry> at = MountsAt(path);
+  return at.empty() ? "" : at.back().type;
 }
 
 // The options /proc/self/mountinfo lists for what is mounted at `path`, or "".
 std::string MountOptions(const std::string& path) {
-  FILE* f = std::fopen("/proc/self/mountinfo", "r");
-  std::string opts;
-  char line[4096];
-  while (f && std::fgets(line, sizeof line, f)) {
-    std::string l(line);
-    size_t p = 0;
-    for (int field = 0; field < 4; field++) p = l.find(' ', p) + 1;
-    const size_t end = l.find(' ', p);
-    if (l.substr(p, end - p) == path) opts = l.substr(end + 1, l.find(' ', end + 1) - end - 1);
-  }
-  if (f) std::fclose(f);
-  return opts;
+  const std::vector<MountEntry> at = MountsAt(path);
+  return at.empty() ? "" : at.back().options;
 }
 
 // The mount point: the path itself when it is a directory; else a tmpfs over its empty

@@ -157,6 +157,7 @@ expect_fail "run --mount relative" 2 "--mount: must be a clean absolute path" "$
 expect_fail "run without -- COMMAND" 2 "-- COMMAND is missing" "$F" run ds.fs
 expect_fail "run without DS.fs or --output" 2 "give DS.fs, --output DIR, or both" "$F" run -- true
 expect_fail "run with two datasets" 2 "not expected: ds2.fs" "$F" run ds.fs ds2.fs -- true
+expect_fail "run with a dataset that names no mount" 2 "cannot derive a mount name from .*; use --mount" "$F" run .fs -- true
 check "run: options after -- belong to COMMAND" bash -c "'$F' run ds.fs --timeout x -- --help 2>&1 | grep -q -- '--timeout'"
 expect_fail "stats with two files" 2 "not expected: b" "$F" stats a b
 expect_fail "pack onto an existing destination" 2 "already exists" "$F" pack src ds.fs
