@@ -70,8 +70,18 @@ Status Agent::Prepare() {
   auto alive = run_dir::HoldAlive(cfg_.run_dir);
   if (!alive.ok()) return alive.status();
   alive_lock_ = std::move(alive).value();
+  Status output = StartOutput();  // before the ticker, which reads drainer_
   WriteStatus(AgentState::kStarting, "");
   StartTicker();
+  FS_RETURN_IF_ERROR(output);
+  if (!cfg_.dataset.empty()) FS_RETURN_IF_ERROR(PrepareStaging());
+  return server_.Start(cfg_.run_dir + "/" + kSocketName,
+                       [this](proto::Op op, const std::string& p, UniqueFD passed) {
+                         return Handle(op, p, std::move(passed));
+                       });
+}
+
+Status Agent::PrepareStaging() {
   FS_RETURN_IF_ERROR(EnsureOwnDir(cfg_.local_dir, &created_local_).Prefixed("local directory"));
   have_local_ = true;
   FS_RETURN_IF_ERROR(CheckEmpty(cfg_.local_dir));
@@ -88,10 +98,7 @@ Status Agent::Prepare() {
   manifest_ = std::move(m).value();
   FS_RETURN_IF_ERROR(dict_.Load(cfg_.dataset, manifest_.dict));
   pool_ = std::make_unique<ThreadPool>(cfg_.threads ? cfg_.threads : ThreadPool::DefaultThreads());
-  return server_.Start(cfg_.run_dir + "/" + kSocketName,
-                       [this](proto::Op op, const std::string& p, UniqueFD passed) {
-                         return Handle(op, p, std::move(passed));
-                       });
+  return Status::OK();
 }
 
 // Tests hold the agent at a phase (FANSTORE_TEST_PAUSE=staging:MS or exchange:MS) to kill it or
@@ -288,21 +295,20 @@ Status Agent::Start() {
   if (!b.ok()) return b.status().Prefixed("bootstrap");
   boot_ = std::move(b).value();
   // "%r" in the directories becomes the rank: several agents on one machine (tests, benchmarks).
-  for (std::string* dir : {&cfg_.local_dir, &cfg_.run_dir})
+  for (std::string* dir : {&cfg_.local_dir, &cfg_.run_dir, &cfg_.output_dir})
     for (size_t p; (p = dir->find("%r")) != std::string::npos;)
       dir->replace(p, 2, std::to_string(boot_->rank()));
+  if (cfg_.dataset.empty()) {  // output only: nothing to stage, exchange or serve
+    Status st = Prepare();
+    if (!st.ok()) return Fail(st);
+    LOG_INFO("ready: output only, %s drained to %s", cfg_.output_dir.c_str(), cfg_.output.c_str());
+    WriteStatus(AgentState::kReady, "");
+    return Status::OK();
+  }
   // Every agent takes part in both rounds of the exchange, even after a failure, so that no
   // peer waits forever and every node learns which node failed and why.
   Status st = StageAndPublish(Prepare());
-  if (!st.ok()) {
-    // Nothing half-made stays behind: only status.json, for the launcher to read.
-    serving_ = false;
-    peer_server_.Stop();
-    server_.Stop();
-    RemoveOwnFiles(/*keep_status=*/true);
-    WriteStatus(AgentState::kFailed, st.ToString());
-    return st;
-  }
+  if (!st.ok()) return Fail(st);
   cpu_ready_ = CpuSeconds();  // before the prefetch and the unpack start
   // Warm the cache: stream every remote shard that fits, in the background, starting at a
   // rank-dependent shard so that agents spread their requests over the holders.
@@ -328,6 +334,16 @@ Status Agent::Start() {
   return Status::OK();
 }
 
+Status Agent::Fail(const Status& st) {
+  // Nothing half-made stays behind: only status.json, for the launcher to read.
+  serving_ = false;
+  peer_server_.Stop();
+  server_.Stop();
+  RemoveOwnFiles(/*keep_status=*/true);
+  WriteStatus(AgentState::kFailed, st.ToString());
+  return st;
+}
+
 void Agent::RemoveOwnFiles(bool keep_status) {
   // A million files take seconds to unlink: on every core (the job is over).
   auto remove = [](const std::string& path) {
@@ -341,6 +357,8 @@ void Agent::RemoveOwnFiles(bool keep_status) {
   } else if (have_local_) {
     for (const char* sub : {"/data", "/cache", "/shards"}) remove(cfg_.local_dir + sub);
   }
+  // Empty unless something did not drain: then it stays (FinishOutput named what is in it).
+  if (created_output_) ::rmdir(cfg_.output_dir.c_str());
   if (created_run_ && !keep_status) {
     remove(cfg_.run_dir);
   } else if (have_run_) {

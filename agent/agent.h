@@ -7,6 +7,7 @@
 //   remote.*        files held on other nodes: cache, peers, the dataset, prefetch
 //   unpack.*        lazy unpack of the shard copies in the background
 //   stats.cc        status.json and the counters
+//   output.cc       the job's output on this node, drained to the parallel file system
 #pragma once
 
 #include <array>
@@ -39,11 +40,12 @@
 #include "common/unique_fd.h"
 #include "format/manifest.h"
 #include "format/shard.h"
+#include "output/drainer.h"
 
 namespace fanstore::agent {
 
 struct Config {
-  std::string dataset;    // DS.fs directory
+  std::string dataset;    // DS.fs directory; empty: output only (nothing to stage or serve)
   std::string local_dir;  // node-local directory for the staged copy (created, private)
   // When local_dir is a mount point, its files are left at shutdown for the epilog's unmount.
   bool epilog_unmounts_local_dir = false;
@@ -60,6 +62,10 @@ struct Config {
   std::string unpack = "auto";    // auto|eager|lazy, see --unpack
   std::string job_id;             // the Slurm job id, with the PMIx namespace the job's identity
   std::string peer_addr;          // address or interface for the peer service; "" picks one
+  // The job's output (issue 29): output_dir, node-local, drained to `output`; empty: none.
+  std::string output;
+  std::string output_dir;        // created, private; removed once everything in it drained
+  double drain_timeout_s = 300;  // at shutdown, how long the drain may still take
 };
 
 using run_dir::AgentState;
@@ -89,12 +95,20 @@ class Agent {
   // A JSON summary of the counters (also served as kStats); with `series`, also the samples of
   // the last hour (kStats with the payload kStatsSeries).
   std::string StatsJson(bool series = false) const;
+  // Waits for the output to drain, up to drain_timeout_s; logs what drained and, by name, what
+  // did not (lines that start with kOutputReport), which stays in output_dir. Once, after the
+  // clients are gone; nothing without --output.
+  void FinishOutput();
 
  private:
   using Shards = std::vector<std::unique_ptr<format::ShardFile>>;
 
   // Lifecycle (agent.cc).
   Status Prepare();
+  // The local directory, the dataset's manifest and dictionary (not in an output-only agent).
+  Status PrepareStaging();
+  // Fails a Start: nothing half-made stays behind, status.json says why.
+  Status Fail(const Status& st);
   // Opens this node's shards, stages them in the background while the indexes are exchanged
   // and the table built, then agrees with every agent that all staged before publishing the
   // table. `st` is Prepare's outcome: a failed agent still takes part in the exchange.
@@ -154,6 +168,10 @@ class Agent {
   int ServeLocal(uint32_t shard, uint32_t entry, int* fd, uint64_t* size);
   std::vector<uint32_t> ShardFiles(uint32_t shard);
 
+  // Output (output.cc): makes the output directory and starts draining it (with --output).
+  Status StartOutput();
+  nlohmann::json OutputJson() const;
+
   // Statistics (stats.cc).
   std::string StatusJson() const;
   // Bytes served by source: local, remote, cached, fallback.
@@ -205,7 +223,7 @@ class Agent {
   std::unique_ptr<ThreadPool> peer_pool_, peer_stream_pool_;
   PeerServer peer_server_;
   std::atomic<bool> serving_{false};  // peers are served once the share is staged
-  bool created_local_ = false, created_run_ = false;
+  bool created_local_ = false, created_run_ = false, created_output_ = false;
   bool have_local_ = false, have_run_ = false;  // ensured (created, or given and checked)
   AgentState state_ = AgentState::kStarting;
   std::string error_;
@@ -238,6 +256,9 @@ class Agent {
   std::mutex ticker_mu_;
   std::condition_variable ticker_cv_;
   bool ticker_stop_ = false;
+
+  // Set before any other thread starts, never reset: the stats read it from any thread.
+  std::unique_ptr<output::Drainer> drainer_;
 
   // Last, so that they stop first: their threads use the members above.
   RemoteFiles remote_;

@@ -132,12 +132,32 @@ void AddPeerOptions(CLI::App& app, Config* cfg) {
       ->type_name("ADDR|IFACE");
 }
 
+// The job's output, drained to the parallel file system.
+void AddOutputOptions(CLI::App& app, Config* cfg) {
+  app.add_option("--output", cfg->output,
+                 "a directory on the parallel file system: every file written to\n"
+                 "--output-dir is copied there in the background once it is closed\n"
+                 "(or renamed into place), verified and renamed, never half-written")
+      ->type_name("DIR");
+  app.add_option("--output-dir", cfg->output_dir,
+                 "this node's output directory, which the tasks write to (created,\n"
+                 "mode 0700; removed at shutdown when everything in it drained)")
+      ->type_name("DIR");
+  app.add_option("--drain-timeout", cfg->drain_timeout_s,
+                 "at shutdown, wait this long at most for the output to drain\n"
+                 "(default 300); what did not is named and stays in --output-dir")
+      ->type_name("SEC")
+      ->check(CLI::Range(0.0, 7 * 24 * 3600.0));
+}
+
 // The options; returns -1 to go on, else the exit status.
 int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
   CLI::App app(
       "The FanStore node agent. Stages this node's share of DS.fs into DIR, exchanges metadata\n"
       "with the other agents of the job (PMIx), publishes the metadata table and serves local\n"
       "clients until SIGTERM (or SIGINT, SIGHUP, SIGUSR2), then removes everything it created.\n"
+      "With --output it also drains the job's output directory to the parallel file system,\n"
+      "and at the end waits for that drain, up to --drain-timeout.\n"
       "Normally started by the SPANK plugin or by `fanstore run`, not by hand.\n"
       "\n"
       "Other modes: fanstore-agent --read-entry DS.fs SHARD INDEX writes one file of the\n"
@@ -152,11 +172,12 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
       "status.json in the run directory reads {\"state\": \"starting|staging|ready|failed\",\n"
       "\"error\": ..., \"unpacked\": true|false}.\n"
       "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage.");
-  app.add_option("--dataset", cfg->dataset, "the packed dataset")->type_name("DS.fs")->required();
+  app.add_option("--dataset", cfg->dataset, "the packed dataset (optional with --output)")
+      ->type_name("DS.fs");
   app.add_option("--local-dir", cfg->local_dir,
-                 "node-local directory for the staged files (created, mode 0700)")
-      ->type_name("DIR")
-      ->required();
+                 "node-local directory for the staged files (created, mode 0700;\n"
+                 "required with --dataset)")
+      ->type_name("DIR");
   app.add_flag("--epilog-unmounts-local-dir", cfg->epilog_unmounts_local_dir,
                "when the local directory is a mount point (the SPANK plugin's per-job\n"
                "tmpfs), leave its files at shutdown: the job's epilog unmounts it whole");
@@ -165,9 +186,9 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
                  "(in both directories, %r is replaced by the agent's rank)")
       ->type_name("DIR")
       ->required();
-  app.add_option("--mount", cfg->mount, "the virtual path clients use")
-      ->type_name("PATH")
-      ->required();
+  app.add_option("--mount", cfg->mount, "the virtual path clients use (required with --dataset)")
+      ->type_name("PATH");
+  AddOutputOptions(app, cfg);
   AddStagingOptions(app, cfg);
   AddPeerOptions(app, cfg);
   app.add_option("--node-name", cfg->node_name,
@@ -181,7 +202,15 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
       "-v,--verbose", [] { log::SetLevel(log::kDebug); }, "log progress and statistics");
   app.add_flag_callback(
       "-q,--quiet", [] { log::SetLevel(log::kWarn); }, "log only warnings and errors");
-  return args::Parse(app, argc, argv);
+  if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
+  const char* missing = nullptr;
+  if (cfg->dataset.empty() && cfg->output.empty())
+    missing = "--dataset, --output, or both";
+  else if (!cfg->dataset.empty() && (cfg->local_dir.empty() || cfg->mount.empty()))
+    missing = "--local-dir and --mount with --dataset";
+  else if (cfg->output.empty() != cfg->output_dir.empty())
+    missing = "--output and --output-dir together";
+  return missing == nullptr ? -1 : args::UsageError(app, std::string("give ") + missing);
 }
 
 // What the launcher left unsaid: the job id and the node's name from the environment.
@@ -242,6 +271,7 @@ int Serve(const Config& cfg, const std::string& stats_out) {
     return 1;
   }
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  a.FinishOutput();  // the clients are gone: what they wrote is complete
   const std::string stats = a.StatsJson();
   LOG_INFO("shutting down; stats: %s", stats.c_str());
   if (!stats_out.empty()) {

@@ -64,7 +64,8 @@ void Agent::Tick() {
   std::lock_guard<std::mutex> w(status_write_mu_);
   {
     std::lock_guard<std::mutex> l(state_mu_);
-    if (state_ != AgentState::kStaging) return;
+    // While staging its progress shows; with output, the drain's (a file a second).
+    if (state_ != AgentState::kStaging && !drainer_) return;
   }
   Status st = WriteFileAtomic(cfg_.run_dir + "/" + kStatusName, StatusJson() + "\n", 0600);
   if (!st.ok()) LOG_ERROR("%s", st.ToString().c_str());
@@ -110,6 +111,7 @@ std::string Agent::StatusJson() const {
   j["shards"] = mine_;
   if (boot_ && boot_->size() > 1 && cfg_.peers) j["endpoint"] = peer_server_.Endpoint();
   j["staging"] = StagingJson();
+  if (drainer_) j["output"] = OutputJson();
   return j.dump(-1, ' ', false,
                 nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8
 }
@@ -171,6 +173,7 @@ std::string Agent::StatsJson(bool series) const {
   j["prefetch"] = {{"shards", r.prefetched_shards},
                    {"files", r.prefetched_files},
                    {"bytes", r.prefetched_bytes}};
+  if (drainer_) j["output"] = OutputJson();
   if (series) j["series"] = SeriesJson();
   return j.dump(-1, ' ', false,
                 nlohmann::json::error_handler_t::replace);  // paths need not be UTF-8

@@ -51,6 +51,7 @@ struct Family {
   const char* key;            // the counter, or its object, in the JSON
   const char* sub = nullptr;  // the counter in that object; by_kind: one per kind of source
   bool by_kind = false;
+  bool optional = false;  // only for the nodes whose JSON has `key` (the output's, with one)
 };
 
 }  // namespace
@@ -77,12 +78,29 @@ std::string PrometheusText(const Json& stats) {
        "peers", "fetch_errors"},
       {"fanstore_unpack_done", "gauge", "1 once every staged file is unpacked, else 0.", "unpack",
        "done"},
+      {"fanstore_output_files_pending", "gauge", "Output files waiting to drain.", "output",
+       "files_pending", false, true},
+      {"fanstore_output_bytes_pending", "gauge", "Bytes of output waiting to drain.", "output",
+       "bytes_pending", false, true},
+      {"fanstore_output_files_drained_total", "counter",
+       "Output files copied to the parallel file system.", "output", "files_drained", false, true},
+      {"fanstore_output_bytes_drained_total", "counter",
+       "Bytes of output copied to the parallel file system.", "output", "bytes_drained", false, true},
+      {"fanstore_output_files_failed", "gauge",
+       "Output files whose last copy failed (retried with a backoff).", "output", "files_failed", false, true},
+      {"fanstore_output_drain_rate_bytes", "gauge",
+       "Bytes per second of the output's copies so far.", "output", "rate_bytes_per_s", false, true},
   };
   std::string out;
   for (const Family& f : kFamilies) {
+    std::vector<const Json*> with;
+    for (const Json& n : nodes)
+      if (!f.optional || (n.is_object() && n.contains(f.key))) with.push_back(&n);
+    if (with.empty()) continue;
     out += std::string("# HELP ") + f.name + " " + f.help + "\n";
     out += std::string("# TYPE ") + f.name + " " + f.type + "\n";
-    for (const Json& n : nodes) {
+    for (const Json* np : with) {
+      const Json& n = *np;
       const std::string node = n.is_object() && n.contains("node") && n["node"].is_string()
                                    ? n["node"].get<std::string>()
                                    : "";

@@ -68,6 +68,18 @@ void PrintStaging(const nlohmann::json& j) {
               At(st, "files_total"));
 }
 
+// The output's drain (--output, --fanstore-output), when there is one.
+void PrintOutput(const nlohmann::json& j) {
+  const nlohmann::json o = Obj(j, "output");
+  if (o.empty()) return;
+  std::printf("  output: %.0f files (%s) drained to %s at %s/s, %.0f (%s) pending, %.0f failing\n",
+              At(o, "files_drained"), HumanBytes(At(o, "bytes_drained")).c_str(),
+              Str(o, "target").c_str(), HumanBytes(At(o, "rate_bytes_per_s")).c_str(),
+              At(o, "files_pending"), HumanBytes(At(o, "bytes_pending")).c_str(),
+              At(o, "files_failed"));
+  if (o.contains("last_error")) std::printf("  output: last error: %s\n", Str(o, "last_error").c_str());
+}
+
 void PrintNodeStats(const nlohmann::json& j) {
   std::printf(
       "%s (rank %.0f of %.0f): staged %s (%.0f files, %.0f shards) in %.2f s; metadata exchange "
@@ -77,6 +89,7 @@ void PrintNodeStats(const nlohmann::json& j) {
       At(j, "stage_in_seconds"), At(j, "exchange_seconds"));
   PrintStaging(j);
   PrintSources(Obj(j, "opens"), Obj(j, "bytes"));
+  PrintOutput(j);
 }
 
 // Sums the numbers of `from` into `into`, key by key (nested objects too).
@@ -156,7 +169,9 @@ int StatsFromFile(const std::string& path, const Output& out) {
                                {"shards_staged", At(j, "shards_staged")},
                                {"opens", Obj(j, "opens")},
                                {"bytes", Obj(j, "bytes")}};
+    if (j.contains("output")) counters["output"] = Obj(j, "output");
     AddCounters(total, counters);
+    if (j.contains("output")) total["output"]["target"] = Str(Obj(j, "output"), "target");
   }
   double slowest = 0;
   for (const auto& j : nodes) slowest = std::max(slowest, At(j, "stage_in_seconds"));
@@ -164,6 +179,7 @@ int StatsFromFile(const std::string& path, const Output& out) {
               nodes.size(), nodes.size() == 1 ? "" : "s",
               HumanBytes(At(total, "bytes_staged")).c_str(), At(total, "files_staged"), slowest);
   PrintSources(total["opens"], total["bytes"]);
+  PrintOutput(total);
   return kExitOk;
 }
 

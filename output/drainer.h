@@ -62,6 +62,9 @@ struct DrainReport {
   std::string manifest_error;  // the manifest could not be written: why
 };
 
+// What the agent's log lines about the output start with (the plugin passes them on).
+inline constexpr char kReportTag[] = "output:";
+
 // The manifest's name in the target directory.
 inline constexpr char kManifestName[] = ".fanstore-output.json";
 

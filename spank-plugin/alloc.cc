@@ -13,15 +13,15 @@ int AllocInit(spank_t sp, int ac, char** av) {
 
 int AllocPostOpt(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
-  s.enabled = !s.options.dataset.empty();
+  s.enabled = s.options.used();
   if (!s.enabled) return 0;
-  Status st = CheckUserOptions(s.options);
-  if (st.ok()) st = CheckDataset(s.options.dataset);
+  Status st = CheckUserOptions(s.options, s.config);
+  if (st.ok()) st = CheckUserPaths(s.options);
   if (!st.ok()) {
     LogError("submit", st.message());
     return -1;
   }
-  LogDebug("submit", "dataset " + s.options.dataset + " is valid");
+  LogDebug("submit", "the --fanstore options are valid");
   return 0;
 }
 

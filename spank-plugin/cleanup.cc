@@ -6,6 +6,7 @@
 
 #include "common/env.h"
 #include "common/private_dir.h"
+#include "output/drainer.h"
 #include "spank-plugin/dirs.h"
 
 namespace fanstore::spank {
@@ -35,6 +36,18 @@ void EndAgents(const CleanupRequest& req, const CleanupLog& log, int* rc) {
   }
 }
 
+// As the job user: the job's output directory goes when it is empty; what is in it did not
+// drain (the agents named it), and stays for the user to copy by hand.
+void KeepUndrained(const CleanupRequest& req, const CleanupLog& log) {
+  const std::string dir = OutputDir(req.config, req.id);
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != req.id.uid) return;
+  if (::rmdir(dir.c_str()) == 0) return;
+  log.error("kept " + dir + ": output of job " + std::to_string(req.id.job) +
+            " that did not drain (named in the job's output and in " + output::kManifestName +
+            " in its --fanstore-output directory); the user copies it by hand");
+}
+
 // As the job user: what the job left in its directories.
 int RemoveLeftovers(const CleanupRequest& req, const CleanupLog& log) {
   int rc = kClean;
@@ -59,6 +72,7 @@ int RemoveLeftovers(const CleanupRequest& req, const CleanupLog& log) {
       rc = kLeft;
     }
   }
+  KeepUndrained(req, log);
   // The launch files of the batch step (or of a supervisor that died); a live supervisor removes
   // its own.
   const std::string lock = LaunchLock(req.config, req.id);
@@ -95,8 +109,7 @@ Status ClaimWithUserDir(const std::string& dir, const CleanupRequest& req, std::
 void Prepare(const CleanupRequest& req, const CleanupLog& log) {
   const uint32_t job = req.id.job;
   const std::string local = LocalDir(req.config, req.id);
-  for (const std::string& dir :
-       {LaunchDir(req.config, req.id), RunDir(req.config, req.id), local}) {
+  for (const std::string& dir : JobDirs(req.config, req.id, req.dataset, req.output)) {
     std::string moved;
     Status claimed = ClaimWithUserDir(dir, req, &moved);
     if (!claimed.ok()) log.error(claimed.message());
@@ -104,8 +117,9 @@ void Prepare(const CleanupRequest& req, const CleanupLog& log) {
       log.error("moved aside " + moved + ", planted in the way of job " + std::to_string(job));
   }
   bool mounted = false;
-  Status mount =
-      req.config.job_fs ? MountJobFs(local, req.creds.uid, req.creds.gid, &mounted) : Status::OK();
+  Status mount = req.config.job_fs && req.dataset
+                     ? MountJobFs(local, req.creds.uid, req.creds.gid, &mounted)
+                     : Status::OK();
   if (!mount.ok()) log.error(mount.message() + " (the job uses the directory instead)");
   if (mounted) log.verbose("mounted a tmpfs for job " + std::to_string(job) + " at " + local);
 }
@@ -132,7 +146,7 @@ Status CleanJobOnNode(const CleanupRequest& req, const CleanupLog& log) {
   Status drop = DropJobFs(local, req.creds.uid, &dropped);
   if (!drop.ok()) log.error(drop.message());
   if (dropped) log.verbose("unmounted the job's tmpfs at " + local);
-  if (req.prolog && req.used) Prepare(req, log);
+  if (req.prolog && (req.dataset || req.output)) Prepare(req, log);
   if (rc.value() != kClean)
     log.error("job " + job + " could not be cleaned up completely on " + req.id.node +
               " (the node goes on; what is left is named above)");

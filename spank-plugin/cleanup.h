@@ -28,8 +28,9 @@ struct CleanupRequest {
   Config config;
   JobIdentity id;
   Credentials creds;            // the job user: the removal runs as them
-  bool prolog = false;          // the prolog: then claim the job's directories (when `used`)
-  bool used = false;            // the job asked for FanStore
+  bool prolog = false;          // the prolog: then claim the job's directories
+  bool dataset = false;         // the job asked for a dataset (--fanstore)
+  bool output = false;          // the job asked for an output directory (--fanstore-output)
   int user_timeout_ms = 60000;  // the removal as the user is stopped after this
   int agent_grace_ms = 3000;    // SIGTERM to SIGKILL
   int agent_kill_ms = 10000;    // SIGKILL to "still alive"

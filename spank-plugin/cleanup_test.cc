@@ -154,7 +154,7 @@ TEST_F(CleanupTest, MoreFilesThanTheTimeAllowsIsNotFatal) {
 TEST_F(CleanupTest, ADirectoryOfTheUsersNameMadeByAnotherIsMovedAside) {
   req_.config.local_dir = base_ + "/local/%u";
   req_.prolog = true;
-  req_.used = true;
+  req_.dataset = true;
   const std::string planted = base_ + "/local/u";
   ASSERT_EQ(::mkdir(planted.c_str(), 0777), 0);
   ASSERT_EQ(::chown(planted.c_str(), kUser + 1, kUser + 1), 0);

@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kKnownKeys =
     "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas, "
-    "cache_size, kernel_view, local_fs";
+    "cache_size, kernel_view, local_fs, drain_timeout";
 
 }  // namespace
 
@@ -99,6 +99,13 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
       if (value != "yes" && value != "no")
         return Status::InvalidArgument("kernel_view='" + value + "': must be yes or no");
       c.kernel_view = value == "yes";
+    } else if (key == "drain_timeout") {
+      const auto timeout = ParseInt(value, 0, kMaxDrainTimeout);
+      if (!timeout)
+        return Status::InvalidArgument("drain_timeout='" + value +
+                                       "': must be seconds from 0 to " +
+                                       std::to_string(kMaxDrainTimeout));
+      c.drain_timeout = static_cast<int>(*timeout);
     } else if (key == "local_fs") {
       if (value != "auto" && value != "dir")
         return Status::InvalidArgument("local_fs='" + value + "': must be auto or dir");

@@ -35,6 +35,9 @@ struct Config {
   bool job_fs = true;
   std::string cache_size;  // cache_size= : the agents' --cache-size (default empty: half the free
                            // space left in the local directory after stage-in)
+  // drain_timeout= : seconds the end of a job with --fanstore-output waits at most for its
+  // output to drain (default 300); users may ask for less (--fanstore-drain-timeout)
+  int drain_timeout = 300;
 };
 
 // The defaults, before any argument: the installed (or build-tree) paths baked in at configure
@@ -51,6 +54,9 @@ Config DefaultConfig();
 // directories below them are then reached without following any symlink (issue 30). A part that
 // does not resolve here (another node's path) is kept as it is.
 void ResolveAdminSymlinks(Config* config);
+
+// The longest drain_timeout= a site may set: a day.
+inline constexpr int kMaxDrainTimeout = 24 * 3600;
 
 // Value checks shared with the user options.
 using fanstore::IsCleanAbsolutePath;             // common/path.h

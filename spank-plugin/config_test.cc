@@ -22,6 +22,9 @@ TEST(ConfigTest, DefaultsWithoutArguments) {
   EXPECT_FALSE(ParseConfig({"local_fs=dir"})->job_fs);
   EXPECT_FALSE(ParseConfig({"local_fs=tmpfs"}).ok());
   EXPECT_EQ(c->agent.substr(c->agent.size() - 15), "/fanstore-agent");
+  EXPECT_EQ(c->drain_timeout, 300);  // a few minutes for the output to drain
+  EXPECT_EQ(ParseConfig({"drain_timeout=0"})->drain_timeout, 0);
+  EXPECT_EQ(ParseConfig({"drain_timeout=3600"})->drain_timeout, 3600);
 }
 
 TEST(ConfigTest, EveryKey) {
@@ -70,6 +73,9 @@ TEST(ConfigTest, RejectsMalformedArguments) {
       {"stagein_timeout=999999999"},  // out of range
       {"replicas=0"},
       {"replicas=some"},
+      {"drain_timeout=-1"},           // out of range
+      {"drain_timeout=86401"},        // more than a day
+      {"drain_timeout=5m"},           // not a number
       {"local_dir=/tmp/%x"},     // unknown sequence
       {"local_dir=/tmp/%"},      // dangling %
       {"agent=/a", "agent=/b"},  // twice

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -53,6 +54,32 @@ Status CheckDataset(const std::string& dataset) {
     const std::string path = dataset + "/" + m.value().dict.file;
     if (::access(path.c_str(), R_OK) != 0) return Unreadable(path, errno);
   }
+  return Status::OK();
+}
+
+Status CheckOutputTarget(const std::string& output) {
+  std::string dir = output;
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno != ENOENT)
+      return Status::FromErrno("--fanstore-output=" + output, errno);
+    dir = dir.substr(0, std::max<size_t>(dir.rfind('/'), 1));
+    if (::stat(dir.c_str(), &st) != 0)
+      return Status::NotFound("--fanstore-output=" + output + ": its parent " + dir +
+                              " does not exist");
+  }
+  if (!S_ISDIR(st.st_mode))
+    return Status::InvalidArgument("--fanstore-output=" + output + ": " + dir +
+                                   " is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return Status::Permission("--fanstore-output=" + output + ": " + dir +
+                              " is not writable by you (" + std::strerror(errno) + ")");
+  return Status::OK();
+}
+
+Status CheckUserPaths(const UserOptions& opts) {
+  if (!opts.dataset.empty()) FS_RETURN_IF_ERROR(CheckDataset(opts.dataset));
+  if (!opts.output.empty()) FS_RETURN_IF_ERROR(CheckOutputTarget(opts.output));
   return Status::OK();
 }
 

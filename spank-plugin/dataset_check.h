@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "spank-plugin/job.h"
 
 namespace fanstore::spank {
 
@@ -12,5 +13,12 @@ namespace fanstore::spank {
 // and shards the calling user can read. Otherwise a message that names the path and the problem:
 // missing, not a FanStore dataset, unreadable, wrong version, missing or unreadable shard.
 [[nodiscard]] Status CheckDataset(const std::string& dataset);
+
+// OK when the calling user can write the output directory `output` (--fanstore-output): it is a
+// directory they can write, or it is missing and its parent is one (the agents make it).
+[[nodiscard]] Status CheckOutputTarget(const std::string& output);
+
+// Both checks, for what `opts` asks: at submission (sbatch, salloc, srun).
+[[nodiscard]] Status CheckUserPaths(const UserOptions& opts);
 
 }  // namespace fanstore::spank

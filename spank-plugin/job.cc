@@ -4,6 +4,9 @@
 #include "common/env.h"
 #include "common/run_dir.h"
 #include "common/text.h"
+#include "output/drainer.h"
+
+#include <cstring>
 
 namespace fanstore::spank {
 namespace {
@@ -38,12 +41,14 @@ std::string JoinPreload(const std::vector<std::string>& parts) {
 // it (--read-state, common/run_dir's ReadStatus): no JSON is parsed in shell. A failure before
 // that still ends the step. The TERM trap only defers the shell's exit until the agent has shut
 // down cleanly.
-std::string AgentWrapper() {
+std::string AgentWrapper(bool output) {
   const std::string run = std::string("\"$") + kEnvAgentRunDir + "\"";
+  const std::string out =
+      output ? std::string(" --output-dir \"$") + env::kAgentOutputDir + "\"" : "";
   const std::string ready = run_dir::StateName(run_dir::AgentState::kReady);
   // Shell built-ins and the agent only: the user's PATH is not trusted to hold anything.
   return std::string("trap : HUP INT TERM USR2; \"$0\" \"$@\" --local-dir \"$") +
-         kEnvAgentLocalDir + "\" --run-dir " + run +
+         kEnvAgentLocalDir + "\" --run-dir " + run + out +
          "; rc=$?; [ $rc -ne 0 ] && [ \"$(\"$0\" --read-state " + run +
          " 2>/dev/null)\" = " + ready +
          " ] && { echo \"fanstore: this agent ended (status $rc) after it was ready; the other "
@@ -52,8 +57,20 @@ std::string AgentWrapper() {
 
 }  // namespace
 
-Status CheckUserOptions(const UserOptions& opts) {
-  if (opts.dataset.empty()) return Status::OK();
+Status CheckUserOptions(const UserOptions& opts, const Config& config) {
+  if (!opts.used()) return Status::OK();
+  if (!opts.output.empty() && !IsCleanAbsolutePath(opts.output))
+    return Status::InvalidArgument("--fanstore-output=" + opts.output +
+                                   ": must be a clean absolute path, not /");
+  FS_RETURN_IF_ERROR(ResolveDrainTimeout(opts, config).status());
+  if (opts.dataset.empty()) {
+    for (const auto& [set, name] : {std::pair{!opts.mount.empty(), "--fanstore-mount"},
+                                    std::pair{!opts.replicas.empty(), "--fanstore-replicas"}})
+      if (set)
+        return Status::InvalidArgument(std::string(name) +
+                                       " needs a dataset (--fanstore=DS.fs)");
+    return Status::OK();
+  }
   if (!IsCleanAbsolutePath(opts.dataset))
     return Status::InvalidArgument(
         "--fanstore=" + opts.dataset +
@@ -69,6 +86,16 @@ Status CheckUserOptions(const UserOptions& opts) {
     return Status::InvalidArgument("--fanstore-stats=" + opts.stats +
                                    ": must name a file, or be 'none'");
   return DatasetName(opts.dataset).status();
+}
+
+Result<int> ResolveDrainTimeout(const UserOptions& opts, const Config& config) {
+  if (opts.drain_timeout.empty()) return config.drain_timeout;
+  const auto secs = ParseInt(opts.drain_timeout, 0, config.drain_timeout);
+  if (!secs)
+    return Status::InvalidArgument("--fanstore-drain-timeout=" + opts.drain_timeout +
+                                   ": must be seconds from 0 to " +
+                                   std::to_string(config.drain_timeout) + " (this site's bound)");
+  return static_cast<int>(*secs);
 }
 
 Result<std::string> DatasetName(const std::string& dataset) {
@@ -158,6 +185,16 @@ std::string LocalDir(const Config& config, const JobIdentity& id) {
   return ExpandTemplate(config.local_dir, id) + "/fanstore." + std::to_string(id.uid) + "." +
          std::to_string(id.job);
 }
+std::string OutputDir(const Config& config, const JobIdentity& id) {
+  return LocalDir(config, id) + ".output";
+}
+std::vector<std::string> JobDirs(const Config& config, const JobIdentity& id, bool dataset,
+                                 bool output) {
+  std::vector<std::string> dirs = {LaunchDir(config, id), RunDir(config, id)};
+  if (dataset) dirs.push_back(LocalDir(config, id));
+  if (output) dirs.push_back(OutputDir(config, id));
+  return dirs;
+}
 
 std::vector<std::string> AgentStepArgv(const AgentStep& s) {
   const std::string nodes = std::to_string(s.nodes);
@@ -179,18 +216,18 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
       "--label",
       "/bin/sh",
       "-c",
-      AgentWrapper(),
+      AgentWrapper(!s.output.empty()),
       s.agent,
-      "--dataset",
-      s.dataset,
-      "--mount",
-      s.mount,
       "--job-id",
       std::to_string(s.job),
       "--bootstrap",
       "pmix",
   };
-  if (s.job_fs) argv.push_back("--epilog-unmounts-local-dir");
+  for (const auto& [flag, value] : {std::pair{"--dataset", s.dataset}, std::pair{"--mount", s.mount},
+                                    std::pair{"--output", s.output}})
+    if (!value.empty()) argv.insert(argv.end(), {flag, value});
+  if (!s.output.empty()) argv.insert(argv.end(), {"--drain-timeout", std::to_string(s.drain_timeout)});
+  if (s.job_fs && !s.dataset.empty()) argv.push_back("--epilog-unmounts-local-dir");
   if (!s.replicas.empty()) {
     argv.push_back("--replicas");
     argv.push_back(s.replicas);
@@ -224,10 +261,15 @@ std::string ResolveStatsFile(const UserOptions& opts, uint32_t job, const std::s
 
 Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, uint32_t job,
                                 uint32_t nodes, const std::string& submit_dir) {
-  auto mount = ResolveMount(opts, config);
+  Result<std::string> mount = std::string();
+  if (!opts.dataset.empty()) mount = ResolveMount(opts, config);
   if (!mount.ok()) return mount.status();
+  auto drain = ResolveDrainTimeout(opts, config);
+  if (!drain.ok()) return drain.status();
   if (nodes == 0) return Status::InvalidArgument("job " + std::to_string(job) + " has no nodes");
   AgentStep step;
+  step.output = opts.output;
+  step.drain_timeout = drain.value();
   step.srun = config.srun;
   step.agent = config.agent;
   step.dataset = opts.dataset;
@@ -239,6 +281,27 @@ Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, u
   step.job = job;
   step.nodes = nodes;
   return step;
+}
+
+std::vector<std::string> OutputReportLines(const std::string& log, size_t max_lines) {
+  constexpr size_t kMaxLine = 400;
+  const std::string tag = "fanstore-agent[";
+  std::vector<std::string> out;
+  for (std::string_view line : Split(log, '\n')) {
+    const size_t start = line.find(tag);
+    const size_t end = start == std::string_view::npos ? start : line.find("]: ", start);
+    if (end == std::string_view::npos) continue;
+    std::string_view rest = line.substr(end + 3);
+    for (std::string_view level : {"error: ", "warning: "})
+      if (rest.substr(0, level.size()) == level) rest.remove_prefix(level.size());
+    if (rest.substr(0, std::strlen(output::kReportTag)) != output::kReportTag) continue;
+    std::string kept(line.substr(start, kMaxLine));
+    for (char& c : kept)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    out.push_back(std::move(kept));
+  }
+  if (out.size() > max_lines) out.erase(out.begin(), out.end() - static_cast<long>(max_lines));
+  return out;
 }
 
 std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,

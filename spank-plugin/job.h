@@ -36,15 +36,19 @@ inline constexpr const char* kEnvAgentRunDir = env::kAgentRunDir;
 inline constexpr char kOptionEnvMarker[] = "_SLURM_SPANK_OPTION_fanstore_";
 // --fanstore as the prolog and the epilog see it.
 inline constexpr char kJobScriptDatasetEnv[] = "SPANK__SLURM_SPANK_OPTION_fanstore_fanstore";
+inline constexpr char kJobScriptOutputEnv[] = "SPANK__SLURM_SPANK_OPTION_fanstore_fanstore_output";
 inline constexpr char kAgentStepName[] = "fanstore-agent";
 
-// What the user asked for, from --fanstore, --fanstore-mount, --fanstore-replicas and
-// --fanstore-stats.
+// What the user asked for, from the --fanstore* options.
 struct UserOptions {
-  std::string dataset;   // empty: FanStore is not used by this job
+  std::string dataset;   // empty: no dataset (FanStore is not used unless `output` is given)
   std::string mount;     // empty: <mount_prefix>/<NAME>
   std::string replicas;  // empty: the plugstack default (replicas=, itself 1 by default)
   std::string stats;     // empty: kDefaultStatsFile; "none": no file
+  std::string output;    // --fanstore-output: the directory drained to; empty: none
+  std::string drain_timeout;  // empty: the plugstack's drain_timeout=
+  // The job uses FanStore: a dataset, an output directory, or both.
+  bool used() const { return !dataset.empty() || !output.empty(); }
 };
 
 // Where the agents append their final counters at job end, relative to the submit directory.
@@ -58,9 +62,13 @@ struct JobIdentity {
   std::string node;  // Slurm node name (SLURMD_NODENAME), for %n and the run directory
 };
 
-// Checks the option values that need no file system: dataset and mount are clean absolute paths,
-// replicas is valid. Errors name the option.
-[[nodiscard]] Status CheckUserOptions(const UserOptions& opts);
+// Checks the option values that need no file system: dataset, mount and output are clean
+// absolute paths, replicas is valid, the drain timeout is within the site's bound. Errors name
+// the option.
+[[nodiscard]] Status CheckUserOptions(const UserOptions& opts, const Config& config);
+// Seconds the job's end waits for its output: the user's --fanstore-drain-timeout, at most the
+// site's drain_timeout=, which is also the default.
+[[nodiscard]] Result<int> ResolveDrainTimeout(const UserOptions& opts, const Config& config);
 
 // NAME of a dataset directory: its basename without the ".fs" suffix.
 [[nodiscard]] Result<std::string> DatasetName(const std::string& dataset);
@@ -81,6 +89,13 @@ bool IsSafeNodeName(const std::string& node);
 
 std::string RunDir(const Config& config, const JobIdentity& id);
 std::string LocalDir(const Config& config, const JobIdentity& id);
+// The job's output directory on this node, $FANSTORE_OUTPUT: beside the local directory (never
+// in its tmpfs, which the epilog drops whole), LocalDir + ".output".
+std::string OutputDir(const Config& config, const JobIdentity& id);
+// The directories the prolog claims for a job: launch and run directories, and the local and
+// output directories when it has a dataset and an output directory.
+std::vector<std::string> JobDirs(const Config& config, const JobIdentity& id, bool dataset,
+                                 bool output);
 // The user's private directory of launch files (0700): claimed by root on compute nodes, made
 // by the user where srun runs; a planted file under a predictable name is never used (F12).
 std::string LaunchDir(const Config& config, const JobIdentity& id);
@@ -94,7 +109,9 @@ std::string LaunchLock(const Config& config, const JobIdentity& id);
 // The per-node directories are filled in on each node from variables that the plugin sets in the
 // agent step (the same code computes them for the epilog).
 struct AgentStep {
-  std::string srun, agent, dataset, mount, replicas;
+  std::string srun, agent, dataset, mount, replicas;  // dataset and mount empty: output only
+  std::string output;      // the agents' --output; empty: none
+  int drain_timeout = 0;   // the agents' --drain-timeout, with `output`
   std::string stats_out;   // the agents' --stats-out; empty: none
   std::string cache_size;  // the agents' --cache-size; empty: the agent's default
   bool job_fs = false;     // --epilog-unmounts-local-dir: the prolog may mount a tmpfs there
@@ -110,6 +127,11 @@ std::vector<std::string> AgentStepArgv(const AgentStep& step);
 // The stats file for the agents: --fanstore-stats (or the default) with %j expanded, made absolute
 // against submit_dir; "" for none, or when a relative path has no submit directory to go with.
 std::string ResolveStatsFile(const UserOptions& opts, uint32_t job, const std::string& submit_dir);
+
+// The agents' report on the job's output (their lines that say "output:" after the agent's tag)
+// in the agent step's launch log, without srun's label: the last max_lines, each cut to 400
+// bytes, control characters replaced (the log is the user's file; these lines go to slurmd's log).
+std::vector<std::string> OutputReportLines(const std::string& log, size_t max_lines);
 
 // The agent step's environment, from the launching environment: without our LD_PRELOAD entry, the
 // FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and

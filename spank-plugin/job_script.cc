@@ -36,9 +36,10 @@ int Clean(spank_t sp, int ac, char** av, const char* phase) {
     return -1;
   }
   CleanupRequest req;
-  req.used = ProcessGetenv(kJobScriptDatasetEnv).has_value();
-  s.enabled =
-      req.used || Exists(RunDir(s.config, id.value())) || Exists(LocalDir(s.config, id.value()));
+  req.dataset = ProcessGetenv(kJobScriptDatasetEnv).has_value();
+  req.output = ProcessGetenv(kJobScriptOutputEnv).has_value();
+  s.enabled = req.dataset || req.output || Exists(RunDir(s.config, id.value())) ||
+              Exists(LocalDir(s.config, id.value())) || Exists(OutputDir(s.config, id.value()));
   if (!s.enabled) return 0;
   req.creds.uid = id->uid;
   if (spank_get_item(sp, S_JOB_GID, &req.creds.gid) != ESPANK_SUCCESS) {

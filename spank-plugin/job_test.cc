@@ -49,20 +49,46 @@ TEST(JobTest, DatasetNameAndMount) {
 
 TEST(JobTest, UserOptionChecks) {
   UserOptions o;
-  EXPECT_TRUE(CheckUserOptions(o).ok());  // not used
+  EXPECT_TRUE(CheckUserOptions(o, DefaultConfig()).ok());  // not used
   o.dataset = "ds.fs";
-  auto s = CheckUserOptions(o);
+  auto s = CheckUserOptions(o, DefaultConfig());
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("absolute"), std::string::npos);
   o.dataset = "/pfs/ds.fs";
-  EXPECT_TRUE(CheckUserOptions(o).ok());
+  EXPECT_TRUE(CheckUserOptions(o, DefaultConfig()).ok());
   o.mount = "/";
-  EXPECT_FALSE(CheckUserOptions(o).ok());
+  EXPECT_FALSE(CheckUserOptions(o, DefaultConfig()).ok());
   o.mount = "/m";
   o.replicas = "x";
-  EXPECT_NE(CheckUserOptions(o).message().find("--fanstore-replicas=x"), std::string::npos);
+  EXPECT_NE(CheckUserOptions(o, DefaultConfig()).message().find("--fanstore-replicas=x"), std::string::npos);
   o.replicas = "3";
-  EXPECT_TRUE(CheckUserOptions(o).ok());
+  EXPECT_TRUE(CheckUserOptions(o, DefaultConfig()).ok());
+}
+
+TEST(JobTest, OutputOptionChecks) {
+  Config c = DefaultConfig();
+  c.drain_timeout = 600;
+  UserOptions o;
+  o.output = "/pfs/run42";
+  EXPECT_TRUE(o.used());
+  EXPECT_TRUE(CheckUserOptions(o, c).ok());  // output only
+  EXPECT_EQ(ResolveDrainTimeout(o, c).value(), 600);  // the site's bound is the default
+  o.drain_timeout = "60";
+  EXPECT_EQ(ResolveDrainTimeout(o, c).value(), 60);  // users may lower it
+  o.drain_timeout = "601";                           // but not raise it
+  auto above = CheckUserOptions(o, c);
+  ASSERT_FALSE(above.ok());
+  EXPECT_NE(above.message().find("--fanstore-drain-timeout=601"), std::string::npos);
+  EXPECT_NE(above.message().find("600"), std::string::npos) << above.message();
+  o.drain_timeout = "ten";
+  EXPECT_FALSE(CheckUserOptions(o, c).ok());
+  o.drain_timeout = "";
+  o.output = "run42";
+  EXPECT_NE(CheckUserOptions(o, c).message().find("--fanstore-output=run42"), std::string::npos);
+  o.output = "/pfs/run42";
+  o.mount = "/data";  // a mount without a dataset means nothing
+  EXPECT_NE(CheckUserOptions(o, c).message().find("--fanstore-mount needs a dataset"),
+            std::string::npos);
 }
 
 TEST(JobTest, ReplicasFromUserThenAdmin) {
@@ -121,6 +147,67 @@ TEST(JobTest, AgentStepCommand) {
   argv = AgentStepArgv(s);
   EXPECT_EQ(argv[argv.size() - 2], "--replicas");
   EXPECT_EQ(argv.back(), "2");
+}
+
+TEST(JobTest, AgentStepWithOutput) {
+  Config c = TestConfig();
+  UserOptions o;
+  o.output = "/pfs/run42";
+  o.drain_timeout = "30";
+  auto s = MakeAgentStep(c, o, 9, 2, "");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto argv = AgentStepArgv(*s);
+  // Output only: no dataset, mount or tmpfs for it; the output and its bound.
+  for (const char* absent : {"--dataset", "--mount", "--epilog-unmounts-local-dir"})
+    EXPECT_THAT(argv, Not(Contains(std::string(absent))));
+  const auto out = std::find(argv.begin(), argv.end(), "--output");
+  ASSERT_NE(out, argv.end());
+  EXPECT_EQ(out[1], "/pfs/run42");
+  const auto bound = std::find(argv.begin(), argv.end(), "--drain-timeout");
+  ASSERT_NE(bound, argv.end());
+  EXPECT_EQ(bound[1], "30");
+  const auto sh = std::find(argv.begin(), argv.end(), "-c");
+  EXPECT_NE(sh[1].find("--output-dir \"$FANSTORE_AGENT_OUTPUT_DIR\""), std::string::npos);
+  // With a dataset too: both.
+  o.dataset = "/pfs/ds.fs";
+  argv = AgentStepArgv(MakeAgentStep(c, o, 9, 2, "").value());
+  EXPECT_THAT(argv, Contains(std::string("--dataset")));
+  EXPECT_THAT(argv, Contains(std::string("--output")));
+  // Without output, the shell passes no output directory.
+  o.output.clear();
+  argv = AgentStepArgv(MakeAgentStep(c, o, 9, 2, "").value());
+  EXPECT_THAT(argv, Not(Contains(std::string("--output"))));
+  EXPECT_EQ(std::find(argv.begin(), argv.end(), "-c")[1].find("--output-dir"), std::string::npos);
+}
+
+TEST(JobTest, OutputDirAndTheDirectoriesTheJobNeeds) {
+  const Config c = TestConfig();
+  const JobIdentity id = Alice();
+  EXPECT_EQ(OutputDir(c, id), "/scratch/alice/node3/fanstore.1001.42.output");
+  EXPECT_EQ(JobDirs(c, id, true, false).size(), 3u);
+  EXPECT_THAT(JobDirs(c, id, false, true), Contains(OutputDir(c, id)));
+  EXPECT_THAT(JobDirs(c, id, false, true), Not(Contains(LocalDir(c, id))));
+  EXPECT_EQ(JobDirs(c, id, true, true).size(), 4u);
+}
+
+TEST(JobTest, OutputReportLinesFromTheLaunchLog) {
+  const std::string log =
+      "0: fanstore-agent[n1]: ready: output only\n"
+      "1: fanstore-agent[n2]: output: 3 file(s), 1.0 KiB, drained to /pfs/r\n"
+      "0: fanstore-agent[n1]: error: output: 1 file(s) did not reach /pfs/r within 5 s; ...\n"
+      "0: fanstore-agent[n1]: error: output:   ckpt.pt: No space left\x1b[31m\n"
+      "output: planted without a tag\n"
+      "0: fanstore-agent[n1]: warning: outputs are not this\n";
+  const auto lines = OutputReportLines(log, 10);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "fanstore-agent[n2]: output: 3 file(s), 1.0 KiB, drained to /pfs/r");
+  EXPECT_EQ(lines[2], "fanstore-agent[n1]: error: output:   ckpt.pt: No space left?[31m");
+  EXPECT_EQ(OutputReportLines(log, 1).size(), 1u);  // the last ones
+  EXPECT_EQ(OutputReportLines(std::string(1000, 'x') + "fanstore-agent[n]: output: " +
+                                  std::string(1000, 'y'),
+                              5)[0]
+                .size(),
+            400u);
 }
 
 TEST(JobTest, AgentStepFromOptionsAndConfig) {
@@ -232,7 +319,7 @@ TEST(JobTest, StatsFileDefaultsToTheSubmitDirectory) {
   o.stats = "none";
   EXPECT_EQ(ResolveStatsFile(o, 7, "/home/u"), "");
   o.stats = "dir/";
-  EXPECT_FALSE(CheckUserOptions(o).ok());
+  EXPECT_FALSE(CheckUserOptions(o, DefaultConfig()).ok());
 }
 
 TEST(JobTest, AgentStepEnvironmentIsClean) {

@@ -17,6 +17,10 @@ const char* OptionName(UserOption which) {
       return "fanstore-replicas";
     case kOptStats:
       return "fanstore-stats";
+    case kOptOutput:
+      return "fanstore-output";
+    case kOptDrainTimeout:
+      return "fanstore-drain-timeout";
   }
   return "fanstore-?";
 }
@@ -40,6 +44,13 @@ Status SetUserOption(UserOptions* opts, UserOption which, const std::string& val
       break;
     case kOptStats:
       field = &opts->stats;
+      break;
+    case kOptOutput:
+      field = &opts->output;
+      v = TrimTrailingSlashes(v);
+      break;
+    case kOptDrainTimeout:
+      field = &opts->drain_timeout;
       break;
   }
   if (field == nullptr)

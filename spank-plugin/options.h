@@ -13,7 +13,15 @@
 namespace fanstore::spank {
 
 // The plugin's options; the values are the option ids registered with Slurm.
-enum UserOption : int { kOptDataset = 0, kOptMount = 1, kOptReplicas = 2, kOptStats = 3 };
+enum UserOption : int {
+  kOptDataset = 0,
+  kOptMount = 1,
+  kOptReplicas = 2,
+  kOptStats = 3,
+  kOptOutput = 4,
+  kOptDrainTimeout = 5,
+  kOptLast = kOptDrainTimeout
+};
 // "fanstore", "fanstore-mount", ...
 const char* OptionName(UserOption which);
 

@@ -8,7 +8,7 @@ namespace {
 
 int OptionCallback(int val, const char* optarg, int /*remote*/) noexcept {
   try {
-    if (val < kOptDataset || val > kOptStats) return -1;
+    if (val < kOptDataset || val > kOptLast) return -1;
     Status s = SetUserOption(&State().options, static_cast<UserOption>(val),
                              optarg != nullptr ? optarg : "");
     if (!s.ok()) {
@@ -22,6 +22,10 @@ int OptionCallback(int val, const char* optarg, int /*remote*/) noexcept {
 }
 
 std::string& MountUsage() {
+  static std::string usage;
+  return usage;
+}
+std::string& DrainUsage() {
   static std::string usage;
   return usage;
 }
@@ -44,6 +48,14 @@ struct spank_option g_options[] = {
          "relative to the submit directory; default fanstore-%j.stats); `fanstore stats FILE` "
          "summarises them"),
      1, kOptStats, OptionCallback},
+    {const_cast<char*>("fanstore-output"), const_cast<char*>("DIR"),
+     const_cast<char*>(
+         "[fanstore] tasks write to $FANSTORE_OUTPUT on node-local storage; each file, once "
+         "closed, is copied to DIR (on the parallel file system) in the background, verified, "
+         "never half-written; the job's end waits for it (see --fanstore-drain-timeout)"),
+     1, kOptOutput, OptionCallback},
+    {const_cast<char*>("fanstore-drain-timeout"), const_cast<char*>("SEC"), nullptr, 1,
+     kOptDrainTimeout, OptionCallback},
 };
 
 }  // namespace
@@ -72,6 +84,10 @@ int RegisterOptions(spank_t sp, const char* phase) {
   MountUsage() = "[fanstore] virtual path where the tasks see the dataset (default: " +
                  State().config.mount_prefix + "/NAME)";
   g_options[kOptMount].usage = MountUsage().data();
+  DrainUsage() = "[fanstore] at the job's end, wait this long at most for --fanstore-output to "
+                 "drain (default and most: " +
+                 std::to_string(State().config.drain_timeout) + ", the site's bound)";
+  g_options[kOptDrainTimeout].usage = DrainUsage().data();
   for (auto& opt : g_options) {
     const spank_err_t rc = spank_option_register(sp, &opt);
     if (rc != ESPANK_SUCCESS) {

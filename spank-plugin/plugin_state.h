@@ -33,13 +33,21 @@ struct PluginState {
   std::string view_error;    // why the task has none
   int agent_srun = -1;       // batch step: a pidfd of the agent step's srun, stopped in task_exit
   pid_t agent_srun_pid = 0;  // its pid, to check that the descriptor is still that pidfd
+  // Batch step with --fanstore-output: how long task_exit waits for the drain, the log in which
+  // the agents report on it, and a socket pair over which the batch task hands its stderr to
+  // slurmstepd, where task_exit writes that report (the job's output file).
+  int drain_timeout_s = 0;
+  std::string launch_log;
+  int report_parent = -1, report_child = -1;
+  uint32_t job = 0;       // for the report's lines
+  uid_t job_uid = 0;      // who must own the launch log
 };
 PluginState& State();
 
 // Parses the plugstack arguments once per process. On error logs "fanstore: <phase>: ..." and
 // returns -1.
 int LoadConfig(int ac, char** av, const char* phase);
-// Registers --fanstore, --fanstore-mount and --fanstore-replicas. Not in the prolog/epilog: there
+// Registers the --fanstore* options. Not in the prolog/epilog: there
 // spank_option_getopt would then fail (see SLURM-TESTBED.md).
 int RegisterOptions(spank_t sp, const char* phase);
 

@@ -13,8 +13,11 @@
 // Errors from user_init do not fail the step or reach srun
 // (https://bugs.schedmd.com/show_bug.cgi?id=7573), so user_init records them and
 // task_init_privileged reports them, as NVIDIA/pyxis does.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,6 +29,7 @@
 #include <cstring>
 
 #include "common/env.h"
+#include "common/proto.h"
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
 #include "spank-plugin/agent_wait.h"
@@ -38,6 +42,8 @@ namespace fanstore::spank {
 namespace {
 
 constexpr char kPhase[] = "user_init";
+// How long the batch step's end waits for the agents to stop, drain aside.
+constexpr int kStopAgentsMs = 5000;
 
 Status SetTaskEnv(spank_t sp, const char* name, const std::string& value) {
   const spank_err_t rc = spank_setenv(sp, name, value.c_str(), 1);
@@ -55,6 +61,7 @@ std::string SqueuePath(const Config& config) {
 Status PrepareAgentStep(spank_t sp, const JobIdentity& id) {
   const Config& c = State().config;
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvAgentLocalDir, LocalDir(c, id)));
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kAgentOutputDir, OutputDir(c, id)));
   return SetTaskEnv(sp, kEnvAgentRunDir, RunDir(c, id));
 }
 
@@ -76,7 +83,7 @@ Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& 
   // The prolog claimed these on every node; here too, in case the site runs no prolog on the
   // batch node: the launch log must never go into a file someone else planted (F12).
   for (const std::string& dir :
-       {LaunchDir(s.config, id), RunDir(s.config, id), LocalDir(s.config, id)}) {
+       JobDirs(s.config, id, !s.options.dataset.empty(), !s.options.output.empty())) {
     std::string moved;
     Status claimed = ClaimDir(dir, creds.uid, creds.gid, &moved);
     if (!claimed.ok()) return claimed.Prefixed("cannot prepare the job's directories");
@@ -90,6 +97,7 @@ Result<pid_t> StartAgents(spank_t sp, const JobIdentity& id, const Credentials& 
   auto pid = Spawn(AgentStepArgv(step.value()), AgentStepEnv(JobEnvironment(sp), s.config.preload),
                    &user, LaunchLog(s.config, id));
   if (!pid.ok()) return pid.status().Prefixed("cannot start the FanStore agents");
+  if (!step->output.empty()) State().drain_timeout_s = step->drain_timeout;
   LogVerbose(kPhase, "started the FanStore agent step of job " + std::to_string(id.job) + " on " +
                          std::to_string(nodes) + " node(s), srun pid " +
                          std::to_string(pid.value()));
@@ -108,6 +116,75 @@ bool IsPidfdOf(int fd, pid_t pid) {
   return match;
 }
 
+// The channel over which the batch task hands its stderr (the job's output file, which Slurm
+// opens in the task only) back to slurmstepd, for task_exit's report on the output's drain.
+void OpenReportChannel() {
+  PluginState& s = State();
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) return;  // no report there
+  s.report_parent = fds[0];
+  s.report_child = fds[1];
+  (void)::fcntl(s.report_parent, F_SETFL, O_NONBLOCK);
+}
+
+// In the batch task, just before it executes the script (stdio is the job's by then).
+void HandStderrToStepd() {
+  PluginState& s = State();
+  if (s.report_child < 0) return;
+  const proto::Frame f = {proto::kMagic, 0, 0, 0};
+  (void)proto::Send(s.report_child, f, nullptr, STDERR_FILENO);
+}
+
+// In slurmstepd, after the batch task ended: its stderr, when it handed it over.
+UniqueFD TakeJobStderr() {
+  PluginState& s = State();
+  UniqueFD parent(s.report_parent), child(s.report_child);
+  s.report_parent = s.report_child = -1;
+  proto::Frame f;
+  int fd = -1;
+  if (!parent.valid() || proto::Recv(parent.get(), &f, nullptr, 0, &fd) != 0) return UniqueFD();
+  return UniqueFD(fd);
+}
+
+// The last `max` bytes of the job user's own regular file at `path` (the launch log), read as
+// root: never through a symlink, a FIFO or a file of someone else's.
+std::string TailOfUserFile(const std::string& path, uid_t uid, size_t max) {
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st;
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid)
+    return "";
+  const off_t from = std::max<off_t>(st.st_size - static_cast<off_t>(max), 0);
+  std::string s(static_cast<size_t>(st.st_size - from), '\0');
+  const ssize_t n = ::pread(fd.get(), s.data(), s.size(), from);
+  s.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return s;
+}
+
+// What the agents said about the output's drain: to slurmd's log and to the job's stderr.
+void ReportDrain(UniqueFD job_stderr) {
+  const PluginState& s = State();
+  constexpr size_t kMaxLines = 200;
+  const auto lines =
+      OutputReportLines(TailOfUserFile(s.launch_log, s.job_uid, 1 << 20), kMaxLines);
+  if (lines.empty()) {
+    LogError("task_exit", "job " + std::to_string(s.job) +
+                              ": the agents said nothing about the output's drain; see " +
+                              s.launch_log);
+    return;
+  }
+  for (const std::string& line : lines) {
+    const std::string msg = "job " + std::to_string(s.job) + ": " + line;
+    if (line.find("]: error: ") != std::string::npos)
+      LogError("task_exit", msg);
+    else
+      LogInfo("task_exit", msg);
+    if (job_stderr.valid()) {
+      const std::string text = "fanstore: " + line + "\n";
+      (void)!::write(job_stderr.get(), text.data(), text.size());
+    }
+  }
+}
+
 Status ServeStep(spank_t sp) {
   PluginState& s = State();
   auto id = GetJobIdentity(sp);
@@ -117,10 +194,12 @@ Status ServeStep(spank_t sp) {
   uint32_t stepid = 0;
   if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
     return Status::IOError("cannot get the step id");
-  FS_RETURN_IF_ERROR(CheckUserOptions(s.options));
-  auto mount = ResolveMount(s.options, s.config);
+  FS_RETURN_IF_ERROR(CheckUserOptions(s.options, s.config));
+  const bool dataset = !s.options.dataset.empty();
+  Result<std::string> mount = std::string();
+  if (dataset) mount = ResolveMount(s.options, s.config);
   if (!mount.ok()) return mount.status();
-  if (::access(s.config.preload.c_str(), R_OK) != 0)
+  if (dataset && ::access(s.config.preload.c_str(), R_OK) != 0)
     return Status::NotFound("the interception library " + s.config.preload + " is missing on " +
                             id->node + " (plugstack preload=)");
 
@@ -135,7 +214,11 @@ Status ServeStep(spank_t sp) {
     s.agent_srun = static_cast<int>(::syscall(SYS_pidfd_open, helper.value(), 0));
     s.agent_srun_pid = helper.value();
     wait.launch_log = LaunchLog(s.config, id.value());
+    s.launch_log = wait.launch_log;
+    s.job = id->job;
+    s.job_uid = id->uid;
     FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvJobAgents, std::to_string(id->job)));
+    if (!s.options.output.empty()) OpenReportChannel();
   }
   wait.run_dir = RunDir(s.config, id.value());
   wait.node = id->node;
@@ -153,6 +236,9 @@ Status ServeStep(spank_t sp) {
   const std::string step = stepid == SLURM_BATCH_SCRIPT ? "batch" : std::to_string(stepid);
   LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + step + " on " + id->node +
                       ": agent ready after " + secs + " s");
+  if (!s.options.output.empty())
+    FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kOutput, OutputDir(s.config, id.value())));
+  if (!dataset) return Status::OK();  // output only: no dataset to see
   s.local_dir = LocalDir(s.config, id.value());
   s.uid = id->uid;
   s.gid = creds->gid;
@@ -193,7 +279,7 @@ int StepdInit(spank_t sp, int ac, char** av) {
 int StepdPostOpt(spank_t sp, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   s.agent_step = JobGetenv(sp, kEnvAgentStep).value_or("") == "1";
-  s.enabled = s.agent_step || !s.options.dataset.empty();
+  s.enabled = s.agent_step || s.options.used();
   return 0;
 }
 
@@ -256,7 +342,9 @@ int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
 
 int StepdTaskInit(spank_t sp, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
-  if (!s.enabled || s.agent_step || s.local_dir.empty()) return 0;
+  if (!s.enabled || s.agent_step) return 0;
+  HandStderrToStepd();
+  if (s.local_dir.empty()) return 0;
   if (!s.config.kernel_view) s.view_error = "turned off by the administrator (kernel_view=no)";
   if (!s.view_error.empty())
     LogInfo("task_init", "no kernel-visible view at " + s.mount + ": " + s.view_error);
@@ -271,11 +359,12 @@ int StepdTaskInit(spank_t sp, int /*ac*/, char** /*av*/) {
 // srun among it; the agents' slurmstepds then retry reporting their tasks' exit to that srun for
 // 2.3 s (0.1 s doubling to 0.8 s) before the step ends and the epilog can start. So the agents
 // are stopped first, while srun still runs: srun forwards SIGUSR2 to every agent (SIGTERM would
-// make it cancel the step), each shuts down cleanly (its files, its counters), and srun exits on
-// their exits. Bounded: after kStopAgentsMs Slurm's own kill goes ahead as before.
+// make it cancel the step), each shuts down cleanly (its files, its counters, its output's
+// drain), and srun exits on their exits. Bounded: after kStopAgentsMs, and the drain's bound
+// with --fanstore-output, Slurm's own kill goes ahead as before. The job stays running meanwhile.
 int StepdTaskExit(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
-  constexpr int kStopAgentsMs = 5000;
   PluginState& s = State();
+  const int wait_ms = kStopAgentsMs + s.drain_timeout_s * 1000;
   const int fd = s.agent_srun;
   s.agent_srun = -1;  // once, for the batch script's one task
   // Only this process's own pidfd of srun: were user_init ever run in another process (a
@@ -284,7 +373,7 @@ int StepdTaskExit(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   const UniqueFD srun(fd);
   if (::syscall(SYS_pidfd_send_signal, srun.get(), SIGUSR2, nullptr, 0) != 0) return 0;
   struct pollfd ended = {srun.get(), POLLIN, 0};  // readable once srun has exited
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kStopAgentsMs);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   int n;
   do {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -293,7 +382,8 @@ int StepdTaskExit(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   } while (n < 0 && errno == EINTR);
   if (n == 0)
     LogVerbose("task_exit", "the agent step did not end within " +
-                                std::to_string(kStopAgentsMs / 1000) + " s; Slurm ends it");
+                                std::to_string(wait_ms / 1000) + " s; Slurm ends it");
+  if (!s.options.output.empty()) ReportDrain(TakeJobStderr());
   return 0;
 }
 

@@ -40,11 +40,11 @@ int SrunInit(spank_t sp, int ac, char** av) {
 int SrunPostOpt(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   // The agent step's own srun must not start agents again.
-  s.enabled = !s.options.dataset.empty() && ProcessGetenv(kEnvAgentStep).value_or("") != "1";
+  s.enabled = s.options.used() && ProcessGetenv(kEnvAgentStep).value_or("") != "1";
   if (!s.enabled) return 0;
   if (AgentsRunByBatchStep()) return 0;  // checked at submission already
-  Status st = CheckUserOptions(s.options);
-  if (st.ok()) st = CheckDataset(s.options.dataset);
+  Status st = CheckUserOptions(s.options, s.config);
+  if (st.ok()) st = CheckUserPaths(s.options);
   if (!st.ok()) {
     LogError(kPhase, st.message());
     return -1;
