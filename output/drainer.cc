@@ -318,13 +318,18 @@ namespace {
 
 // A lock on the manifest among the job's nodes, which all write to it: a directory, whose
 // creation is atomic on every file system, NFS included. One left by a node that died is taken
-// over after two minutes.
+// over after two minutes. Only another node's lock is waited for, up to 10 s: a directory that
+// refuses the lock (not writable, full) fails at once, with why.
 class ManifestLock {
  public:
   explicit ManifestLock(int dir) : dir_(dir) {
-    for (int i = 0; i < 600; i++) {  // up to 30 s
+    for (int i = 0; i < 200; i++) {
       if (::mkdirat(dir_, kName, 0700) == 0) {
         held_ = true;
+        return;
+      }
+      if (errno != EEXIST) {
+        error_ = errno;
         return;
       }
       struct stat st;
@@ -338,11 +343,13 @@ class ManifestLock {
     if (held_) ::unlinkat(dir_, kName, AT_REMOVEDIR);
   }
   bool held() const { return held_; }
+  int error() const { return error_; }
 
  private:
   static constexpr char kName[] = ".fanstore-output.lock";
   int dir_;
   bool held_ = false;
+  int error_ = 0;
 };
 
 }  // namespace
@@ -350,6 +357,8 @@ class ManifestLock {
 Status Drainer::WriteManifest(const DrainReport& report) {
   FS_RETURN_IF_ERROR(EnsureTarget());
   ManifestLock lock(target_fd_.get());
+  if (lock.error() != 0)
+    return Status::FromErrno("the manifest's lock in " + opts_.target, lock.error());
   if (!lock.held()) return Status::Timeout("the manifest's lock in " + opts_.target);
   const std::string path = opts_.target + "/" + kManifestName;
   nlohmann::json m = nlohmann::json::object();

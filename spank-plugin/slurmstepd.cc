@@ -236,6 +236,8 @@ Status ServeStep(spank_t sp) {
   const std::string step = stepid == SLURM_BATCH_SCRIPT ? "batch" : std::to_string(stepid);
   LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + step + " on " + id->node +
                       ": agent ready after " + secs + " s");
+  s.socket = wait.run_dir + "/" + run_dir::kSocketName;
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kSocket, s.socket));  // `fanstore stats` asks it
   if (!s.options.output.empty())
     FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kOutput, OutputDir(s.config, id.value())));
   if (!dataset) return Status::OK();  // output only: no dataset to see
@@ -243,14 +245,12 @@ Status ServeStep(spank_t sp) {
   s.uid = id->uid;
   s.gid = creds->gid;
   s.mount = mount.value();
-  s.socket = wait.run_dir + "/" + run_dir::kSocketName;
 
   const std::string preload =
       PrependPreload(JobGetenv(sp, env::kLdPreload).value_or(""), s.config.preload);
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kLdPreload, preload));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kMount, mount.value()));
-  FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kTable, wait.run_dir + "/" + run_dir::kTableName));
-  return SetTaskEnv(sp, env::kSocket, s.socket);
+  return SetTaskEnv(sp, env::kTable, wait.run_dir + "/" + run_dir::kTableName);
 }
 
 // The agent takes requests from its own uid alone: the task, still root, connects with the job

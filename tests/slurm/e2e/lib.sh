@@ -101,7 +101,7 @@ leftovers() {
   done < <(find /proc -mindepth 1 -maxdepth 1 -regex '/proc/[0-9]+' -uid "$uid" 2>/dev/null)
   find /dev/shm -maxdepth 1 -name "fanstore.$uid.$j*" -user "$TUSER" -printf 'shm %p\n' 2>/dev/null
   find "/dev/shm/fanstore.$uid" -maxdepth 1 -name "$j.launch*" -printf 'shm %p\n' 2>/dev/null
-  find "$BASE"/nodes/*/local -maxdepth 1 -name "fanstore.$uid.$j" -user "$TUSER" -printf 'local %p\n' 2>/dev/null
+  find "$BASE"/nodes/*/local -maxdepth 1 \( -name "fanstore.$uid.$j" -o -name "fanstore.$uid.$j.output" \) -user "$TUSER" -printf 'local %p\n' 2>/dev/null
   # -xdev and a timeout: other mounts (a hung FUSE mount in /tmp, say) must not stall the check.
   timeout 20 find /dev/shm "$BASE/nodes" -xdev -user "$TUSER" -type s -path "*fanstore.$uid.$j*" -printf 'socket %p\n' 2>/dev/null
 }
