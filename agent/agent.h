@@ -97,8 +97,8 @@ class Agent {
   std::string StatsJson(bool series = false) const;
   // Waits for the output to drain, up to drain_timeout_s; logs what drained and, by name, what
   // did not (lines that start with kOutputReport), which stays in output_dir. Once, after the
-  // clients are gone; nothing without --output.
-  void FinishOutput();
+  // clients are gone; nothing without --output. False when something did not drain.
+  bool FinishOutput();
 
  private:
   using Shards = std::vector<std::unique_ptr<format::ShardFile>>;

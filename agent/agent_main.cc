@@ -25,6 +25,8 @@
 namespace fanstore::agent {
 namespace {
 
+constexpr int kExitUndrained = 3;
+
 // One write with O_APPEND: the lines of several nodes appending to one shared file do not mix.
 // The name is predictable and the directory may be shared: the file is created private, and
 // one that is not the job user's own plain file (planted by someone else, a symlink, a FIFO, a
@@ -171,7 +173,8 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
       "\n"
       "status.json in the run directory reads {\"state\": \"starting|staging|ready|failed\",\n"
       "\"error\": ..., \"unpacked\": true|false}.\n"
-      "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage.");
+      "Exit status: 0 after a clean shutdown, 1 when the dataset could not be served, 2 usage,\n"
+      "3 when some output did not drain (named on stderr; it stays in --output-dir).");
   app.add_option("--dataset", cfg->dataset, "the packed dataset (optional with --output)")
       ->type_name("DS.fs");
   app.add_option("--local-dir", cfg->local_dir,
@@ -271,7 +274,7 @@ int Serve(const Config& cfg, const std::string& stats_out) {
     return 1;
   }
   while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  a.FinishOutput();  // the clients are gone: what they wrote is complete
+  const bool drained = a.FinishOutput();  // the clients are gone: what they wrote is complete
   const std::string stats = a.StatsJson();
   LOG_INFO("shutting down; stats: %s", stats.c_str());
   if (!stats_out.empty()) {
@@ -279,7 +282,7 @@ int Serve(const Config& cfg, const std::string& stats_out) {
     if (!ws.ok()) LOG_WARN("final counters not saved: %s", ws.ToString().c_str());
   }
   a.Shutdown();
-  return 0;
+  return drained ? 0 : kExitUndrained;
 }
 
 // --read-state DIR: the state status.json in DIR holds, as the agent wrote it, whether or not an

@@ -32,8 +32,8 @@ Status Agent::StartOutput() {
   return Status::OK();
 }
 
-void Agent::FinishOutput() {
-  if (!drainer_) return;
+bool Agent::FinishOutput() {
+  if (!drainer_) return true;
   const char* tag = output::kReportTag;
   const output::DrainStats before = drainer_->Stats();
   if (before.files_pending > 0)
@@ -52,7 +52,7 @@ void Agent::FinishOutput() {
              HumanBytes(static_cast<double>(r.bytes_drained)).c_str(), cfg_.output.c_str());
     Status removed = RemoveTree(cfg_.output_dir);
     if (!removed.ok()) LOG_WARN("%s %s", tag, removed.ToString().c_str());
-    return;
+    return r.manifest_error.empty();
   }
   LOG_ERROR("%s %zu file(s) did not reach %s within %g s; they stay on %s in %s:", tag,
             r.not_drained.size(), cfg_.output.c_str(), cfg_.drain_timeout_s,
@@ -66,6 +66,7 @@ void Agent::FinishOutput() {
     }
     LOG_ERROR("%s   %s: %s", tag, rel.c_str(), why.c_str());
   }
+  return false;
 }
 
 nlohmann::json Agent::OutputJson() const {

@@ -21,10 +21,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "cli/cli.h"
-#include "cli/run_output.h"
 #include "common/env.h"
 #include "common/io.h"
 #include "common/path.h"
@@ -96,6 +96,8 @@ void RemoveLeftovers(const std::string& parent, const std::string& prefix) {
     // No launcher file yet: a run that is just starting. Its lock held: a live run.
     UniqueFD launcher(::openat(dir.get(), kLauncherName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (!launcher.valid() || ::flock(launcher.get(), LOCK_EX | LOCK_NB) != 0) continue;
+    // A run killed while its output drained: its agent goes on until the drain ends.
+    if (run_dir::AgentAlive(run_dir)) continue;
     char buf[PATH_MAX] = {};
     const ssize_t n = ::read(launcher.get(), buf, sizeof buf - 1);
     const std::string local_dir = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
@@ -274,23 +276,26 @@ Status KernelViewForCommand(const std::string& mount, const std::string& local_d
 class Run {
  public:
   explicit Run(const RunOptions& o) : o_(o) {}
-  ~Run() { Teardown(); }
+  ~Run() { (void)Teardown(); }
 
-  // Private directories: the run directory in shared memory, the data on local storage.
+  // Private directories: the run directory in shared memory, the data and the output on local
+  // storage.
   bool MakeDirs();
   // Starts the agent and waits until it is ready. Returns -1 then, else the exit status.
   int StartAgent(const std::string& agent);
   // Runs COMMAND against the dataset (if any), with its output directory (if any), and returns
   // its exit status.
-  int RunCommand(const std::string& preload, const std::string& output);
+  int RunCommand(const std::string& preload);
+  // Stops the agent, which waits for the output to drain (up to --drain-timeout), then removes
+  // what it made. False when some output did not drain (the agent named it).
+  bool Teardown();
 
  private:
   int WaitReady();
   std::string AgentDeath(int ws) const;
-  void Teardown();
 
   const RunOptions& o_;
-  std::string run_dir_, local_dir_;
+  std::string run_dir_, local_dir_, output_dir_;
   UniqueFD launcher_;
   pid_t agent_pid_ = -1;
 };
@@ -307,12 +312,20 @@ bool Run::MakeDirs() {
     return false;
   }
   run_dir_ = run_tmpl;
-  if (!::mkdtemp(local_tmpl.data())) {
-    std::fprintf(stderr, "fanstore: run: cannot create a directory in %s: %s\n",
-                 o_.local_parent.c_str(), std::strerror(errno));
-    return false;
+  // The output's directory is the agent's to remove (once everything in it drained), never a
+  // later run's: what did not drain stays there.
+  for (auto [dir, tmpl, wanted] :
+       {std::tuple{&local_dir_, local_tmpl, !o_.ds.empty()},
+        std::tuple{&output_dir_, Absolute(o_.local_parent) + "/fanstore-output.XXXXXX",
+                   !o_.output.empty()}}) {
+    if (!wanted) continue;
+    if (!::mkdtemp(tmpl.data())) {
+      std::fprintf(stderr, "fanstore: run: cannot create a directory in %s: %s\n",
+                   o_.local_parent.c_str(), std::strerror(errno));
+      return false;
+    }
+    *dir = tmpl;
   }
-  local_dir_ = local_tmpl;
   auto launcher = HoldLauncher(run_dir_, local_dir_);
   if (!launcher.ok()) {
     std::fprintf(stderr, "fanstore: run: %s\n", launcher.status().ToString().c_str());
@@ -328,10 +341,15 @@ int Run::StartAgent(const std::string& agent) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive `fanstore run`
     ::unsetenv(env::kLdPreload);
     ::setenv(env::kDisable, "1", 1);
-    std::vector<const char*> av = {
-        agent.c_str(), "--dataset",      o_.ds.c_str(),    "--local-dir",    local_dir_.c_str(),
-        "--run-dir",   run_dir_.c_str(), "--mount",        o_.mount.c_str(), "--bootstrap",
-        "single",      "--unpack",       o_.unpack.c_str()};
+    const std::string drain = std::to_string(o_.drain_timeout);
+    std::vector<const char*> av = {agent.c_str()};
+    if (!o_.ds.empty())  // first, as ever: `pgrep -f "fanstore-agent --dataset DS"` finds it
+      av.insert(av.end(), {"--dataset", o_.ds.c_str(), "--local-dir", local_dir_.c_str(),
+                           "--mount", o_.mount.c_str(), "--unpack", o_.unpack.c_str()});
+    av.insert(av.end(), {"--run-dir", run_dir_.c_str(), "--bootstrap", "single"});
+    if (!o_.output.empty())
+      av.insert(av.end(), {"--output", o_.output.c_str(), "--output-dir", output_dir_.c_str(),
+                           "--drain-timeout", drain.c_str()});
     av.push_back(o_.verbose ? "--verbose" : "--quiet");
     av.push_back(nullptr);
     ::execv(agent.c_str(), const_cast<char* const*>(av.data()));
@@ -372,8 +390,9 @@ int Run::WaitReady() {
         if (st.ok() && !st->error.empty()) error = st->error;
         if (error.empty()) error = AgentDeath(ws);
       }
-      std::fprintf(stderr, "fanstore: run: the agent could not serve %s%s%s\n", o_.ds.c_str(),
-                   error.empty() ? "" : ": ", error.c_str());
+      std::fprintf(stderr, "fanstore: run: the agent could not %s%s%s\n",
+                   o_.ds.empty() ? "start" : ("serve " + o_.ds).c_str(), error.empty() ? "" : ": ",
+                   error.c_str());
       return kExitBad;
     }
     if (g_signal) {
@@ -390,12 +409,13 @@ int Run::WaitReady() {
   }
 }
 
-int Run::RunCommand(const std::string& preload, const std::string& output) {
+int Run::RunCommand(const std::string& preload) {
   pid_t child = ::fork();
   if (child == 0) {
     ::setpgid(0, 0);
     for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);
-    if (!output.empty()) ::setenv(env::kOutput, output.c_str(), 1);
+    if (!output_dir_.empty()) ::setenv(env::kOutput, output_dir_.c_str(), 1);
+    ::setenv(env::kSocket, (run_dir_ + "/" + run_dir::kSocketName).c_str(), 1);  // fanstore stats
     if (o_.ds.empty()) {  // output only: nothing to serve
       ::execvp(o_.command[0], o_.command);
       std::fprintf(stderr, "fanstore: run: cannot run %s: %s\n", o_.command[0],
@@ -408,7 +428,6 @@ int Run::RunCommand(const std::string& preload, const std::string& output) {
     ::setenv(env::kLdPreload, lp.c_str(), 1);
     ::setenv(env::kMount, o_.mount.c_str(), 1);
     ::setenv(env::kTable, (run_dir_ + "/" + run_dir::kTableName).c_str(), 1);
-    ::setenv(env::kSocket, (run_dir_ + "/" + run_dir::kSocketName).c_str(), 1);
     ::unsetenv(env::kDisable);
     if (o_.kernel_view) {
       Status st = KernelViewForCommand(o_.mount, local_dir_, run_dir_ + "/" + run_dir::kSocketName);
@@ -445,14 +464,19 @@ int Run::RunCommand(const std::string& preload, const std::string& output) {
   return kExitBad;
 }
 
-// Stops the agent (it removes what it made), then removes whatever it could not.
-void Run::Teardown() {
-  int ws;
-  if (agent_pid_ > 0 && !Exited(agent_pid_, &ws)) {
+bool Run::Teardown() {
+  int ws = 0;
+  bool exited = false;
+  if (agent_pid_ > 0 && !(exited = Exited(agent_pid_, &ws))) {
     ::kill(agent_pid_, SIGTERM);
-    for (int i = 0; i < 200 && !Exited(agent_pid_, &ws); i++)
+    // 5 s for the agent to stop, and the drain's bound.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5) +
+                          std::chrono::milliseconds(static_cast<int64_t>(
+                              o_.output.empty() ? 0 : o_.drain_timeout * 1000));
+    while (!(exited = Exited(agent_pid_, &ws)) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    if (::kill(agent_pid_, 0) == 0) {
+    if (!exited) {
+      std::fprintf(stderr, "fanstore: run: the agent did not stop; killed\n");
       ::kill(agent_pid_, SIGKILL);
       ::waitpid(agent_pid_, &ws, 0);
     }
@@ -460,6 +484,9 @@ void Run::Teardown() {
   agent_pid_ = -1;
   if (!local_dir_.empty()) (void)RemoveTree(local_dir_);
   if (!run_dir_.empty()) (void)RemoveTree(run_dir_);
+  local_dir_.clear();
+  run_dir_.clear();
+  return o_.output.empty() || (exited && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
 }
 
 }  // namespace
@@ -475,24 +502,18 @@ int CmdRun(int argc, char** argv) {
       std::fprintf(stderr, "fanstore: run: %s\n", m.status().ToString().c_str());
       return kExitBad;
     }
-    if (!FindTools(&agent, &preload)) return kExitBad;
   }
-  std::unique_ptr<RunOutput> output;
-  if (!o.output.empty()) {
-    output = std::make_unique<RunOutput>(o.output, o.local_parent, o.drain_timeout);
-    if (!output->Start()) return kExitBad;
-  }
+  if (!FindTools(&agent, &preload)) return kExitBad;
   Run run(o);
-  if (!o.ds.empty() && !run.MakeDirs()) return kExitBad;
+  if (!run.MakeDirs()) return kExitBad;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = OnSignal;
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &sa, nullptr);
-  if (!o.ds.empty())
-    if (int rc = run.StartAgent(agent); rc >= 0) return rc;
-  const int rc = run.RunCommand(preload, output ? output->local() : "");
+  if (int rc = run.StartAgent(agent); rc >= 0) return rc;
+  const int rc = run.RunCommand(preload);
   // The command's status, unless its output did not all reach the parallel file system.
-  if (output && !output->Finish() && rc == 0) return kExitBad;
+  if (!run.Teardown() && rc == 0) return kExitBad;
   return rc;
 }
 

@@ -280,6 +280,12 @@ DrainStats Drainer::Stats() const {
 namespace fanstore::output {
 
 DrainReport Drainer::Finish(std::chrono::steady_clock::time_point deadline) {
+  {
+    // First: from now on a file still open for writing is reported, not left to its close
+    // (which the last look below would otherwise race with).
+    std::lock_guard<std::mutex> l(mu_);
+    finishing_ = true;
+  }
   if (watcher_.joinable()) {
     uint64_t one = 1;
     (void)!::write(wake_fd_.get(), &one, sizeof one);
@@ -287,7 +293,6 @@ DrainReport Drainer::Finish(std::chrono::steady_clock::time_point deadline) {
     Scan("");  // a last look: anything whose event was lost or had not settled
   }
   std::unique_lock<std::mutex> l(mu_);
-  finishing_ = true;
   for (auto& [rel, p] : pending_) p.due = std::min(p.due, Clock::now());
   cv_.notify_all();
   // Until nothing is pending and the worker is idle (it erases before it works and notifies

@@ -125,7 +125,7 @@ TEST_F(DrainerTest, WhatDidNotDrainByTheDeadlineIsNamed) {
   Write(local_ + "/b", "bbb");
   UniqueFD open_for_writing(::open((local_ + "/c").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
   DrainReport r = d.Finish(std::chrono::steady_clock::now() + 1s);
-  ASSERT_EQ(r.not_drained.size(), 3u);
+  ASSERT_EQ(r.not_drained.size(), 3u) << ::testing::PrintToString(r.not_drained);
   EXPECT_NE(r.not_drained["a"].find("Not a directory"), std::string::npos) << r.not_drained["a"];
   EXPECT_NE(r.not_drained["b"].find("Not a directory"), std::string::npos);
   EXPECT_NE(r.not_drained["c"].find("open for writing"), std::string::npos) << r.not_drained["c"];

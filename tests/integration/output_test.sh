@@ -75,10 +75,10 @@ out=$(as_alice "$F" run --output "$T/pfs/gone/run3" --drain-timeout 2 -- bash -c
 rc=$?
 check "exit 1 (got $rc)" test $rc -eq 1
 check "the file is named, with why" grep -q "lost.txt: .*Not a directory" <<<"$out"
-keep=$(sed -n 's/.*did not reach .* within 2 s; they stay in \(.*\):$/\1/p' <<<"$out")
+keep=$(sed -n 's/.*did not reach .* within 2 s; they stay on .* in \(.*\):$/\1/p' <<<"$out")
 check "and stays in the local directory it names ($keep)" test "$(cat "$keep/lost.txt" 2>&1)" = kept
 
-echo "== kill -9 in the middle of a drain"
+echo "== kill -9 of the agent in the middle of a drain"
 as_alice bash -c "head -c 400M /dev/urandom > $T/local/big.src"
 as_alice "$F" run --output "$T/pfs/run4" -- bash -c "cp $T/local/big.src \$FANSTORE_OUTPUT/big; sleep 60" &
 run=$!
@@ -87,14 +87,17 @@ for _ in $(seq 600); do
   sleep 0.05
 done
 check "a temporary copy was being written" test -n "$(find "$T/pfs/run4" -name '.big.fanstore-*' 2>/dev/null)"
-pkill -KILL -f "fanstore run --output $T/pfs/run4" 2>/dev/null
-wait "$run" 2>/dev/null
-pkill -f "sleep 60" -u fsalice 2>/dev/null
+pkill -KILL -u fsalice -f "fanstore-agent.*--output $T/pfs/run4" 2>/dev/null
+pkill -u fsalice -f "sleep 60" 2>/dev/null
+wait "$run"
+rc=$?
 check "no partial file under the final name" bash -c "[[ ! -e '$T/pfs/run4/big' ]] || cmp -s '$T/pfs/run4/big' '$T/local/big.src'"
-rm -f "$T/local/big.src"
+check "the run fails: its output did not all drain (exit $rc)" test $rc -ne 0
+check "what was written stays on local storage" bash -c "cmp -s $T/local/fanstore-output.*/big '$T/local/big.src'"
+rm -rf "$T/local/big.src" "$T"/local/fanstore-output.*
 
 echo "== a full local disk"
-mount -t tmpfs -o size=8m,mode=0777 small "$T/small"
+mount -t tmpfs -o size=8m,mode=1777 small "$T/small"
 out=$(timeout 120 runuser -u fsalice -- env TMPDIR="$T/small" "$F" run --output "$T/pfs/run5" --drain-timeout 5 -- \
   bash -c 'head -c 16M /dev/zero > $FANSTORE_OUTPUT/too-big' 2>&1)
 rc=$?
