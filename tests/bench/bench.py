@@ -152,6 +152,9 @@ class Ctx:
         self.rundir = os.path.join(self.work, "run")
         self.lists = os.path.join(self.work, "lists")
         self.pfs_mnt = os.path.join(self.work, "pfs")  # sshfs mount: never inside the exported dir
+        # Node-local disk for the checkpoint workloads (W1-W3): checkpoints go to disk on GPU nodes,
+        # and a 2 GiB write lands differently on ext4 than on tmpfs. Made by those workloads only.
+        self.disk = os.path.join(args.disk_base, f"fanstore-bench.{os.getpid()}")
         self.agents = []
         self.datasets = {}
         self.results = {"workloads": {}, "rows": [], "series": {}}
@@ -464,6 +467,19 @@ LogLevel ERROR
                     break
         return out
 
+    def stack_pids(self):
+        """Every process of the stand-in: the sshfs client and its ssh (both name our key on their
+        command line) and every descendant of our sshd (its session and the sftp-server)."""
+        key = os.path.join(self.dir, "userkey").encode()
+        out = proc_tree(self.sshd_pid())[1:]
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                with contextlib.suppress(OSError):
+                    with open(f"/proc/{p}/cmdline", "rb") as f:
+                        if key in f.read():
+                            out.append(int(p))
+        return sorted(set(out))
+
     def stop(self):
         if self.mounted:
             r = run(["fusermount", "-u", self.ctx.pfs_mnt], check=False)
@@ -642,6 +658,407 @@ def wl_reads(ctx, agents):
         add_row(ctx, wid, title, "native local", b, f, "files/s",
                 f"≥ {target}× native" if target else "report", target, pairs=paired(smp, "native", "fanstore", "files_per_s"),
                 note=f"MB/s: native {fmt(med(smp['native'], 'mb_per_s'))}, FanStore {fmt(med(smp['fanstore'], 'mb_per_s'))}")
+
+
+# --- writes: checkpoints through `fanstore run --output` (W1-W3) --------------------------------------
+
+W_IDS = ("W1", "W2", "W3")
+# The checkpoint: a state dict of 8 uint8 tensors of random bytes (incompressible, like trained
+# weights), 2 GiB in full mode as BENCHMARKS.md says; 64 MiB in quick mode, which only checks that
+# the workloads run and agree.
+W_BYTES = {"full": 2 << 30, "quick": 64 << 20}
+W_NAME = "ckpt.pt"
+# Quick mode: no warm-up and one round of W1 (each of its samples starts Python and imports
+# torch), two of W2 and W3, so that the three take about 20 s. Full mode: the suite's rounds.
+W_QUICK_ROUNDS = {"W1": dict(warmup=0, reps=1), "W2": dict(warmup=0, reps=2), "W3": dict(warmup=0, reps=2)}
+# W1 and W3 need the drain only while they measure: after that `fanstore run` waits this long and
+# then gives up, leaving the file in its local directory (W2 measures whole drains).
+W_CUT = "0.2"
+# Generates the checkpoint once per run (fixed seed), not timed.
+W_GEN = r"""
+import sys, numpy as np, torch
+path, size, parts = sys.argv[1], int(sys.argv[2]), 8
+rng = np.random.default_rng(31)
+model = {f"layer{i}.weight": torch.from_numpy(rng.integers(0, 256, size // parts, dtype=np.uint8))
+         for i in range(parts)}
+torch.save({"model": model, "step": 1000}, path)
+"""
+# One W1 sample, timed in the process: the checkpoint is loaded first (not timed), as a job holds
+# its state in memory; the time is until torch.save returns, with no fsync (the same in every
+# arm). Then the file is hashed (fsbench read, not timed), so that the arms provably wrote the
+# same bytes: torch.save is deterministic for the same state and file name. DST "-" is
+# $FANSTORE_OUTPUT.
+W_SAVE = r"""
+import json, os, subprocess, sys, time
+import torch
+src, dst, fsbench, lst = sys.argv[1:5]
+dst = os.environ["FANSTORE_OUTPUT"] if dst == "-" else dst
+ckpt = torch.load(src)
+t0 = time.perf_counter()
+torch.save(ckpt, os.path.join(dst, "ckpt.pt"))
+t1 = time.perf_counter()
+r = json.loads(subprocess.run([fsbench, "read", dst, lst], stdout=subprocess.PIPE, check=True).stdout)
+print(json.dumps({"seconds": t1 - t0, "closed_at": time.time(), "bytes": r["bytes"], "hash": r["hash"]}))
+"""
+# W2 and W3's command under `fanstore run`: the checkpoint written into $FANSTORE_OUTPUT and
+# fsynced before it is closed, so that the drain does not share the disk with the writeback of
+# its own source (on this machine the stand-in's server writes to the same disk); then the
+# close's wall-clock time.
+W_WRITE = 'dd if="$1" of="$FANSTORE_OUTPUT/ckpt.pt" bs=4M conv=fsync status=none && date +%s.%N'
+
+
+class DrainWatch:
+    """Watches a drain's target from the server's side (the exported directory itself, so that
+    watching sends nothing through sshfs): when the temporary copy of `name` appears, how it
+    grows, and when the final name is in place. Times are wall-clock (time.time()), as the
+    manifest's committed_at and the command's close time are."""
+
+    def __init__(self, server_dir, name, period=0.02):
+        self.dir, self.name, self.period = server_dir, name, period
+        self.prefix = f".{name}.fanstore-"  # output/commit.h: .NAME.fanstore-XXXXXX
+        self.series = []  # (time, bytes in the temporary copy)
+        self.tmp_seen = self.final_seen = None
+        self.stop = threading.Event()
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        return False
+
+    def loop(self):
+        while not self.stop.is_set():
+            t, tmp, final = time.time(), None, False
+            with contextlib.suppress(OSError):  # a copy renamed between the listing and its stat
+                for e in os.scandir(self.dir):
+                    if e.name.startswith(self.prefix):
+                        tmp = e.stat().st_size
+                    elif e.name == self.name:
+                        final = True
+            if tmp is not None:
+                self.tmp_seen = self.tmp_seen or t
+                self.series.append((t, tmp))
+            if final and self.final_seen is None:
+                self.final_seen = t
+            self.stop.wait(self.period)
+
+    def full_at(self, size):
+        """When the temporary copy first held every byte (the end of the copy phase), or None."""
+        return next((t for t, n in self.series if n >= size), None)
+
+    def copied_by(self, t):
+        """Bytes in the temporary copy at time t (its last sample before t)."""
+        n = 0
+        for ts, b in self.series:
+            if ts > t:
+                break
+            n = b
+        return n
+
+
+def proc_tree(root):
+    """root and every live descendant of it."""
+    parent = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{p}/stat") as f:
+                    parent[int(p)] = int(f.read().rsplit(")", 1)[1].split()[1])
+    out = [root]
+    for pid in parent:
+        q = pid
+        while q in parent and q > 1:
+            q = parent[q]
+            if q == root:
+                out.append(pid)
+                break
+    return out
+
+
+def proc_cpu(pids):
+    """CPU seconds (user + system, every thread) of the live processes `pids` so far."""
+    tck, tot = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            tot += (int(fields[11]) + int(fields[12])) / tck
+    return tot
+
+
+def wl_writes(ctx, agents):
+    """W1-W3: checkpoints written into $FANSTORE_OUTPUT and drained to the parallel-file-system
+    stand-in (sshfs) by `fanstore run --output`. Their local directories are on the node-local
+    disk (ext4, ctx.disk), not the suite's tmpfs."""
+    w = _w_setup(ctx)
+    try:
+        if ctx.wanted("W1"):
+            _w1(ctx, w)
+        if ctx.wanted("W2"):
+            _w2(ctx, w)
+        if ctx.wanted("W3"):
+            _w3(ctx, w, agents["images"])
+    finally:
+        drop_tree(w["server"])
+        drop_tree(ctx.disk)
+
+
+def _w_setup(ctx):
+    size = W_BYTES[ctx.mode]
+    server = os.path.join(ctx.data, f"w-out.{os.getpid()}")  # in the exported directory
+    w = {"size": size, "server": server, "src_dir": os.path.join(ctx.disk, "src"),
+         "local": os.path.join(ctx.disk, "local"), "run_local": os.path.join(ctx.disk, "run"), "seq": 0}
+    w["src"] = os.path.join(w["src_dir"], W_NAME)
+    _w_space(ctx, size)
+    os.makedirs(ctx.disk, mode=0o700)
+    for d in ("src_dir", "local", "run_local"):
+        os.makedirs(w[d])
+    os.makedirs(pfs_path(ctx, server))  # through sshfs, so that sshfs has never seen it missing
+    log(f"W: generating a {size >> 20} MiB checkpoint in {w['src']}")
+    run([PY, "-c", W_GEN, w["src"], str(size)])
+    run(["sync"])
+    w["list"] = write_list(os.path.join(ctx.lists, "w.list"), [W_NAME])
+    r = run_json([ctx.fsbench, "read", w["src_dir"], w["list"]])
+    w["bytes"], w["hash"] = r["bytes"], r["hash"]
+    return w
+
+
+def _w_space(ctx, size):
+    """At most three copies at once: the source and one arm's copy on the local disk, one on the
+    stand-in's side (the exported directory); every arm removes its own before the next starts."""
+    need = {}  # device: [a path on it, bytes]
+    for path, copies in ((ctx.args.disk_base, 2), (ctx.data, 1)):
+        need.setdefault(os.stat(path).st_dev, [path, 0])[1] += copies * size
+    for path, b in need.values():
+        free = shutil.disk_usage(path).free
+        if free < b + (1 << 30):
+            raise BenchError(f"W1-W3: {free >> 20} MiB free on {path}, {(b >> 20) + 1024} MiB needed")
+
+
+def _w_target(ctx, w, make=False):
+    """A fresh target directory: its path on the server (for watching and removing) and through
+    sshfs (what the arms write to). Never reused, so that no sshfs cache can know an old one."""
+    w["seq"] += 1
+    server = os.path.join(w["server"], f"t{w['seq']}")
+    pfs = pfs_path(ctx, server)
+    if make:
+        os.makedirs(pfs)
+    return server, pfs
+
+
+def _w_rounds(ctx, wid, arms):
+    return rounds(ctx, wid, arms, **(W_QUICK_ROUNDS[wid] if ctx.mode == "quick" else {}))
+
+
+def _w_manifest(server):
+    with open(os.path.join(server, ".fanstore-output.json")) as f:
+        return json.load(f)
+
+
+def _w_clean_run_local(w):
+    """What `fanstore run` leaves in its local directory when the drain was cut."""
+    for e in os.listdir(w["run_local"]):
+        drop_tree(os.path.join(w["run_local"], e))
+
+
+def _w_cut_ok(wid, rc, stderr):
+    """`fanstore run` whose drain was cut on purpose (W_CUT) exits 1 and says which file did not
+    reach the target; anything else is a failure."""
+    if rc == 0 or (rc == 1 and "did not reach" in stderr):
+        return
+    raise BenchError(f"{wid}: fanstore run exited {rc}: {stderr[-1500:]}")
+
+
+def _w1(ctx, w):
+    """W1: time until torch.save returns, into $FANSTORE_OUTPUT (ext4 under `fanstore run
+    --output` to sshfs), straight to sshfs, and to a plain directory on the same ext4."""
+    def save_cmd(dst):
+        return [PY, "-c", W_SAVE, w["src"], dst, ctx.fsbench, w["list"]]
+
+    def fanstore(i):
+        server, pfs = _w_target(ctx, w)
+        run(["sync"])
+        p = run([ctx.fanstore, "run", "--output", pfs, "--local-dir", w["run_local"], "--drain-timeout", W_CUT,
+                 "--"] + save_cmd("-"), check=False)
+        _w_cut_ok("W1", p.returncode, p.stderr)
+        _w_clean_run_local(w)
+        drop_tree(server)
+        lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+        if not lines:
+            raise BenchError(f"W1: the save under fanstore run printed no JSON: {p.stderr[-1000:]}")
+        return _w1_sample(json.loads(lines[-1]))
+
+    def sshfs(i):
+        server, pfs = _w_target(ctx, w, make=True)
+        run(["sync"])
+        s = run_json(save_cmd(pfs))
+        drop_tree(server)  # on the server's side: its dirty pages are dropped, not written back
+        return _w1_sample(s)
+
+    def local(i):
+        run(["sync"])
+        s = run_json(save_cmd(w["local"]))
+        os.unlink(os.path.join(w["local"], W_NAME))
+        return _w1_sample(s)
+
+    smp = _w_rounds(ctx, "W1", [("fanstore", fanstore), ("sshfs", sshfs), ("local", local)])
+    for v in smp.values():
+        for s in v:
+            if s["hash"] != w["hash"]:
+                raise BenchError(f"W1: a save wrote {s['bytes']} B, hash {s['hash']}; the source is {w['hash']}")
+    add_workload(ctx, "W1", "torch.save of a checkpoint until it returns", smp, metric="seconds",
+                 bytes=w["bytes"], cache="`sync` before every sample, no fsync in any arm (the saved bytes may "
+                 "still be in the page cache when torch.save returns); local directories on ext4 (--disk-base); "
+                 "the checkpoint loaded by torch.load before the timed save")
+    size = f"{w['bytes'] / (1 << 30):.2f} GiB" if w["bytes"] >= 1 << 30 else f"{w['bytes'] >> 20} MiB"
+    f, b, loc = (med(smp[a], "seconds") for a in ("fanstore", "sshfs", "local"))
+    note = (f"state dict of 8 random uint8 tensors, {w['bytes']:,} B; time until torch.save returns, in the "
+            "process, after torch.load of the same checkpoint; no fsync in any arm, so the bytes may still be in "
+            "the page cache, which is what the user waits for too; `sync` before every sample; local "
+            f"directories (FanStore's `--local-dir` and the plain one) on ext4 {ctx.args.disk_base}, not the "
+            f"suite's tmpfs; the drain that follows FanStore's save is cut after {W_CUT} s (`--drain-timeout`; "
+            f"W2 measures drains); MB/s: FanStore {fmt(med(smp['fanstore'], 'mb_per_s'))}, sshfs "
+            f"{fmt(med(smp['sshfs'], 'mb_per_s'))}, local {fmt(med(smp['local'], 'mb_per_s'))}; the plain local-disk "
+            f"arm is {fmt(b / loc)}× faster than sshfs in the same rounds, the most a write to local disk can gain here")
+    add_row(ctx, "W1", f"`torch.save` of a {size} checkpoint into `$FANSTORE_OUTPUT` (`fanstore run --output` "
+            "to sshfs), until it returns, seconds", "sshfs direct", b, f, "s", "≥ 5× faster", 5.0,
+            higher_is_better=False, pairs=paired(smp, "sshfs", "fanstore", "seconds", higher_is_better=False), note=note)
+    add_row(ctx, "W1-local", "the same against a plain directory on the same local disk", "local disk (ext4)", loc, f,
+            "s", "≥ 0.8× local disk", 0.8, higher_is_better=False,
+            pairs=paired(smp, "local", "fanstore", "seconds", higher_is_better=False))
+
+
+def _w1_sample(s):
+    s["mb_per_s"] = s["bytes"] / s["seconds"] / 1e6
+    return s
+
+
+def _w2(ctx, w):
+    """W2: drain throughput: from the close of the file in $FANSTORE_OUTPUT until it is committed
+    on the sshfs side (the manifest's committed_at), against `cp` of the same file to sshfs."""
+    def drain(i):
+        server, pfs = _w_target(ctx, w)
+        run(["sync"])
+        with DrainWatch(server, W_NAME) as dw:
+            # --drain-timeout well above any drain of this size: the whole drain is the sample.
+            p = run([ctx.fanstore, "run", "--output", pfs, "--local-dir", w["run_local"], "--drain-timeout", "900",
+                     "--", "sh", "-c", W_WRITE, "sh", w["src"]], timeout=1200)
+            returned = time.time()
+        closed = float(p.stdout.split()[-1])
+        man = _w_manifest(server)
+        f = man["files"].get(W_NAME)
+        if not f or man["not_drained"] or f["size"] != w["bytes"]:
+            raise BenchError(f"W2: the drain did not commit {W_NAME}: {man}")
+        full = dw.full_at(w["bytes"])
+        drop_tree(server)
+        secs = f["committed_at"] - closed
+        s = {"seconds": secs, "bytes": f["size"], "mb_per_s": f["size"] / secs / 1e6, "hash": f["xxh3"],
+             "returned_seconds": returned - closed, "final_seen_seconds": (dw.final_seen or returned) - closed}
+        if dw.tmp_seen and full:  # the phases, as seen from the server's side
+            s.update(start_seconds=dw.tmp_seen - closed, copy_seconds=full - dw.tmp_seen,
+                     verify_seconds=f["committed_at"] - full, copy_mb_per_s=f["size"] / (full - dw.tmp_seen) / 1e6)
+        return s
+
+    def cp(i):
+        server, pfs = _w_target(ctx, w, make=True)
+        run(["sync"])
+        run_json([ctx.fsbench, "read", w["src_dir"], w["list"]])  # the source in the page cache, as the drain finds it
+        t = timed(["cp", w["src"], os.path.join(pfs, W_NAME)])
+        r = run_json([ctx.fsbench, "read", server, w["list"]])
+        drop_tree(server)
+        return {"seconds": t, "bytes": r["bytes"], "mb_per_s": r["bytes"] / t / 1e6, "hash": r["hash"]}
+
+    smp = _w_rounds(ctx, "W2", [("fanstore", drain), ("cp", cp)])
+    if smp["cp"][0]["hash"] != w["hash"]:
+        raise BenchError(f"W2: the copies hash {smp['cp'][0]['hash']}, the source {w['hash']}")
+    add_workload(ctx, "W2", "drain of a checkpoint to sshfs against cp", smp, metric="mb_per_s", bytes=w["bytes"],
+                 cache="`sync` before every sample; the source warm in the page cache in both arms (the drain's just "
+                       "written and fsynced, cp's read once before); cp does not fsync")
+    fs = smp["fanstore"]
+    phases = all("copy_seconds" in s for s in fs)
+    note = (f"{w['bytes']:,} B; the drain's time runs from the close (the command writes the file with `dd conv=fsync`, "
+            "so the drain does not share this machine's one disk with the writeback of its own source) to the "
+            f"manifest's committed_at; `fanstore run` returned {fmt(med(fs, 'returned_seconds'))} s after the close. ")
+    if phases:
+        note += (f"Phases seen from the server's side (median): start (the drainer's events settling, its queue) "
+                 f"{fmt(med(fs, 'start_seconds'))} s, copy "
+                 f"{fmt(med(fs, 'copy_seconds'))} s ({fmt(med(fs, 'copy_mb_per_s'))} MB/s, the part of the work cp "
+                 f"does, {fmt(med(fs, 'copy_mb_per_s') / med(smp['cp'], 'mb_per_s'))}× cp's rate), fsync + read back "
+                 f"through sshfs + rename {fmt(med(fs, 'verify_seconds'))} s. ")
+    note += (f"cp writes without fsync and reads nothing back; cp takes {fmt(med(smp['cp'], 'seconds'))} s. The drainer "
+             "runs at nice 19 and the idle I/O class, so other work on this shared machine slows it first")
+    add_row(ctx, "W2", "drain of the checkpoint from `$FANSTORE_OUTPUT` (ext4) to sshfs: close to committed, MB/s",
+            "`cp` local → sshfs", med(smp["cp"], "mb_per_s"), med(fs, "mb_per_s"), "MB/s", "≥ 0.9× cp", 0.9,
+            pairs=paired(smp, "cp", "fanstore", "mb_per_s"), note=note)
+
+
+def _w3(ctx, w, ag):
+    """W3: R1 (the same reader, list and agent) while the drain of the checkpoint to sshfs is in
+    progress, against R1 alone. The drain starts first; R1 starts once its copy is seen on the
+    server, and the command under `fanstore run` exits only after R1 (it waits on its stdin)."""
+    lst, _ = shuffled_list(ctx, "images", seed=101, tag="-w3")  # R1's order (wl_reads: seed 100 + 1 process)
+    stack = ctx.sshfs.stack_pids()
+
+    def r1(i):
+        run(["sync"])
+        c0 = proc_cpu(stack)
+        t0 = time.time()
+        s = rates(run_json([ctx.fsbench, "read", ag.mount, lst, "1"], env=ag.env()))
+        s["standin_cpu_per_s"] = (proc_cpu(stack) - c0) / (time.time() - t0)  # idle: nothing drains
+        return s
+
+    def drained(i):
+        server, pfs = _w_target(ctx, w)
+        run(["sync"])
+        cmd = [ctx.fanstore, "run", "--output", pfs, "--local-dir", w["run_local"], "--drain-timeout", W_CUT, "--",
+               "sh", "-c", W_WRITE + " && read _", "sh", w["src"]]
+        with DrainWatch(server, W_NAME) as dw:
+            p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                t_wait = time.time()
+                while dw.tmp_seen is None and p.poll() is None and time.time() - t_wait < 300:
+                    time.sleep(0.01)
+                if dw.tmp_seen is None:
+                    raise BenchError("W3: the drain did not start")
+                # The drainer runs in the agent `fanstore run` starts for --output: its whole tree.
+                drainer = proc_tree(p.pid)
+                c0, d0, t0 = proc_cpu(stack), proc_cpu(drainer), time.time()
+                s = rates(run_json([ctx.fsbench, "read", ag.mount, lst, "1"], env=ag.env()))
+                t1, c1, d1 = time.time(), proc_cpu(stack), proc_cpu(drainer)
+            finally:
+                _, err = p.communicate("\n", timeout=600)
+            returned = time.time()
+        _w_cut_ok("W3", p.returncode, err)
+        man = _w_manifest(server)
+        f = man["files"].get(W_NAME)
+        end = f["committed_at"] if f else returned  # the drain ended committed, or was cut
+        _w_clean_run_local(w)
+        drop_tree(server)
+        s.update(overlap=max(0.0, min(t1, end) - max(t0, dw.tmp_seen)) / (t1 - t0),
+                 drain_mb_per_s=(dw.copied_by(t1) - dw.copied_by(t0)) / (t1 - t0) / 1e6,
+                 drainer_cpu_per_s=(d1 - d0) / (t1 - t0), standin_cpu_per_s=(c1 - c0) / (t1 - t0))
+        return s
+
+    smp = _w_rounds(ctx, "W3", [("plain", r1), ("drained", drained)])
+    add_workload(ctx, "W3", "R1 while a checkpoint drains to sshfs", smp, metric="files_per_s", dataset="images",
+                 bytes=w["bytes"], cache="as R1 (the dataset staged to tmpfs and read once before); `sync` before "
+                 "every sample; the checkpoint written and fsynced to ext4 before the drain starts")
+    dr = [s for s in smp["drained"] if not s.get("warmup")]
+    b, f = med(smp["plain"], "files_per_s"), med(smp["drained"], "files_per_s")
+    add_row(ctx, "W3", "R1 (random whole-file reads, `images`, 1 process) while the checkpoint drains to sshfs",
+            "R1 without a drain", b, f, "files/s", "≥ 0.95× without", 0.95,
+            pairs=paired(smp, "plain", "drained", "files_per_s"),
+            note=f"the drain of {w['bytes']:,} B to sshfs starts first and R1 once the copy is seen on the server; "
+                 f"share of R1's time the drain was in progress: median {fmt(med(dr, 'overlap') * 100)} %, least "
+                 f"{fmt(min(s['overlap'] for s in dr) * 100)} %; the drain copied {fmt(med(dr, 'drain_mb_per_s'))} "
+                 f"MB/s meanwhile; CPU seconds per second of R1: `fanstore run` and its agent (the drainer, nice 19) "
+                 f"{fmt(med(dr, 'drainer_cpu_per_s'))}, the stand-in's sshfs, ssh, sshd and sftp-server (normal "
+                 f"priority, all on this machine's {ctx.cores} cores; on a cluster the server half runs elsewhere) "
+                 f"{fmt(med(dr, 'standin_cpu_per_s'))}")
 
 
 def wl_meta(ctx, agents):
@@ -1575,8 +1992,8 @@ def machine(ctx):
 
 # --- main ----------------------------------------------------------------------------------------------------
 
-ALL_ROWS = ["R1", "R2", "R3", "R5", "M1", "M3", "M2-scandir", "M2-walk", "J2", "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-node", "R4-both",
-            "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
+ALL_ROWS = ["R1", "R2", "R3", "R5", "W1", "W1-local", "W2", "W3", "M1", "M3", "M2-scandir", "M2-walk", "J2",
+            "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-node", "R4-both", "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
 
 
 def sanity(ctx):
@@ -1631,10 +2048,12 @@ def main():
     ap.add_argument("--fsbench", required=True)
     ap.add_argument("--cache", required=True)
     ap.add_argument("--work-base", default="/dev/shm")
-    ap.add_argument("--only", default="", help="comma-separated workload ids (R1,M2,S1,...)")
+    ap.add_argument("--disk-base", default="/tmp", help="node-local disk (ext4) for W1-W3's local directories")
+    ap.add_argument("--only", default="", help="comma-separated workload ids (R1,M2,S1,W1,...)")
     ap.add_argument("--skip-j1", action="store_true")
     args = ap.parse_args()
     clean_stale(args.work_base)
+    clean_stale(args.disk_base)
     ctx = Ctx(args)
     t_start = time.time()
     for d in (ctx.out, ctx.data):
@@ -1669,6 +2088,8 @@ def main():
             agents[name] = Agent(ctx, name, ctx.datasets[name]["fs"])
             agents[name].start()
         wl_reads(ctx, agents)
+        if any(ctx.wanted(w) for w in W_IDS):
+            wl_writes(ctx, agents)
         wl_meta(ctx, agents)
         wl_j2(ctx, agents)
         wl_kview(ctx, agents)
@@ -1694,6 +2115,7 @@ def main():
         if ctx.sshfs:
             ctx.sshfs.stop()
         drop_tree(ctx.work)
+        drop_tree(ctx.disk)
         ctx.results["duration_seconds"] = time.time() - t_start
         if "machine" in ctx.results:
             ctx.results["machine"]["loadavg_end"] = os.getloadavg()

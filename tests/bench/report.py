@@ -276,7 +276,7 @@ def markdown(res, made, plot_rel):
     L.append("## Results")
     L.append("")
     L.append("Every ratio is FanStore against its baseline, measured side by side in this run (higher is better; for "
-             "E1 it is how many times faster): the ratio of the two arms' medians over the measured rounds, which is "
+             "E1 and W1 it is how many times faster): the ratio of the two arms' medians over the measured rounds, which is "
              "what the target is judged on. *Per-round ratios* pair the two arms of each round, which ran back to back: "
              "their median and range show how much of a ratio is interference from the other users of this shared "
              "2-core machine (a wide range, or a paired median far from the ratio, means a noisy run).")
@@ -389,7 +389,9 @@ def markdown(res, made, plot_rel):
              "synchronous discards (removing a 2 GiB staged tree took 17 s), which would have made the disk, not FanStore, "
              "the subject of every stage-in figure and broken the 10-minute budget. The packed datasets (the "
              "\"parallel file system\" directory) stay on the ext4 cache directory; the remote-file-system stand-in is "
-             "sshfs over loopback from an sshd the suite starts itself, exporting that directory.")
+             "sshfs over loopback from an sshd the suite starts itself, exporting that directory. The checkpoint "
+             "workloads (W1-W3) are the exception: their local directories are on the ext4 disk (`/tmp`), where "
+             "checkpoints go on GPU nodes, and their arms remove what they wrote before the next arm starts.")
     L.append("")
     L.append("## Datasets")
     L.append("")
