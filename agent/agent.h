@@ -171,6 +171,8 @@ class Agent {
   // Output (output.cc): makes the output directory and starts draining it (with --output).
   Status StartOutput();
   nlohmann::json OutputJson() const;
+  // A counter that moves while the job reads the dataset: the drain yields to it.
+  uint64_t ReadActivity() const;
 
   // Statistics (stats.cc).
   std::string StatusJson() const;

@@ -26,6 +26,7 @@ Status Agent::StartOutput() {
   o.target = cfg_.output;
   o.node = cfg_.node_name;
   o.umask = mask;
+  o.activity = [this] { return ReadActivity(); };
   auto drainer = std::make_unique<output::Drainer>();
   FS_RETURN_IF_ERROR(drainer->Start(o).Prefixed("--output " + cfg_.output));
   drainer_ = std::move(drainer);
@@ -69,6 +70,15 @@ bool Agent::FinishOutput() {
   return false;
 }
 
+uint64_t Agent::ReadActivity() const {
+  uint64_t n = 0;
+  for (uint64_t b : ServedBytes()) n += b;
+  if (table::ClientCounters* cc = client_counters_.load())
+    n += __atomic_load_n(&cc->local_opens, __ATOMIC_RELAXED);  // files opened, not yet read
+  const RemoteFiles::Counters r = remote_.counters();
+  return n + r.opens_remote + r.opens_cached + r.opens_fallback;
+}
+
 nlohmann::json Agent::OutputJson() const {
   const output::DrainStats s = drainer_->Stats();
   nlohmann::json j = {{"target", cfg_.output},
@@ -79,7 +89,8 @@ nlohmann::json Agent::OutputJson() const {
                       {"bytes_drained", s.bytes_drained},
                       {"files_failed", s.files_failed},
                       {"retries", s.retries},
-                      {"rate_bytes_per_s", s.rate_bytes_per_s}};
+                      {"rate_bytes_per_s", s.rate_bytes_per_s},
+                      {"yielded_seconds", s.yielded_seconds}};
   if (!s.last_error.empty()) j["last_error"] = s.last_error;
   return j;
 }

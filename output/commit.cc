@@ -59,6 +59,7 @@ Result<uint64_t> Copy(int in, int out, uint64_t size, const CommitRequest& req) 
   while (true) {
     if (req.cancel != nullptr && req.cancel->load())
       return Status::Aborted("the deadline came while it was being copied");
+    const auto t0 = std::chrono::steady_clock::now();
     const ssize_t n = ::pread(in, buf.data(), buf.size(), static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Status::FromErrno("read " + req.rel, errno);
@@ -66,6 +67,7 @@ Result<uint64_t> Copy(int in, int out, uint64_t size, const CommitRequest& req) 
     hash.Update(buf.data(), static_cast<size_t>(n));
     FS_RETURN_IF_ERROR(WriteFull(out, buf.data(), static_cast<size_t>(n), "write " + req.as));
     done += static_cast<uint64_t>(n);
+    if (req.pace) req.pace(std::chrono::steady_clock::now() - t0);
   }
   if (done != size) return Status::Aborted(req.rel + " changed size while it was copied");
   return hash.Digest();
@@ -88,14 +90,18 @@ Result<bool> PutInPlace(int dir, const std::string& tmp, const std::string& leaf
   return true;
 }
 
-Result<uint64_t> HashOf(int fd, uint64_t size, const std::string& what) {
+Result<uint64_t> HashOf(int fd, uint64_t size, const std::string& what, const CommitRequest& req) {
   std::vector<char> buf(kChunk);
   Xxh3Stream hash;
   for (uint64_t off = 0; off < size;) {
+    if (req.cancel != nullptr && req.cancel->load())
+      return Status::Aborted("the deadline came while it was being read back");
+    const auto t0 = std::chrono::steady_clock::now();
     const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), size - off));
     FS_RETURN_IF_ERROR(PreadFull(fd, buf.data(), n, off, what));
     hash.Update(buf.data(), n);
     off += n;
+    if (req.pace) req.pace(std::chrono::steady_clock::now() - t0);
   }
   return hash.Digest();
 }
@@ -134,7 +140,10 @@ Result<Committed> CommitFile(const CommitRequest& req) {
   if (after.st_size != before.st_size || MtimeNs(after) != MtimeNs(before))
     return Status::Aborted(rel + " changed while it was copied");
   if (::fsync(out.get()) != 0) return Status::FromErrno("fsync the copy of " + req.as, errno);
-  auto written = HashOf(out.get(), static_cast<uint64_t>(before.st_size), "read back " + req.as);
+  // What the servers hold, not what this client still caches (clean pages, after the fsync).
+  (void)::posix_fadvise(out.get(), 0, 0, POSIX_FADV_DONTNEED);
+  auto written =
+      HashOf(out.get(), static_cast<uint64_t>(before.st_size), "read back " + req.as, req);
   if (!written.ok()) return written.status();
   if (*written != *read)
     return Status::Corruption("the copy of " + rel + " read back differs from what was written");

@@ -3,7 +3,8 @@
 // of the agent or the node, a full or unreachable file system, a source rewritten as it is copied.
 //
 // The copy goes to a temporary name beside the final one (`.NAME.fanstore-XXXXXX`, 0600), is
-// fsynced, read back and checked against the hash of what was read from the source, gets its
+// fsynced, read back (its cached pages dropped first, so that a network file system's client
+// asks its servers) and checked against the hash of what was read from the source, gets its
 // final mode (0666 less the user's umask), and is renamed into place; then its directory is
 // fsynced. A source whose size or modification time moved while it was copied is not committed
 // (Aborted): it is being rewritten, and its next close drains it again, so the last complete
@@ -14,7 +15,9 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -40,6 +43,9 @@ struct CommitRequest {
   mode_t umask = 022;
   bool replace = true;
   const std::atomic<bool>* cancel = nullptr;
+  // Called after each piece (1 MiB) copied or read back, with the time it took: the drainer
+  // pauses there to yield to the job (drainer.h).
+  std::function<void(std::chrono::steady_clock::duration)> pace;
 };
 [[nodiscard]] Result<Committed> CommitFile(const CommitRequest& req);
 

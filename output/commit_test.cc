@@ -44,10 +44,11 @@ class CommitTest : public ::testing::Test {
     auto r = ReadSmallFile(path, 64 << 20);
     return r.ok() ? r.value() : "<missing>";
   }
+  int pieces_ = 0;  // pieces copied and read back, as the pacing hook sees them
   Result<Committed> Commit(const std::string& rel, mode_t umask = 022, bool replace = true,
                            const std::string& as = "") {
-    return CommitFile(
-        {src_fd_.get(), dst_fd_.get(), rel, as.empty() ? rel : as, umask, replace, nullptr});
+    return CommitFile({src_fd_.get(), dst_fd_.get(), rel, as.empty() ? rel : as, umask, replace,
+                       nullptr, [this](auto) { pieces_++; }});
   }
   // Names in a directory that look like temporaries.
   int Temporaries(const std::string& dir) {
@@ -73,6 +74,7 @@ TEST_F(CommitTest, CopiesVerifiesAndRenamesIntoPlaceWithTheUsersMode) {
   EXPECT_EQ(c->size, data.size());
   EXPECT_EQ(c->xxh3, Xxh3(data));
   EXPECT_EQ(Read(dst_ + "/ckpt/epoch1/model.pt"), data);
+  EXPECT_EQ(pieces_, 6);  // 3 MiB copied, 3 read back: the drainer may pause after each
   struct stat st;
   ASSERT_EQ(::stat((dst_ + "/ckpt/epoch1/model.pt").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0640u);
@@ -128,7 +130,7 @@ TEST_F(CommitTest, AFullDestinationLeavesNothing) {
       ::_exit(2);
     if (::mount("full", dst_.c_str(), "tmpfs", 0, "size=1m") != 0) ::_exit(3);
     UniqueFD dst(::open(dst_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    auto c = CommitFile({src_fd_.get(), dst.get(), "big", "big", 022, true, nullptr});
+    auto c = CommitFile({src_fd_.get(), dst.get(), "big", "big", 022, true, nullptr, {}});
     if (c.ok() || c.status().code() != Status::Code::kNoSpace) ::_exit(4);
     ::_exit(Temporaries(dst_) == 0 && Read(dst_ + "/big") == "<missing>" ? 0 : 5);
   }

@@ -75,6 +75,7 @@ Drainer::~Drainer() {
 
 Status Drainer::Start(const DrainerOptions& opts) {
   opts_ = opts;
+  if (opts_.activity) last_activity_ = opts_.activity();
   local_fd_.Reset(::open(opts.local.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!local_fd_.valid()) return Status::FromErrno("the output directory " + opts.local, errno);
   inotify_fd_.Reset(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
@@ -202,6 +203,19 @@ void Drainer::Work() {
   }
 }
 
+void Drainer::Yield(Clock::duration piece) {
+  if (!opts_.activity) return;
+  const uint64_t now = opts_.activity();
+  if (now == last_activity_) return;  // the job is not reading: full speed
+  last_activity_ = now;
+  const auto pause =
+      std::min<Clock::duration>(piece * opts_.yield_factor, std::chrono::milliseconds(100));
+  std::unique_lock<std::mutex> l(mu_);
+  if (finishing_) return;
+  cv_.wait_for(l, pause, [this] { return stop_.load() || finishing_; });
+  stats_.yielded_seconds += std::chrono::duration<double>(pause).count();
+}
+
 bool Drainer::Drain(const std::string& rel, std::string* error) {
   UniqueFD src(::openat(local_fd_.get(), rel.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   struct stat st;
@@ -225,8 +239,9 @@ bool Drainer::Drain(const std::string& rel, std::string* error) {
   }
   if (Status t = EnsureTarget(); !t.ok()) return *error = t.message(), false;
   const auto t0 = Clock::now();
-  CommitRequest req{
-      local_fd_.get(), target_fd_.get(), rel, as.empty() ? rel : as, opts_.umask, ours, &stop_};
+  CommitRequest req{local_fd_.get(), target_fd_.get(), rel,   as.empty() ? rel : as,
+                    opts_.umask,     ours,            &stop_,
+                    [this](Clock::duration piece) { Yield(piece); }};
   auto c = CommitFile(req);
   if (c.ok() && c->name_taken) {  // another node's: ours goes beside it
     req.as = rel + ".node-" + opts_.node;

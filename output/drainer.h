@@ -15,7 +15,12 @@
 // from `retry_ms` to `retry_max_ms`; the status shows the last error. Finish() drains what is
 // left until a deadline, then writes the manifest and reports by name what did not drain.
 //
-// The copying thread runs at the lowest CPU priority and in the idle I/O class. Thread safety:
+// The copying thread runs at the lowest CPU priority and in the idle I/O class. What its copies
+// set going elsewhere does not: a parallel file system's client daemon, its servers (the test
+// stand-in's sshfs and ssh take a core). So while the job reads (`activity`, a counter of its
+// reads, moved since the last piece) each piece of a copy is followed by a pause nine times as
+// long (at most 100 ms): the drain then takes at most a tenth of the time it would, and so does
+// what it sets going. Not once Finish has begun: then the job is over. Thread safety:
 // Stats() may be called from any thread; Start, Finish and the destructor from one.
 #pragma once
 
@@ -25,6 +30,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -44,6 +50,8 @@ struct DrainerOptions {
   int settle_ms = 300;
   int retry_ms = 500;
   int retry_max_ms = 30000;
+  std::function<uint64_t()> activity;  // a counter of the job's reads; empty: never yield
+  int yield_factor = 9;                // pause after a piece while the job reads, times the piece
 };
 
 struct DrainStats {
@@ -52,6 +60,7 @@ struct DrainStats {
   uint64_t files_failed = 0;  // failed at least once and not drained since
   uint64_t retries = 0;
   double rate_bytes_per_s = 0;  // over the copies so far
+  double yielded_seconds = 0;   // paused for the job's reads
   std::string last_error;
 };
 
@@ -100,6 +109,8 @@ class Drainer {
   void Enqueue(const std::string& rel, int delay_ms);
   // One attempt; true when the file needs no further attempt (drained, gone or unchanged).
   bool Drain(const std::string& rel, std::string* error);
+  // After a piece of a copy that took `piece`: the pause that yields to the job's reads.
+  void Yield(std::chrono::steady_clock::duration piece);
   Status WriteManifest(const DrainReport& report);
   Status EnsureTarget();
 
@@ -117,6 +128,7 @@ class Drainer {
   std::string in_flight_;
   DrainStats stats_;
   double copy_seconds_ = 0;
+  uint64_t last_activity_ = 0;  // the worker's alone
 };
 
 }  // namespace fanstore::output

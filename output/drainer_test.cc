@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -130,6 +131,26 @@ TEST_F(DrainerTest, WhatDidNotDrainByTheDeadlineIsNamed) {
   EXPECT_NE(r.not_drained["b"].find("Not a directory"), std::string::npos);
   EXPECT_NE(r.not_drained["c"].find("open for writing"), std::string::npos) << r.not_drained["c"];
   EXPECT_NE(r.manifest_error, "");
+}
+
+// While the job reads, each piece of a copy is followed by a pause; while it does not, none.
+TEST_F(DrainerTest, TheDrainYieldsWhileTheJobReads) {
+  std::atomic<uint64_t> reads{0};
+  DrainerOptions o = Options();
+  o.activity = [&] { return reads.fetch_add(1); };  // reading all the time
+  Drainer d;
+  ASSERT_TRUE(d.Start(o).ok());
+  Write(local_ + "/busy", std::string(4 << 20, 'b'));
+  EXPECT_TRUE(Eventually([&] { return Read(pfs_ + "/busy").size() == (4u << 20); }));
+  EXPECT_GT(d.Stats().yielded_seconds, 0.0);
+  EXPECT_TRUE(d.Finish(std::chrono::steady_clock::now() + 30s).not_drained.empty());
+
+  o.activity = [] { return uint64_t{7}; };  // a job that does not read
+  Drainer idle;
+  ASSERT_TRUE(idle.Start(o).ok());
+  Write(local_ + "/idle", std::string(4 << 20, 'i'));
+  EXPECT_TRUE(Eventually([&] { return Read(pfs_ + "/idle").size() == (4u << 20); }));
+  EXPECT_EQ(idle.Stats().yielded_seconds, 0.0);
 }
 
 // Two nodes write the same relative path: the first keeps the name, the second's copy goes
