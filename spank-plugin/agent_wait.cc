@@ -72,8 +72,8 @@ Status FromObservation(const WaitRequest& req, const Observation& o, bool* done)
 }
 
 // The agents' own words from the launch log: its error lines if any, else its last lines.
-std::string LaunchLogExcerpt(const std::string& path) {
-  const std::string tail = TailOfFile(path, 200);
+std::string LaunchLogExcerpt(const std::string& path, uid_t owner) {
+  const std::string tail = TailOfFile(path, 200, owner);
   std::vector<std::string> errors;
   size_t pos = 0;
   while (pos < tail.size()) {
@@ -84,7 +84,7 @@ std::string LaunchLogExcerpt(const std::string& path) {
       errors.push_back(line);
     pos = end + 1;
   }
-  if (errors.empty()) return TailOfFile(path, 6);
+  if (errors.empty()) return TailOfFile(path, 6, owner);
   std::string out;
   for (size_t i = errors.size() > 4 ? errors.size() - 4 : 0; i < errors.size(); i++)
     out += (out.empty() ? "" : "\n") + errors[i];
@@ -118,7 +118,7 @@ std::string HelperReport(const WaitRequest& req, double grace_s) {
               ? "; the agents' srun exited with status " + std::to_string(WEXITSTATUS(status))
               : "; the agents' srun was killed by signal " +
                     std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  const std::string excerpt = LaunchLogExcerpt(req.launch_log);
+  const std::string excerpt = LaunchLogExcerpt(req.launch_log, req.uid);
   if (!excerpt.empty()) out += "; the agents said:\n" + excerpt;
   return out;
 }

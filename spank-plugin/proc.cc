@@ -404,13 +404,12 @@ std::vector<pid_t> TerminateProcesses(const std::vector<pid_t>& pids, int grace_
   return WaitGone(std::move(alive), kill_ms);
 }
 
-std::string TailOfFile(const std::string& path, int max_lines) {
-  // The last 64 KiB hold the last lines of any log worth showing.
-  constexpr off_t kWindow = 64 << 10;
-  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+std::string TailOfFile(const std::string& path, int max_lines, uid_t owner, size_t window) {
+  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
   struct stat st;
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
-  const off_t from = std::max<off_t>(st.st_size - kWindow, 0);
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != owner)
+    return "";
+  const off_t from = std::max<off_t>(st.st_size - static_cast<off_t>(window), 0);
   std::string s(static_cast<size_t>(st.st_size - from), '\0');
   if (!PreadFull(fd.get(), s.data(), s.size(), static_cast<uint64_t>(from), path).ok()) return "";
   while (!s.empty() && s.back() == '\n') s.pop_back();

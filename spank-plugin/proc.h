@@ -82,7 +82,9 @@ using fanstore::RemoveTree;  // common/remove_tree.h
 inline constexpr int64_t kMaxPid = (1 << 22) - 1;
 // The pid a lock or pid file holds ("1234\n"), or -1 when it is missing or holds anything else.
 pid_t ReadPidFile(const std::string& path);
-// The last max_lines lines of a file (within its last 64 KiB), "" if unreadable.
-std::string TailOfFile(const std::string& path, int max_lines);
+// The last max_lines lines of a file (within its last `window` bytes), "" if unreadable. Root
+// reads users' logs with it: never through a symlink, only a regular file owned by `owner`.
+std::string TailOfFile(const std::string& path, int max_lines, uid_t owner,
+                       size_t window = 64 << 10);
 
 }  // namespace fanstore::spank

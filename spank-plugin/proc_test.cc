@@ -67,7 +67,7 @@ TEST_F(ProcTest, SpawnWritesItsOutputToTheLog) {
   auto text = ReadSmallFile(log, 1024);
   ASSERT_TRUE(text.ok());
   EXPECT_EQ(text.value(), "out\nerr\nleader\n");
-  EXPECT_EQ(TailOfFile(log, 2), "err\nleader");
+  EXPECT_EQ(TailOfFile(log, 2, ::getuid()), "err\nleader");
 }
 
 TEST_F(ProcTest, ProcessStateAndFindByEnvironment) {
@@ -160,8 +160,12 @@ TEST_F(ProcTest, TailOfFileReadsTheEndOfALargeLog) {
     std::ofstream out(log);
     for (int i = 0; i < 200000; i++) out << "line " << i << "\n";  // about 2.3 MB
   }
-  EXPECT_EQ(TailOfFile(log, 2), "line 199998\nline 199999");
-  EXPECT_EQ(TailOfFile(root_ + "/missing", 2), "");
+  EXPECT_EQ(TailOfFile(log, 2, ::getuid()), "line 199998\nline 199999");
+  EXPECT_EQ(TailOfFile(root_ + "/missing", 2, ::getuid()), "");
+  // Root reads users' logs: not another owner's file, not through a symlink.
+  EXPECT_EQ(TailOfFile(log, 2, ::getuid() + 1), "");
+  ASSERT_EQ(::symlink(log.c_str(), (root_ + "/link.log").c_str()), 0);
+  EXPECT_EQ(TailOfFile(root_ + "/link.log", 2, ::getuid()), "");
 }
 
 TEST(ReadSmallFile, ReadsProcFilesToTheirEnd) {

@@ -146,26 +146,12 @@ UniqueFD TakeJobStderr() {
   return UniqueFD(fd);
 }
 
-// The last `max` bytes of the job user's own regular file at `path` (the launch log), read as
-// root: never through a symlink, a FIFO or a file of someone else's.
-std::string TailOfUserFile(const std::string& path, uid_t uid, size_t max) {
-  UniqueFD fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  struct stat st;
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != uid)
-    return "";
-  const off_t from = std::max<off_t>(st.st_size - static_cast<off_t>(max), 0);
-  std::string s(static_cast<size_t>(st.st_size - from), '\0');
-  const ssize_t n = ::pread(fd.get(), s.data(), s.size(), from);
-  s.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  return s;
-}
-
 // What the agents said about the output's drain: to slurmd's log and to the job's stderr.
 void ReportDrain(UniqueFD job_stderr) {
   const PluginState& s = State();
   constexpr size_t kMaxLines = 200;
   const auto lines =
-      OutputReportLines(TailOfUserFile(s.launch_log, s.job_uid, 1 << 20), kMaxLines);
+      OutputReportLines(TailOfFile(s.launch_log, INT32_MAX, s.job_uid, 1 << 20), kMaxLines);
   if (lines.empty()) {
     LogError("task_exit", "job " + std::to_string(s.job) +
                               ": the agents said nothing about the output's drain; see " +
