@@ -56,8 +56,8 @@ bool Agent::FinishOutput() {
     return r.manifest_error.empty();
   }
   LOG_ERROR("%s %zu file(s) did not reach %s within %g s; they stay on %s in %s:", tag,
-            r.not_drained.size(), cfg_.output.c_str(), cfg_.drain_timeout_s,
-            cfg_.node_name.c_str(), cfg_.output_dir.c_str());
+            r.not_drained.size(), cfg_.output.c_str(), cfg_.drain_timeout_s, cfg_.node_name.c_str(),
+            cfg_.output_dir.c_str());
   size_t named = 0;
   for (const auto& [rel, why] : r.not_drained) {
     if (named++ == kMaxNamed) {

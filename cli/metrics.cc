@@ -85,11 +85,14 @@ std::string PrometheusText(const Json& stats) {
       {"fanstore_output_files_drained_total", "counter",
        "Output files copied to the parallel file system.", "output", "files_drained", false, true},
       {"fanstore_output_bytes_drained_total", "counter",
-       "Bytes of output copied to the parallel file system.", "output", "bytes_drained", false, true},
+       "Bytes of output copied to the parallel file system.", "output", "bytes_drained", false,
+       true},
       {"fanstore_output_files_failed", "gauge",
-       "Output files whose last copy failed (retried with a backoff).", "output", "files_failed", false, true},
+       "Output files whose last copy failed (retried with a backoff).", "output", "files_failed",
+       false, true},
       {"fanstore_output_drain_rate_bytes", "gauge",
-       "Bytes per second of the output's copies so far.", "output", "rate_bytes_per_s", false, true},
+       "Bytes per second of the output's copies so far.", "output", "rate_bytes_per_s", false,
+       true},
   };
   std::string out;
   for (const Family& f : kFamilies) {

@@ -103,16 +103,15 @@ fanstore_unpack_done{node="c1",rank="1"} 1
 TEST(PrometheusText, TheOutputsFamiliesOnlyWhereThereIsOutput) {
   nlohmann::json with = nlohmann::json::parse(kSample), without = with;
   with["node"] = "c2";
-  with["output"] = {{"files_pending", 2}, {"bytes_pending", 300}, {"files_drained", 7},
-                    {"bytes_drained", 9000}, {"files_failed", 1}, {"rate_bytes_per_s", 1.5e6}};
+  with["output"] = {{"files_pending", 2},    {"bytes_pending", 300}, {"files_drained", 7},
+                    {"bytes_drained", 9000}, {"files_failed", 1},    {"rate_bytes_per_s", 1.5e6}};
   EXPECT_EQ(PrometheusText(without).find("fanstore_output"), std::string::npos);
   const std::string text = PrometheusText(nlohmann::json::array({without, with}));
   EXPECT_EQ(CheckExposition(text), "");
-  for (const char* sample :
-       {"fanstore_output_files_pending{node=\"c2\",rank=\"1\"} 2\n",
-        "fanstore_output_bytes_drained_total{node=\"c2\",rank=\"1\"} 9000\n",
-        "fanstore_output_files_failed{node=\"c2\",rank=\"1\"} 1\n",
-        "fanstore_output_drain_rate_bytes{node=\"c2\",rank=\"1\"} 1500000\n"})
+  for (const char* sample : {"fanstore_output_files_pending{node=\"c2\",rank=\"1\"} 2\n",
+                             "fanstore_output_bytes_drained_total{node=\"c2\",rank=\"1\"} 9000\n",
+                             "fanstore_output_files_failed{node=\"c2\",rank=\"1\"} 1\n",
+                             "fanstore_output_drain_rate_bytes{node=\"c2\",rank=\"1\"} 1500000\n"})
     EXPECT_NE(text.find(sample), std::string::npos) << sample;
   EXPECT_EQ(text.find("fanstore_output_files_pending{node=\"c1\""), std::string::npos);
 }

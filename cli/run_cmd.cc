@@ -344,8 +344,8 @@ int Run::StartAgent(const std::string& agent) {
     const std::string drain = std::to_string(o_.drain_timeout);
     std::vector<const char*> av = {agent.c_str()};
     if (!o_.ds.empty())  // first, as ever: `pgrep -f "fanstore-agent --dataset DS"` finds it
-      av.insert(av.end(), {"--dataset", o_.ds.c_str(), "--local-dir", local_dir_.c_str(),
-                           "--mount", o_.mount.c_str(), "--unpack", o_.unpack.c_str()});
+      av.insert(av.end(), {"--dataset", o_.ds.c_str(), "--local-dir", local_dir_.c_str(), "--mount",
+                           o_.mount.c_str(), "--unpack", o_.unpack.c_str()});
     av.insert(av.end(), {"--run-dir", run_dir_.c_str(), "--bootstrap", "single"});
     if (!o_.output.empty())
       av.insert(av.end(), {"--output", o_.output.c_str(), "--output-dir", output_dir_.c_str(),

@@ -77,7 +77,8 @@ void PrintOutput(const nlohmann::json& j) {
               Str(o, "target").c_str(), HumanBytes(At(o, "rate_bytes_per_s")).c_str(),
               At(o, "files_pending"), HumanBytes(At(o, "bytes_pending")).c_str(),
               At(o, "files_failed"));
-  if (o.contains("last_error")) std::printf("  output: last error: %s\n", Str(o, "last_error").c_str());
+  if (o.contains("last_error"))
+    std::printf("  output: last error: %s\n", Str(o, "last_error").c_str());
 }
 
 void PrintNodeStats(const nlohmann::json& j) {

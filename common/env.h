@@ -20,12 +20,13 @@ inline constexpr char kAgentStep[] = "FANSTORE_AGENT_STEP";  // "1" in the agent
 inline constexpr char kJobAgents[] = "FANSTORE_JOB_AGENTS";  // job whose agents the batch step runs
 inline constexpr char kAgentLocalDir[] = "FANSTORE_AGENT_LOCAL_DIR";  // per node, in the agent step
 inline constexpr char kAgentRunDir[] = "FANSTORE_AGENT_RUN_DIR";      // per node, in the agent step
-inline constexpr char kAgentOutputDir[] = "FANSTORE_AGENT_OUTPUT_DIR";  // per node, in the agent step
+inline constexpr char kAgentOutputDir[] =
+    "FANSTORE_AGENT_OUTPUT_DIR";  // per node, in the agent step
 // In each task: "on" when the dataset is also mounted at FANSTORE_MOUNT for the kernel (FUSE),
 // else "off: <why>".
 inline constexpr char kKernelView[] = "FANSTORE_KERNEL_VIEW";
-// In each task of a job with an output directory (--fanstore-output, `fanstore run --output`): the node-local
-// directory whose files are drained to the parallel file system.
+// In each task of a job with an output directory (--fanstore-output, `fanstore run --output`): the
+// node-local directory whose files are drained to the parallel file system.
 inline constexpr char kOutput[] = "FANSTORE_OUTPUT";
 
 // Read by `fanstore run`: the agent and the interception library to use instead of those beside

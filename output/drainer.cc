@@ -239,8 +239,13 @@ bool Drainer::Drain(const std::string& rel, std::string* error) {
   }
   if (Status t = EnsureTarget(); !t.ok()) return *error = t.message(), false;
   const auto t0 = Clock::now();
-  CommitRequest req{local_fd_.get(), target_fd_.get(), rel,   as.empty() ? rel : as,
-                    opts_.umask,     ours,            &stop_,
+  CommitRequest req{local_fd_.get(),
+                    target_fd_.get(),
+                    rel,
+                    as.empty() ? rel : as,
+                    opts_.umask,
+                    ours,
+                    &stop_,
                     [this](Clock::duration piece) { Yield(piece); }};
   auto c = CommitFile(req);
   if (c.ok() && c->name_taken) {  // another node's: ours goes beside it

@@ -102,8 +102,7 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
     } else if (key == "drain_timeout") {
       const auto timeout = ParseInt(value, 0, kMaxDrainTimeout);
       if (!timeout)
-        return Status::InvalidArgument("drain_timeout='" + value +
-                                       "': must be seconds from 0 to " +
+        return Status::InvalidArgument("drain_timeout='" + value + "': must be seconds from 0 to " +
                                        std::to_string(kMaxDrainTimeout));
       c.drain_timeout = static_cast<int>(*timeout);
     } else if (key == "local_fs") {

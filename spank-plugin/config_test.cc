@@ -73,9 +73,9 @@ TEST(ConfigTest, RejectsMalformedArguments) {
       {"stagein_timeout=999999999"},  // out of range
       {"replicas=0"},
       {"replicas=some"},
-      {"drain_timeout=-1"},           // out of range
-      {"drain_timeout=86401"},        // more than a day
-      {"drain_timeout=5m"},           // not a number
+      {"drain_timeout=-1"},      // out of range
+      {"drain_timeout=86401"},   // more than a day
+      {"drain_timeout=5m"},      // not a number
       {"local_dir=/tmp/%x"},     // unknown sequence
       {"local_dir=/tmp/%"},      // dangling %
       {"agent=/a", "agent=/b"},  // twice

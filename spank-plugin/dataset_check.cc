@@ -61,8 +61,7 @@ Status CheckOutputTarget(const std::string& output) {
   std::string dir = output;
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) {
-    if (errno != ENOENT)
-      return Status::FromErrno("--fanstore-output=" + output, errno);
+    if (errno != ENOENT) return Status::FromErrno("--fanstore-output=" + output, errno);
     dir = dir.substr(0, std::max<size_t>(dir.rfind('/'), 1));
     if (::stat(dir.c_str(), &st) != 0)
       return Status::NotFound("--fanstore-output=" + output + ": its parent " + dir +

@@ -67,8 +67,7 @@ Status CheckUserOptions(const UserOptions& opts, const Config& config) {
     for (const auto& [set, name] : {std::pair{!opts.mount.empty(), "--fanstore-mount"},
                                     std::pair{!opts.replicas.empty(), "--fanstore-replicas"}})
       if (set)
-        return Status::InvalidArgument(std::string(name) +
-                                       " needs a dataset (--fanstore=DS.fs)");
+        return Status::InvalidArgument(std::string(name) + " needs a dataset (--fanstore=DS.fs)");
     return Status::OK();
   }
   if (!IsCleanAbsolutePath(opts.dataset))
@@ -223,10 +222,11 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
       "--bootstrap",
       "pmix",
   };
-  for (const auto& [flag, value] : {std::pair{"--dataset", s.dataset}, std::pair{"--mount", s.mount},
-                                    std::pair{"--output", s.output}})
+  for (const auto& [flag, value] : {std::pair{"--dataset", s.dataset},
+                                    std::pair{"--mount", s.mount}, std::pair{"--output", s.output}})
     if (!value.empty()) argv.insert(argv.end(), {flag, value});
-  if (!s.output.empty()) argv.insert(argv.end(), {"--drain-timeout", std::to_string(s.drain_timeout)});
+  if (!s.output.empty())
+    argv.insert(argv.end(), {"--drain-timeout", std::to_string(s.drain_timeout)});
   if (s.job_fs && !s.dataset.empty()) argv.push_back("--epilog-unmounts-local-dir");
   if (!s.replicas.empty()) {
     argv.push_back("--replicas");

@@ -41,11 +41,11 @@ inline constexpr char kAgentStepName[] = "fanstore-agent";
 
 // What the user asked for, from the --fanstore* options.
 struct UserOptions {
-  std::string dataset;   // empty: no dataset (FanStore is not used unless `output` is given)
-  std::string mount;     // empty: <mount_prefix>/<NAME>
-  std::string replicas;  // empty: the plugstack default (replicas=, itself 1 by default)
-  std::string stats;     // empty: kDefaultStatsFile; "none": no file
-  std::string output;    // --fanstore-output: the directory drained to; empty: none
+  std::string dataset;        // empty: no dataset (FanStore is not used unless `output` is given)
+  std::string mount;          // empty: <mount_prefix>/<NAME>
+  std::string replicas;       // empty: the plugstack default (replicas=, itself 1 by default)
+  std::string stats;          // empty: kDefaultStatsFile; "none": no file
+  std::string output;         // --fanstore-output: the directory drained to; empty: none
   std::string drain_timeout;  // empty: the plugstack's drain_timeout=
   // The job uses FanStore: a dataset, an output directory, or both.
   bool used() const { return !dataset.empty() || !output.empty(); }
@@ -110,9 +110,9 @@ std::string LaunchLock(const Config& config, const JobIdentity& id);
 // agent step (the same code computes them for the epilog).
 struct AgentStep {
   std::string srun, agent, dataset, mount, replicas;  // dataset and mount empty: output only
-  std::string output;      // the agents' --output; empty: none
-  int drain_timeout = 0;   // the agents' --drain-timeout, with `output`
-  std::string stats_out;   // the agents' --stats-out; empty: none
+  std::string output;                                 // the agents' --output; empty: none
+  int drain_timeout = 0;                              // the agents' --drain-timeout, with `output`
+  std::string stats_out;                              // the agents' --stats-out; empty: none
   std::string cache_size;  // the agents' --cache-size; empty: the agent's default
   bool job_fs = false;     // --epilog-unmounts-local-dir: the prolog may mount a tmpfs there
   uint32_t job = 0;

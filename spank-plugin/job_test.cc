@@ -60,7 +60,8 @@ TEST(JobTest, UserOptionChecks) {
   EXPECT_FALSE(CheckUserOptions(o, DefaultConfig()).ok());
   o.mount = "/m";
   o.replicas = "x";
-  EXPECT_NE(CheckUserOptions(o, DefaultConfig()).message().find("--fanstore-replicas=x"), std::string::npos);
+  EXPECT_NE(CheckUserOptions(o, DefaultConfig()).message().find("--fanstore-replicas=x"),
+            std::string::npos);
   o.replicas = "3";
   EXPECT_TRUE(CheckUserOptions(o, DefaultConfig()).ok());
 }
@@ -71,7 +72,7 @@ TEST(JobTest, OutputOptionChecks) {
   UserOptions o;
   o.output = "/pfs/run42";
   EXPECT_TRUE(o.used());
-  EXPECT_TRUE(CheckUserOptions(o, c).ok());  // output only
+  EXPECT_TRUE(CheckUserOptions(o, c).ok());           // output only
   EXPECT_EQ(ResolveDrainTimeout(o, c).value(), 600);  // the site's bound is the default
   o.drain_timeout = "60";
   EXPECT_EQ(ResolveDrainTimeout(o, c).value(), 60);  // users may lower it
@@ -203,11 +204,11 @@ TEST(JobTest, OutputReportLinesFromTheLaunchLog) {
   EXPECT_EQ(lines[0], "fanstore-agent[n2]: output: 3 file(s), 1.0 KiB, drained to /pfs/r");
   EXPECT_EQ(lines[2], "fanstore-agent[n1]: error: output:   ckpt.pt: No space left?[31m");
   EXPECT_EQ(OutputReportLines(log, 1).size(), 1u);  // the last ones
-  EXPECT_EQ(OutputReportLines(std::string(1000, 'x') + "fanstore-agent[n]: output: " +
-                                  std::string(1000, 'y'),
-                              5)[0]
-                .size(),
-            400u);
+  EXPECT_EQ(
+      OutputReportLines(
+          std::string(1000, 'x') + "fanstore-agent[n]: output: " + std::string(1000, 'y'), 5)[0]
+          .size(),
+      400u);
 }
 
 TEST(JobTest, AgentStepFromOptionsAndConfig) {

@@ -84,9 +84,10 @@ int RegisterOptions(spank_t sp, const char* phase) {
   MountUsage() = "[fanstore] virtual path where the tasks see the dataset (default: " +
                  State().config.mount_prefix + "/NAME)";
   g_options[kOptMount].usage = MountUsage().data();
-  DrainUsage() = "[fanstore] at the job's end, wait this long at most for --fanstore-output to "
-                 "drain (default and most: " +
-                 std::to_string(State().config.drain_timeout) + ", the site's bound)";
+  DrainUsage() =
+      "[fanstore] at the job's end, wait this long at most for --fanstore-output to "
+      "drain (default and most: " +
+      std::to_string(State().config.drain_timeout) + ", the site's bound)";
   g_options[kOptDrainTimeout].usage = DrainUsage().data();
   for (auto& opt : g_options) {
     const spank_err_t rc = spank_option_register(sp, &opt);

@@ -39,8 +39,8 @@ struct PluginState {
   int drain_timeout_s = 0;
   std::string launch_log;
   int report_parent = -1, report_child = -1;
-  uint32_t job = 0;       // for the report's lines
-  uid_t job_uid = 0;      // who must own the launch log
+  uint32_t job = 0;   // for the report's lines
+  uid_t job_uid = 0;  // who must own the launch log
 };
 PluginState& State();
 

@@ -367,8 +367,8 @@ int StepdTaskExit(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
     n = ::poll(&ended, 1, static_cast<int>(std::max<int64_t>(left.count(), 0)));
   } while (n < 0 && errno == EINTR);
   if (n == 0)
-    LogVerbose("task_exit", "the agent step did not end within " +
-                                std::to_string(wait_ms / 1000) + " s; Slurm ends it");
+    LogVerbose("task_exit", "the agent step did not end within " + std::to_string(wait_ms / 1000) +
+                                " s; Slurm ends it");
   if (!s.options.output.empty()) ReportDrain(TakeJobStderr());
   return 0;
 }

@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck disable=SC2086,SC2046  # $N and the lists are meant to split: a spike, not the suite
 # arm.sh LABEL IMAGE LIST_RAND LIST_TREE MODE PREWALK
 #  MODE: file (file-backed mount(2)), loop (losetup + mount)
 #  PREWALK: none | walk | walkstat | walkstat2 | openTree | readTree | statTree | catimg | fadvimg | dropimg

@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck disable=SC2086,SC2046  # $N and the lists are meant to split: a spike, not the suite
 # native.sh TREE LIST_RAND : warm passes and a cold-dentry pass (echo 2 > drop_caches) of the native tree.
 S=$(cd "$(dirname "$0")" && pwd); N="nice -n 19 ionice -c3"; f(){ sed "s/.*s=\([0-9.]*\) us\/file=\([0-9.]*\).*cpu_us\/file=\([0-9.]*\)/\1s \2us cpu\3us/"; }
 $N $S/reader read $1 $2 >/dev/null

@@ -65,7 +65,7 @@ EOF
   local copies
   copies=$(find "$out/logs" -name 'shared.log*' 2>/dev/null | wc -l)
   [[ $copies -eq 2 && $(cat "$out"/logs/shared.log* | sort | tr '\n' ' ') == "written on node1 written on node2 " ]] \
-    && ok "the name both nodes wrote is kept twice: $(cd "$out/logs" && ls | tr '\n' ' ')" \
+    && ok "the name both nodes wrote is kept twice: $(find "$out/logs" -type f -printf '%f ')" \
     || bad "logs/shared.log from two nodes: $(ls -la "$out/logs" 2>&1)"
   local listed
   listed=$("$PY" -c 'import json, sys; m = json.load(open(sys.argv[1])); print(len(m["files"]), len(m.get("not_drained", [])))' \
