@@ -33,6 +33,7 @@
 #include "common/task_views.h"
 #include "common/unique_fd.h"
 #include "format/manifest.h"
+#include "output/drainer.h"
 #include "spank-plugin/config.h"
 #include "spank-plugin/job.h"
 
@@ -469,10 +470,11 @@ bool Run::Teardown() {
   bool exited = false;
   if (agent_pid_ > 0 && !(exited = Exited(agent_pid_, &ws))) {
     ::kill(agent_pid_, SIGTERM);
-    // 5 s for the agent to stop, and the drain's bound.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5) +
-                          std::chrono::milliseconds(static_cast<int64_t>(
-                              o_.output.empty() ? 0 : o_.drain_timeout * 1000));
+    // 5 s for the agent to stop, and the drain's bound with what may follow it.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(5) +
+        std::chrono::milliseconds(static_cast<int64_t>(
+            o_.output.empty() ? 0 : o_.drain_timeout * 1000 + output::kFinishSlackMs));
     while (!(exited = Exited(agent_pid_, &ws)) && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     if (!exited) {

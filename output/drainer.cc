@@ -348,6 +348,7 @@ namespace {
 class ManifestLock {
  public:
   explicit ManifestLock(int dir) : dir_(dir) {
+    static_assert(200 * 50 < kFinishSlackMs, "the lock's wait must fit in the slack");
     for (int i = 0; i < 200; i++) {
       if (::mkdirat(dir_, kName, 0700) == 0) {
         held_ = true;
@@ -386,11 +387,16 @@ Status Drainer::WriteManifest(const DrainReport& report) {
     return Status::FromErrno("the manifest's lock in " + opts_.target, lock.error());
   if (!lock.held()) return Status::Timeout("the manifest's lock in " + opts_.target);
   const std::string path = opts_.target + "/" + kManifestName;
-  nlohmann::json m = nlohmann::json::object();
-  if (auto old = ReadSmallFile(path, 256 << 20); old.ok())
+  // Another node's entries are never dropped: a manifest that cannot be read, or is not one
+  // FanStore wrote, is left alone and said so.
+  nlohmann::json m = {{"version", 1}, {"files", nlohmann::json::object()}};
+  if (auto old = ReadSmallFile(path, 256 << 20); old.ok()) {
     m = nlohmann::json::parse(old.value(), nullptr, /*allow_exceptions=*/false);
-  if (!m.is_object() || !m.contains("files") || !m["files"].is_object())
-    m = {{"version", 1}, {"files", nlohmann::json::object()}};
+    if (!m.is_object() || !m.contains("files") || !m["files"].is_object())
+      return Status::Corruption(path + " is not a manifest FanStore wrote; left as it is");
+  } else if (old.status().code() != Status::Code::kNotFound) {
+    return old.status();
+  }
   if (!m.contains("not_drained") || !m["not_drained"].is_object())
     m["not_drained"] = nlohmann::json::object();
   // This node's entries are replaced by what it knows now.

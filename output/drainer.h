@@ -74,6 +74,10 @@ struct DrainReport {
 // What the agent's log lines about the output start with (the plugin passes them on).
 inline constexpr char kReportTag[] = "output:";
 
+// How long Finish may take beyond its deadline: the manifest's lock (another node's, waited for
+// up to 10 s) and its write. Whoever waits for an agent's drain allows this much more.
+inline constexpr int kFinishSlackMs = 15000;
+
 // The manifest's name in the target directory.
 inline constexpr char kManifestName[] = ".fanstore-output.json";
 

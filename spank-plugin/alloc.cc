@@ -14,7 +14,7 @@ int AllocInit(spank_t sp, int ac, char** av) {
 int AllocPostOpt(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   s.enabled = s.options.used();
-  if (!s.enabled) return 0;
+  if (!s.options.any()) return 0;
   Status st = CheckUserOptions(s.options, s.config);
   if (st.ok()) st = CheckUserPaths(s.options);
   if (!st.ok()) {

@@ -58,7 +58,9 @@ std::string AgentWrapper(bool output) {
 }  // namespace
 
 Status CheckUserOptions(const UserOptions& opts, const Config& config) {
-  if (!opts.used()) return Status::OK();
+  if (!opts.drain_timeout.empty() && opts.output.empty())
+    return Status::InvalidArgument("--fanstore-drain-timeout=" + opts.drain_timeout +
+                                   " needs --fanstore-output");
   if (!opts.output.empty() && !IsCleanAbsolutePath(opts.output))
     return Status::InvalidArgument("--fanstore-output=" + opts.output +
                                    ": must be a clean absolute path, not /");
@@ -296,8 +298,8 @@ std::vector<std::string> OutputReportLines(const std::string& log, size_t max_li
       if (rest.substr(0, level.size()) == level) rest.remove_prefix(level.size());
     if (rest.substr(0, std::strlen(output::kReportTag)) != output::kReportTag) continue;
     std::string kept(line.substr(start, kMaxLine));
-    for (char& c : kept)
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    for (char& c : kept)  // plain ASCII only: no terminal codes, 8-bit ones (0x9b) included
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
     out.push_back(std::move(kept));
   }
   if (out.size() > max_lines) out.erase(out.begin(), out.end() - static_cast<long>(max_lines));

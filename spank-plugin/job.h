@@ -49,6 +49,11 @@ struct UserOptions {
   std::string drain_timeout;  // empty: the plugstack's drain_timeout=
   // The job uses FanStore: a dataset, an output directory, or both.
   bool used() const { return !dataset.empty() || !output.empty(); }
+  // Some --fanstore* option was given (one that means nothing alone is refused).
+  bool any() const {
+    return used() || !mount.empty() || !replicas.empty() || !stats.empty() ||
+           !drain_timeout.empty();
+  }
 };
 
 // Where the agents append their final counters at job end, relative to the submit directory.

@@ -83,6 +83,9 @@ TEST(JobTest, OutputOptionChecks) {
   EXPECT_NE(above.message().find("600"), std::string::npos) << above.message();
   o.drain_timeout = "ten";
   EXPECT_FALSE(CheckUserOptions(o, c).ok());
+  o.output = "";
+  o.drain_timeout = "5";  // a bound on nothing
+  EXPECT_NE(CheckUserOptions(o, c).message().find("needs --fanstore-output"), std::string::npos);
   o.drain_timeout = "";
   o.output = "run42";
   EXPECT_NE(CheckUserOptions(o, c).message().find("--fanstore-output=run42"), std::string::npos);
@@ -196,13 +199,13 @@ TEST(JobTest, OutputReportLinesFromTheLaunchLog) {
       "0: fanstore-agent[n1]: ready: output only\n"
       "1: fanstore-agent[n2]: output: 3 file(s), 1.0 KiB, drained to /pfs/r\n"
       "0: fanstore-agent[n1]: error: output: 1 file(s) did not reach /pfs/r within 5 s; ...\n"
-      "0: fanstore-agent[n1]: error: output:   ckpt.pt: No space left\x1b[31m\n"
+      "0: fanstore-agent[n1]: error: output:   ckpt.pt: No space left\x1b[31m\x9b\n"
       "output: planted without a tag\n"
       "0: fanstore-agent[n1]: warning: outputs are not this\n";
   const auto lines = OutputReportLines(log, 10);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0], "fanstore-agent[n2]: output: 3 file(s), 1.0 KiB, drained to /pfs/r");
-  EXPECT_EQ(lines[2], "fanstore-agent[n1]: error: output:   ckpt.pt: No space left?[31m");
+  EXPECT_EQ(lines[2], "fanstore-agent[n1]: error: output:   ckpt.pt: No space left?[31m?");
   EXPECT_EQ(OutputReportLines(log, 1).size(), 1u);  // the last ones
   EXPECT_EQ(
       OutputReportLines(

@@ -40,7 +40,7 @@ struct PluginState {
   std::string launch_log;
   int report_parent = -1, report_child = -1;
   uint32_t job = 0;   // for the report's lines
-  uid_t job_uid = 0;  // who must own the launch log
+  Credentials creds;  // the job user, who reads the launch log and writes the report
 };
 PluginState& State();
 

@@ -29,9 +29,12 @@
 #include <cstring>
 
 #include "common/env.h"
+#include "common/io.h"
 #include "common/proto.h"
 #include "common/run_dir.h"
+#include "common/text.h"
 #include "common/unique_fd.h"
+#include "output/drainer.h"
 #include "spank-plugin/agent_wait.h"
 #include "spank-plugin/dirs.h"
 #include "spank-plugin/hooks.h"
@@ -146,29 +149,48 @@ UniqueFD TakeJobStderr() {
   return UniqueFD(fd);
 }
 
-// What the agents said about the output's drain: to slurmd's log and to the job's stderr.
+// What the agents said about the output's drain: to the job's stderr and to slurmd's log. The
+// user's log is read, and the user's descriptor written, by a child that has become the job
+// user and is stopped after kReportMs: a FIFO nobody reads, or a FUSE file system that never
+// answers, holds that child, never slurmstepd. The lines come back over a pipe, at most 16 KiB
+// (under a pipe's capacity, so the child never waits for us).
 void ReportDrain(UniqueFD job_stderr) {
+  constexpr int kReportMs = 3000;
+  constexpr size_t kMaxLines = 200, kMaxBytes = 16 << 10;
   const PluginState& s = State();
-  constexpr size_t kMaxLines = 200;
-  const auto lines =
-      OutputReportLines(TailOfFile(s.launch_log, INT32_MAX, s.job_uid, 1 << 20), kMaxLines);
-  if (lines.empty()) {
-    LogError("task_exit", "job " + std::to_string(s.job) +
-                              ": the agents said nothing about the output's drain; see " +
-                              s.launch_log);
-    return;
-  }
-  for (const std::string& line : lines) {
-    const std::string msg = "job " + std::to_string(s.job) + ": " + line;
-    if (line.find("]: error: ") != std::string::npos)
-      LogError("task_exit", msg);
-    else
-      LogInfo("task_exit", msg);
-    if (job_stderr.valid()) {
-      const std::string text = "fanstore: " + line + "\n";
-      (void)!::write(job_stderr.get(), text.data(), text.size());
-    }
-  }
+  const std::string job = "job " + std::to_string(s.job) + ": ";
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return;
+  UniqueFD from_child(fds[0]), to_parent(fds[1]);
+  auto rc = RunAsUser(s.creds, kReportMs, [&] {
+    from_child.Reset();
+    std::string text;
+    for (const std::string& line :
+         OutputReportLines(TailOfFile(s.launch_log, INT32_MAX, s.creds.uid, 1 << 20), kMaxLines))
+      if (text.size() + line.size() + 1 <= kMaxBytes) text += line + "\n";
+    (void)WriteFull(to_parent.get(), text.data(), text.size(), "report");
+    to_parent.Reset();
+    for (std::string_view line : Split(text, '\n'))
+      if (!line.empty() && job_stderr.valid()) {
+        const std::string out = "fanstore: " + std::string(line) + "\n";
+        (void)WriteFull(job_stderr.get(), out.data(), out.size(), "stderr");
+      }
+    return 0;
+  });
+  to_parent.Reset();
+  std::string text(kMaxBytes, '\0');
+  const ssize_t n = ::read(from_child.get(), text.data(), text.size());
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  if (!rc.ok() || rc.value() != 0)
+    LogError("task_exit", job + "the report on the output's drain was cut short (" +
+                              (rc.ok() ? "stopped after " + std::to_string(kReportMs / 1000) + " s"
+                                       : rc.status().message()) +
+                              ")");
+  if (text.empty())
+    LogError("task_exit",
+             job + "the agents said nothing about the output's drain; see " + s.launch_log);
+  for (std::string_view line : Split(text, '\n'))  // the user's log's words: never as errors
+    if (!line.empty()) LogInfo("task_exit", job + "agent report: " + std::string(line));
 }
 
 Status ServeStep(spank_t sp) {
@@ -202,7 +224,7 @@ Status ServeStep(spank_t sp) {
     wait.launch_log = LaunchLog(s.config, id.value());
     s.launch_log = wait.launch_log;
     s.job = id->job;
-    s.job_uid = id->uid;
+    s.creds = creds.value();
     FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvJobAgents, std::to_string(id->job)));
     if (!s.options.output.empty()) OpenReportChannel();
   }
@@ -350,7 +372,9 @@ int StepdTaskInit(spank_t sp, int /*ac*/, char** /*av*/) {
 // with --fanstore-output, Slurm's own kill goes ahead as before. The job stays running meanwhile.
 int StepdTaskExit(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
-  const int wait_ms = kStopAgentsMs + s.drain_timeout_s * 1000;
+  const int wait_ms =
+      kStopAgentsMs +
+      (s.options.output.empty() ? 0 : s.drain_timeout_s * 1000 + output::kFinishSlackMs);
   const int fd = s.agent_srun;
   s.agent_srun = -1;  // once, for the batch script's one task
   // Only this process's own pidfd of srun: were user_init ever run in another process (a

@@ -40,8 +40,9 @@ int SrunInit(spank_t sp, int ac, char** av) {
 int SrunPostOpt(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   // The agent step's own srun must not start agents again.
-  s.enabled = s.options.used() && ProcessGetenv(kEnvAgentStep).value_or("") != "1";
-  if (!s.enabled) return 0;
+  const bool agent_step = ProcessGetenv(kEnvAgentStep).value_or("") == "1";
+  s.enabled = s.options.used() && !agent_step;
+  if (!s.options.any() || agent_step) return 0;
   if (AgentsRunByBatchStep()) return 0;  // checked at submission already
   Status st = CheckUserOptions(s.options, s.config);
   if (st.ok()) st = CheckUserPaths(s.options);

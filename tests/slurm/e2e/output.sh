@@ -76,7 +76,7 @@ EOF
     || bad "fanstore stats shows no drain: $(cat "$jd/stats.txt" 2>&1)"
   [[ $(grep -c "^fanstore: fanstore-agent\[node[12]\]: output: .* drained to $out" "$jd/out.$j") -eq 2 ]] \
     && ok "the job's output says what drained on each node" || bad "the job's output has no drain report"
-  grep -q "task_exit: job $j: fanstore-agent\[node[12]\]: output:" "$BASE"/log/slurmd.*.log \
+  grep -q "task_exit: job $j: agent report: fanstore-agent\[node[12]\]: output:" "$BASE"/log/slurmd.*.log \
     && ok "slurmd's log has the drain report" || bad "slurmd's log has no drain report of job $j"
   check_clean "$j"
   for n in node1 node2; do
@@ -103,7 +103,7 @@ EOF
   [[ $st == COMPLETED ]] && ok "output-only job $j completed" || bad "job $j ended $st"
   grep -q "^fanstore: fanstore-agent\[node1\]: error: output:   ckpt.pt: " "$jd/out.$j" \
     && ok "the job's output names the file that did not drain" || bad "the job's output does not name ckpt.pt"
-  grep -q "task_exit: job $j: fanstore-agent\[node1\]: error: output: 1 file(s) did not reach" "$BASE"/log/slurmd.*.log \
+  grep -q "task_exit: job $j: agent report: fanstore-agent\[node1\]: error: output: 1 file(s) did not reach" "$BASE"/log/slurmd.*.log \
     && ok "slurmd's log says what did not drain" || bad "slurmd's log does not say what did not drain"
   kept=$(node_output "$j" node1)
   for _ in $(seq 100); do ! asroot squeue -h -j "$j" -t COMPLETING 2>/dev/null | grep -q . && break; sleep 0.2; done
@@ -125,6 +125,8 @@ refused_at_submission() {
     asu sbatch -N1 -o /dev/null --fanstore-output="$PFS/out-ok" --fanstore-drain-timeout=100000 "$jd/true.sh"
   expect_fail "an output directory without a parent refused" 1 "its parent $PFS/nowhere does not exist" \
     asu sbatch -N1 -o /dev/null --fanstore-output="$PFS/nowhere/run" "$jd/true.sh"
+  expect_fail "a drain timeout without an output directory refused" 1 "--fanstore-drain-timeout=5 needs --fanstore-output" \
+    asu sbatch -N1 -o /dev/null --fanstore-drain-timeout=5 "$jd/true.sh"
 }
 
 main() {
