@@ -62,13 +62,13 @@ if [[ -f $M/spank_fanstore.8 ]]; then
   echo "== spank_fanstore(8): the options the plugin registers, the keys it accepts"
   mapfile -t opts < <(grep -oE 'const_cast<char ?\*>\("fanstore[a-z-]*"\)' \
     "$SRC/spank-plugin/plugin_state.cc" | grep -oE 'fanstore[a-z-]*' | sed 's/^/--/')
-  check "plugin_state.cc registers 4 options" test "${#opts[@]}" -eq 4
+  check "plugin_state.cc registers 6 options" test "${#opts[@]}" -eq 6
   expect_options "spank_fanstore options" spank_fanstore.8 "$(cat "$M/spank_fanstore.8")" \
     "${opts[@]}"
   # The list may be split over several string literals.
   keys=$(sed -n '/kKnownKeys =/,/;/p' "$SRC/spank-plugin/config.cc" | grep -oE '"[^"]*"' | tr -d '"\n')
   IFS=', ' read -r -a keys <<<"$keys"
-  check "config.cc knows 11 keys" test "${#keys[@]}" -eq 11
+  check "config.cc knows 12 keys" test "${#keys[@]}" -eq 12
   missing=()
   for k in "${keys[@]}"; do grep -qF "\\fB$k=\\fR" "$M/spank_fanstore.8" || missing+=("$k="); done
   check "spank_fanstore.8 documents every plugstack.conf key${missing:+ (missing: ${missing[*]})}" \
