@@ -442,30 +442,7 @@ LogLevel ERROR
 
     def server_pids(self):
         """The sftp-server processes below our sshd."""
-        root = self.sshd_pid()
-        parent = {}
-        for p in os.listdir("/proc"):
-            if p.isdigit():
-                try:
-                    with open(f"/proc/{p}/stat") as f:
-                        parent[int(p)] = int(f.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    pass
-        out = []
-        for pid in parent:
-            try:
-                with open(f"/proc/{pid}/comm") as f:
-                    if f.read().strip() != "sftp-server":
-                        continue
-            except OSError:
-                continue
-            q = pid
-            while q in parent and q > 1:
-                q = parent[q]
-                if q == root:
-                    out.append(pid)
-                    break
-        return out
+        return [p for p in proc_tree(self.sshd_pid())[1:] if _comm(p) == "sftp-server"]
 
     def stack_pids(self):
         """Every process of the stand-in: the sshfs client and its ssh (both name our key on their
@@ -777,6 +754,14 @@ def proc_tree(root):
                 out.append(pid)
                 break
     return out
+
+
+def _comm(pid):
+    """The process's command name, or "" when it is gone."""
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    return ""
 
 
 def proc_cpu(pids):
