@@ -156,6 +156,8 @@ uint64_t TotalBytes(const Dataset& ds) {
   return t;
 }
 
+}  // namespace
+
 Status ScanAll(const Dataset& ds, size_t threads, const ProgressFn& progress, const FrameFn& fn,
                const StreamFn& stream) {
   ThreadPool pool(threads ? threads : ThreadPool::DefaultThreads());
@@ -191,7 +193,22 @@ Status ScanAll(const Dataset& ds, size_t threads, const ProgressFn& progress, co
   return st;
 }
 
-}  // namespace
+Result<UniqueFD> OpenEmptyDest(const std::string& dest) {
+  if (::mkdir(dest.c_str(), 0700) != 0) {
+    if (errno != EEXIST) return Status::FromErrno("create " + dest, errno);
+    UniqueFD probe(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!probe.valid()) return Status::FromErrno("open " + dest, errno);
+    DIR* d = ::fdopendir(probe.Release());
+    int count = 0;
+    while (struct dirent* de = ::readdir(d))
+      count += std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, "..");
+    ::closedir(d);
+    if (count) return Status::InvalidArgument(dest + " exists and is not empty");
+  }
+  UniqueFD root(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root.valid()) return Status::FromErrno("open " + dest, errno);
+  return root;
+}
 
 Status Verify(const Dataset& ds, const VerifyOptions& opts) {
   DecoderPool decoders(&ds.dict());
@@ -232,22 +249,6 @@ Status SetXattrs(int fd, std::string_view enc, const std::string& what) {
 }
 
 // DEST, created or found empty, opened.
-Result<UniqueFD> OpenEmptyDest(const std::string& dest) {
-  if (::mkdir(dest.c_str(), 0700) != 0) {
-    if (errno != EEXIST) return Status::FromErrno("create " + dest, errno);
-    UniqueFD probe(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!probe.valid()) return Status::FromErrno("open " + dest, errno);
-    DIR* d = ::fdopendir(probe.Release());
-    int count = 0;
-    while (struct dirent* de = ::readdir(d))
-      count += std::strcmp(de->d_name, ".") && std::strcmp(de->d_name, "..");
-    ::closedir(d);
-    if (count) return Status::InvalidArgument(dest + " exists and is not empty");
-  }
-  UniqueFD root(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!root.valid()) return Status::FromErrno("open " + dest, errno);
-  return root;
-}
 
 // File content, decoded and verified on all cores while the shards stream in.
 Status ExtractFiles(const Dataset& ds, int root, const std::string& dest,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "format/manifest.h"
 #include "format/shard.h"
 
@@ -59,6 +60,15 @@ class Dataset {
 // all the files. Called from one thread at a time, last with everything done.
 using ProgressFn = std::function<void(uint64_t bytes_read, uint64_t bytes_total, uint64_t files,
                                       uint64_t files_total)>;
+
+// Reads every shard once with `threads` threads (0: the default), checking every hash as Verify
+// does, and hands each file or symlink to `fn` with its stored frame (on pool threads), or a
+// file too large to hold to `stream` (on the scanning thread). What they return stops the scan.
+Status ScanAll(const Dataset& ds, size_t threads, const ProgressFn& progress, const FrameFn& fn,
+               const StreamFn& stream);
+
+// Creates `dest` (0700), or takes it when it exists and is an empty directory; opens it.
+Result<UniqueFD> OpenEmptyDest(const std::string& dest);
 
 struct VerifyOptions {
   size_t threads = 0;

@@ -11,6 +11,7 @@ build_pkgs=(
   libslurm-dev libpmix-dev libmunge-dev libsodium-dev libssl-dev libcli11-dev libarchive-dev
   libfuse3-dev
   clang-format shellcheck scdoc dpkg-dev
+  erofs-utils
 )
 run_pkgs=(
   slurmctld slurmd slurm-client munge openmpi-bin

@@ -1,0 +1,134 @@
+#include "image/dataset_image.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <unordered_map>
+
+#include "common/io.h"
+
+namespace fanstore::image {
+namespace {
+
+uint32_t TypeBits(format::EntryType t) {
+  switch (t) {
+    case format::EntryType::kDir:
+      return S_IFDIR;
+    case format::EntryType::kSymlink:
+      return S_IFLNK;
+    default:
+      return S_IFREG;
+  }
+}
+
+Status PwriteFull(int fd, std::string_view bytes, uint64_t off) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::FromErrno("write the image's blob", n < 0 ? errno : EIO);
+    bytes.remove_prefix(static_cast<size_t>(n));
+    off += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
+Result<UniqueFD> Create(int dir, const char* name) {
+  UniqueFD fd(::openat(dir, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::FromErrno(std::string("create ") + name, errno);
+  return fd;
+}
+
+}  // namespace
+
+Result<DatasetTree> TreeOf(const format::Dataset& ds) {
+  DatasetTree t;
+  t.entries = ds.SortedEntries();
+  const auto& m = ds.manifest();
+  t.nodes.reserve(t.entries.size() + 1);
+  Node root;
+  root.mode = S_IFDIR | (m.root_mode & 07777);
+  root.mtime_ns = m.root_mtime_ns;
+  t.nodes.push_back(root);
+  std::unordered_map<std::string_view, uint32_t> node_of;  // by path (directories and files)
+  node_of.reserve(t.entries.size());
+  format::FrameDecoder dec(&ds.dict());
+  std::vector<std::pair<uint32_t, std::string_view>> links;  // hard links: node, target path
+  for (const format::IndexEntry* e : t.entries) {
+    const uint32_t id = static_cast<uint32_t>(t.nodes.size());
+    const size_t slash = e->path.rfind('/');
+    Node n;
+    n.name = slash == std::string::npos ? std::string_view(e->path)
+                                        : std::string_view(e->path).substr(slash + 1);
+    if (slash != std::string::npos) {
+      auto it = node_of.find(std::string_view(e->path).substr(0, slash));
+      if (it == node_of.end())
+        return Status::Corruption("erofs image: " + e->path + ": no parent directory");
+      n.parent = it->second;
+    }
+    n.mode = TypeBits(e->type) | (e->mode & 07777);
+    n.size = e->size;
+    n.mtime_ns = e->mtime_ns;
+    if (e->type == format::EntryType::kSymlink || e->type == format::EntryType::kHardLink) {
+      format::Dataset::Ref ref;
+      ds.Find(e->path, &ref);
+      std::string target;
+      FS_RETURN_IF_ERROR(format::ReadEntry(ds.shard(ref.shard), *e, &dec, &target));
+      std::string_view kept = t.targets.emplace_back(std::move(target));
+      if (e->type == format::EntryType::kSymlink)
+        n.target = kept;
+      else
+        links.emplace_back(id, kept);
+    }
+    node_of.emplace(e->path, id);
+    t.nodes.push_back(n);
+  }
+  for (const auto& [id, target] : links) {
+    auto it = node_of.find(target);
+    if (it == node_of.end())
+      return Status::Corruption("erofs image: a hard link to a missing file");
+    t.nodes[id].link = it->second;
+    t.nodes[id].size = 0;
+  }
+  return t;
+}
+
+Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
+                         const WriteOptions& opts) {
+  auto tree = TreeOf(ds);
+  if (!tree.ok()) return tree.status();
+  auto img = ErofsImage::Plan(tree->nodes, opts.image);
+  if (!img.ok()) return img.status();
+  auto dir = format::OpenEmptyDest(dest);
+  if (!dir.ok()) return dir.status();
+  auto meta = Create(dir->get(), kMetaName);
+  if (!meta.ok()) return meta.status();
+  auto blob = Create(dir->get(), kBlobName);
+  if (!blob.ok()) return blob.status();
+  std::unordered_map<const format::IndexEntry*, uint32_t> node_of;
+  node_of.reserve(tree->entries.size());
+  for (size_t i = 0; i < tree->entries.size(); i++)
+    node_of.emplace(tree->entries[i], static_cast<uint32_t>(i + 1));
+  const int fd = blob->get();
+  format::DecoderPool decoders(&ds.dict());
+  auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
+    if (e.type != format::EntryType::kFile) return Status::OK();
+    std::string_view raw;
+    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
+    return raw.empty() ? Status::OK() : PwriteFull(fd, raw, img->BlobOffset(node_of.at(&e)));
+  };
+  auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
+    uint64_t off = img->BlobOffset(node_of.at(&e));
+    return decode([&](std::string_view piece) {
+      Status st = PwriteFull(fd, piece, off);
+      off += piece.size();
+      return st;
+    });
+  };
+  FS_RETURN_IF_ERROR(format::ScanAll(ds, opts.threads, opts.progress, small, large));
+  if (::ftruncate(fd, static_cast<off_t>(img->blob_size())) != 0)
+    return Status::FromErrno("size the image's blob", errno);
+  return img->WriteMeta(meta->get());
+}
+
+}  // namespace fanstore::image
