@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "common/io.h"
@@ -32,6 +34,46 @@ Status PwriteFull(int fd, std::string_view bytes, uint64_t off) {
   }
   return Status::OK();
 }
+
+// The blob's writes, gathered per thread: a file's bytes that follow the thread's last ones in
+// the blob join them (a file ends padded to its block), and go out in one pwrite per MiB. The
+// scan hands each thread whole shards in order, and the blob follows that order.
+class BlobWriter {
+ public:
+  BlobWriter(int fd, uint32_t block) : fd_(fd), block_(block) {}
+  Status Add(uint64_t off, std::string_view bytes) {
+    Run* r;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      r = &runs_[std::this_thread::get_id()];
+    }
+    if (!r->bytes.empty() && r->start + r->bytes.size() != off) FS_RETURN_IF_ERROR(Flush(r));
+    if (r->bytes.empty()) r->start = off;
+    r->bytes.append(bytes);
+    r->bytes.resize((r->bytes.size() + block_ - 1) / block_ * block_, '\0');
+    return r->bytes.size() >= (1u << 20) ? Flush(r) : Status::OK();
+  }
+  Status FlushAll() {
+    for (auto& [id, r] : runs_) FS_RETURN_IF_ERROR(Flush(&r));
+    return Status::OK();
+  }
+
+ private:
+  struct Run {
+    uint64_t start = 0;
+    std::string bytes;
+  };
+  Status Flush(Run* r) {
+    Status st = PwriteFull(fd_, r->bytes, r->start);
+    r->start += r->bytes.size();
+    r->bytes.clear();
+    return st;
+  }
+  int fd_;
+  uint32_t block_;
+  std::mutex mu_;
+  std::unordered_map<std::thread::id, Run> runs_;  // a node never moves: pointers stay valid
+};
 
 Result<UniqueFD> Create(int dir, const char* name) {
   UniqueFD fd(::openat(dir, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -97,7 +139,16 @@ Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
                          const WriteOptions& opts) {
   auto tree = TreeOf(ds);
   if (!tree.ok()) return tree.status();
-  auto img = ErofsImage::Plan(tree->nodes, opts.image);
+  std::unordered_map<const format::IndexEntry*, uint32_t> node_of;
+  node_of.reserve(tree->entries.size());
+  for (size_t i = 0; i < tree->entries.size(); i++)
+    node_of.emplace(tree->entries[i], static_cast<uint32_t>(i + 1));
+  // The blob in the order the scan hands the files over (shard by shard, each in its order).
+  std::vector<uint32_t> order;
+  order.reserve(tree->entries.size());
+  for (size_t i = 0; i < ds.shard_count(); i++)
+    for (const auto& e : ds.shard(i).entries) order.push_back(node_of.at(&e));
+  auto img = ErofsImage::Plan(tree->nodes, opts.image, order);
   if (!img.ok()) return img.status();
   auto dir = format::OpenEmptyDest(dest);
   if (!dir.ok()) return dir.status();
@@ -105,28 +156,25 @@ Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
   if (!meta.ok()) return meta.status();
   auto blob = Create(dir->get(), kBlobName);
   if (!blob.ok()) return blob.status();
-  std::unordered_map<const format::IndexEntry*, uint32_t> node_of;
-  node_of.reserve(tree->entries.size());
-  for (size_t i = 0; i < tree->entries.size(); i++)
-    node_of.emplace(tree->entries[i], static_cast<uint32_t>(i + 1));
-  const int fd = blob->get();
+  BlobWriter out(blob->get(), img->BlockSize());
   format::DecoderPool decoders(&ds.dict());
   auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
     if (e.type != format::EntryType::kFile) return Status::OK();
     std::string_view raw;
     FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
-    return raw.empty() ? Status::OK() : PwriteFull(fd, raw, img->BlobOffset(node_of.at(&e)));
+    return raw.empty() ? Status::OK() : out.Add(img->BlobOffset(node_of.at(&e)), raw);
   };
   auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
     uint64_t off = img->BlobOffset(node_of.at(&e));
-    return decode([&](std::string_view piece) {
-      Status st = PwriteFull(fd, piece, off);
+    return decode([&](std::string_view piece) {  // large pieces: written as they come
+      Status st = PwriteFull(blob->get(), piece, off);
       off += piece.size();
       return st;
     });
   };
   FS_RETURN_IF_ERROR(format::ScanAll(ds, opts.threads, opts.progress, small, large));
-  if (::ftruncate(fd, static_cast<off_t>(img->blob_size())) != 0)
+  FS_RETURN_IF_ERROR(out.FlushAll());
+  if (::ftruncate(blob->get(), static_cast<off_t>(img->blob_size())) != 0)
     return Status::FromErrno("size the image's blob", errno);
   return img->WriteMeta(meta->get());
 }

@@ -87,12 +87,13 @@ class Out {
 
 }  // namespace
 
-Result<ErofsImage> ErofsImage::Plan(std::vector<Node> nodes, const Options& opts) {
+Result<ErofsImage> ErofsImage::Plan(std::vector<Node> nodes, const Options& opts,
+                                    const std::vector<uint32_t>& blob_order) {
   ErofsImage img;
   img.nodes_ = std::move(nodes);
   img.opts_ = opts;
   if (Status st = img.Check(); !st.ok()) return st.Prefixed("erofs image");
-  img.Layout();
+  img.Layout(blob_order);
   return img;
 }
 
@@ -188,7 +189,7 @@ uint64_t ErofsImage::DirBytes(uint32_t dir) const {
   return ((blocks - 1) << block_bits_) + last;
 }
 
-void ErofsImage::Layout() {
+void ErofsImage::Layout(const std::vector<uint32_t>& blob_order) {
   const uint32_t bsize = BlockSize();
   meta_blkaddr_ = Blocks(kHeaderEnd, block_bits_);
   nid_.assign(nodes_.size(), 0);
@@ -204,11 +205,15 @@ void ErofsImage::Layout() {
     if (pos % bsize + rec > bsize) pos = Blocks(pos, block_bits_) << block_bits_;
     nid_[i] = pos / kSlotBytes;
     pos += rec;
-    if (chunked) {
-      blob_off_[i] = blob_blocks_ << block_bits_;
-      blob_blocks_ += Blocks(nodes_[i].size, block_bits_);
-    }
   }
+  auto place = [&](uint32_t i) {
+    if (i >= nodes_.size() || !IsRegular(nodes_[i]) || nodes_[i].size == 0 || blob_off_[i] != kNone)
+      return;
+    blob_off_[i] = blob_blocks_ << block_bits_;
+    blob_blocks_ += Blocks(nodes_[i].size, block_bits_);
+  };
+  for (uint32_t i : blob_order) place(i);
+  for (uint32_t i = 0; i < nodes_.size(); i++) place(i);
   uint64_t blk = meta_blkaddr_ + Blocks(pos, block_bits_);
   for (uint32_t i = 0; i < nodes_.size(); i++) {
     const Node& x = nodes_[i];

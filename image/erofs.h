@@ -52,8 +52,12 @@ struct Options {
 
 class ErofsImage {
  public:
-  // Checks `nodes` and lays the image out. The nodes' strings must outlive the image.
-  static Result<ErofsImage> Plan(std::vector<Node> nodes, const Options& opts);
+  // Checks `nodes` and lays the image out. The nodes' strings must outlive the image. The
+  // files' extents follow each other in the blob in `blob_order` (node ids; by default node
+  // order): the order in which the writer will have their bytes, so that its writes are
+  // sequential. Files it leaves out follow in node order.
+  static Result<ErofsImage> Plan(std::vector<Node> nodes, const Options& opts,
+                                 const std::vector<uint32_t>& blob_order = {});
 
   // Where regular file `node`'s bytes go in the blob: a byte offset, a multiple of
   // BlockSize(); kNone for anything else (a directory, a symlink, a hard link's second name).
@@ -71,7 +75,7 @@ class ErofsImage {
  private:
   ErofsImage() = default;
   Status Check();
-  void Layout();
+  void Layout(const std::vector<uint32_t>& blob_order);
   uint32_t Target(uint32_t n) const { return nodes_[n].link == kNone ? n : nodes_[n].link; }
   // A directory's entries, "." and ".." among them, sorted by name: (name, node).
   std::vector<std::pair<std::string_view, uint32_t>> Entries(uint32_t dir) const;
