@@ -17,12 +17,10 @@ int CmdExtract(int argc, char** argv) {
       "Restores the tree under DEST (created; if it exists it must be empty): content, modes,\n"
       "mtimes, user.* extended attributes, empty directories, hard links, symlinks and the holes\n"
       "of sparse files. Every file is verified. Nothing is ever written outside DEST.\n"
-      "With --erofs, DEST gets two files instead of the tree: image.erofs (the metadata, owned by\n"
-      "you) and data.blob (every file's bytes), a read-only EROFS image that root can mount with\n"
-      "  mount -t erofs -o ro,nosuid,nodev,device=DEST/data.blob DEST/image.erofs MOUNTPOINT\n"
-      "(Linux 6.12+ mounts the file itself; older kernels need loop devices, and the blob's "
-      "512-byte\n"
-      "blocks need a kernel with EROFS sub-page blocks).",
+      "With --erofs, DEST gets two files instead of the tree: image.erofs (the metadata) and\n"
+      "data.blob (every file's bytes), a read-only EROFS image that root mounts with mount(2) on\n"
+      "the file itself (Linux 6.12+): mount(\"DEST/image.erofs\", DIR, \"erofs\",\n"
+      "MS_RDONLY|MS_NOSUID|MS_NODEV, \"device=DEST/data.blob\"). See fanstore(1).",
       "fanstore extract");
   Configure(app);
   format::ExtractOptions o;

@@ -10,6 +10,7 @@ EROFS (6.12+).
 Per round, in this order (the arms alternate which goes first from round to round):
   tree:  extract (timed) | `echo 2 > drop_caches` | random pass (cold dentries) | warm pass | rm -rf
   image: extract --erofs (timed) | mount(2) of the file | random pass 1 | pass 2 | umount | rm
+(with --prewalk, a `find` that stats every name runs from the mount on, beside pass 1)
 and once: `cat` of the shards (the data every arm reads first). T_min_cold = cat + the tree's
 cold-dentry pass, as issue 31 defines it; the image's first epoch = its extract + mount + pass 1.
 Every pass reads every file in the same random order and the hashes must agree.
@@ -83,10 +84,15 @@ def round_image(a, lst):
     s = {"extract": timed([a.fanstore, "extract", "--erofs", "-q", a.ds, img])}
     os.makedirs(mnt, exist_ok=True)
     s["mount"] = mount_image(os.path.join(img, "image.erofs"), os.path.join(img, "data.blob"), mnt)
+    # --prewalk: one `find` that stats every name (instantiating the inodes) on the spare core,
+    # from the mount on, while pass 1 runs.
+    walk = subprocess.Popen(["find", mnt, "-links", "0"], stdout=subprocess.DEVNULL) if a.prewalk else None
     try:
         p1 = read_pass(a.fsbench, mnt, lst)
         p2 = read_pass(a.fsbench, mnt, lst)
     finally:
+        if walk:
+            walk.wait()
         os.sync()
         t = umount(mnt)
     s.update(pass1=p1["seconds"], pass2=p2["seconds"], hash=p1["hash"], files=p1["files"],
@@ -105,6 +111,7 @@ def main():
     ap.add_argument("--base", required=True, help="the node's disk: a directory for the arms (emptied)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="results (JSON)")
+    ap.add_argument("--prewalk", action="store_true", help="a stat walk of the image beside pass 1")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("image_bench.py: needs root (mount)")
