@@ -249,7 +249,7 @@ Status Agent::StageAndPublish(Status st) {
   if (st.ok() && !lazy_) {
     for (auto& sh : *shards)
       if (st.ok() && sh->entries.size() != sh->footer.entry_count) st = format::ReadIndex(sh.get());
-    if (st.ok()) st = StageAsync(&*shards);
+    if (st.ok() && !image_) st = StageAsync(&*shards);
   }
 
   // 2. The indexes are exchanged and the table built while the shards are staged: the
@@ -259,6 +259,8 @@ Status Agent::StageAndPublish(Status st) {
   if (st.ok() && !stop_requested_) {
     st = BuildTable();
     if (st.ok()) InitRoles();
+    // The image is written from the table, and mounted before the table is published.
+    if (st.ok() && image_) st = StageImage(*shards);
   }
   if (shards.ok())  // in the table now
     for (auto& sh : *shards) std::string().swap(sh->index_stored);
@@ -350,12 +352,13 @@ void Agent::RemoveOwnFiles(bool keep_status) {
     Status s = RemoveTree(path, ThreadPool::DefaultThreads());
     if (!s.ok()) LOG_ERROR("%s", s.ToString().c_str());
   };
+  UnmountImage();
   if (have_local_ && cfg_.epilog_unmounts_local_dir && IsMountPoint(cfg_.local_dir)) {
     LOG_DEBUG("left %s to the epilog, which unmounts it", cfg_.local_dir.c_str());
   } else if (created_local_) {
     remove(cfg_.local_dir);
   } else if (have_local_) {
-    for (const char* sub : {"/data", "/cache", "/shards"}) remove(cfg_.local_dir + sub);
+    for (const char* sub : {"/data", "/cache", "/shards", "/image"}) remove(cfg_.local_dir + sub);
   }
   // Empty unless something did not drain: then it stays (FinishOutput named what is in it).
   if (created_output_) ::rmdir(cfg_.output_dir.c_str());

@@ -60,6 +60,7 @@ struct Config {
   bool prefetch = true;           // on first use of a remote shard, stream all of it into the cache
   uint32_t prefetch_streams = 0;  // shards streamed at once; 0: one per 8 usable CPUs, 1-2
   std::string unpack = "auto";    // auto|eager|lazy, see --unpack
+  std::string image = "auto";     // auto|yes|no: the share as a mounted EROFS image, see --image
   std::string job_id;             // the Slurm job id, with the PMIx namespace the job's identity
   std::string peer_addr;          // address or interface for the peer service; "" picks one
   // The job's output (issue 29): output_dir, node-local, drained to `output`; empty: none.
@@ -152,6 +153,15 @@ class Agent {
   Status StageAsync(const Shards* shards);
   Status StageWait();
   Status Stage(const Shards* shards);
+  // The kernel-native path (image_stage.cc): whether this agent may write its share as an EROFS
+  // image and mount it (root only); then, once the table is built, the image written from the
+  // table and the local shards, mounted read-only on the data root. When the mount fails in
+  // auto mode, the share is unpacked as files instead (eager), with a warning.
+  void ChooseImage();
+  Status MakeDataDirs();  // every directory of the table under the data root
+  Status StageImage(const Shards& shards);
+  Status WriteAndMountImage(const Shards& shards);
+  void UnmountImage();
 
   // The metadata table (table_build.cc), from the exchange's stored indexes, which it frees.
   Status BuildTable();
@@ -200,7 +210,9 @@ class Agent {
   uint64_t free_bytes_ = 0;        // in the local directory, before stage-in
   uint64_t free_inodes_ = UINT64_MAX;
   uint64_t cache_capacity_ = 0;
-  bool lazy_ = false;      // unpack the shard copies in the background once ready
+  bool lazy_ = false;   // unpack the shard copies in the background once ready
+  bool image_ = false;  // write the share as an EROFS image, mounted on the data root
+  bool image_mounted_ = false;
   std::string data_root_;  // <local_dir>/data: staged files
   UniqueFD data_root_fd_;
   std::string copy_dir_;  // <local_dir>/shards: lazy mode's shard copies

@@ -91,6 +91,16 @@ void AddStagingOptions(CLI::App& app, Config* cfg) {
   app.add_option("--threads", cfg->threads, "stage-in threads (default: all cores)")
       ->type_name("N")
       ->check(args::IntRange(1, args::kMaxThreads));
+  app.add_option("--image", cfg->image,
+                 "auto (default), yes or no: write this node's share as one read-only\n"
+                 "EROFS image (its metadata and one file of data, no file per dataset\n"
+                 "file) and mount it on the local directory's data root, so that\n"
+                 "staging, reading and teardown pay no per-file cost on the node's\n"
+                 "disk. Needs root and a kernel that mounts EROFS from a file (6.12+);\n"
+                 "auto uses it when the agent runs as root and the local directory is\n"
+                 "not tmpfs, and falls back to files when the mount fails")
+      ->type_name("MODE")
+      ->check(args::OneOf({"auto", "yes", "no"}));
   app.add_option("--unpack", cfg->unpack,
                  "eager: unpack every file before reporting ready; lazy: copy the\n"
                  "shards as they are, report ready, then unpack in the background\n"

@@ -23,6 +23,8 @@ Status Agent::ChooseUnpack() {
   free_bytes_ = measured ? static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize : UINT64_MAX;
   // A file system without an inode limit (tmpfs with nr_inodes=0) reports no inodes at all.
   free_inodes_ = measured && vfs.f_files > 0 ? static_cast<uint64_t>(vfs.f_favail) : UINT64_MAX;
+  ChooseImage();
+  if (image_) return Status::OK();  // written once the table is built (StageImage)
   // Lazy unpack pays off where creating many small files, not reading the source, bounds
   // stage-in. It is decided from the manifest, so that the copy starts at once. It needs room
   // for the shard copies and the files side by side until the background unpack is done;
@@ -107,7 +109,8 @@ Status Agent::PlanStage(const Shards& shards, const Share& totals, bool* lazy_fi
   const uint64_t need = totals.bytes, files = totals.files;
   uint64_t stored = 0;
   for (const auto& sh : shards) stored += sh->size;
-  uint64_t inodes = totals.entries;  // files, and the directories they need
+  // Files, and the directories they need; an image is two files, but it may fall back to files.
+  uint64_t inodes = totals.entries;
   const std::string share = "this node's share of the dataset (" + std::to_string(mine_.size()) +
                             " of " + std::to_string(manifest_.shards.size()) + " shards) needs ";
   // Every file is created before the job reads it (eager) or while it does (lazy): short of
@@ -139,7 +142,9 @@ Status Agent::PlanStage(const Shards& shards, const Share& totals, bool* lazy_fi
   LOG_INFO("staging %zu of %zu shards (%s in %llu files) into %s%s", mine_.size(),
            manifest_.shards.size(), HumanBytes(need).c_str(),
            static_cast<unsigned long long>(files), cfg_.local_dir.c_str(),
-           lazy ? ": copying the shards, unpacking in the background once ready" : "");
+           lazy     ? ": copying the shards, unpacking in the background once ready"
+           : image_ ? ": as an EROFS image, mounted before ready"
+                    : "");
   return Status::OK();  // the directories are made with the table (BuildTable)
 }
 

@@ -62,6 +62,11 @@ Status Agent::BuildTable() {
     return e && table::IsDir(*e);
   }));
   links_ = {};  // in the table now
+  // An image holds every directory itself (StageImage).
+  return image_ ? Status::OK() : MakeDataDirs();
+}
+
+Status Agent::MakeDataDirs() {
   // Every directory of the namespace exists under the data root, so that directory
   // descriptors and working directories inside the mount have a real directory behind them.
   for (uint32_t i = 1; i < view_.size(); i++)

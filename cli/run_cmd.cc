@@ -27,6 +27,7 @@
 #include "cli/cli.h"
 #include "common/env.h"
 #include "common/io.h"
+#include "common/mountinfo.h"
 #include "common/path.h"
 #include "common/remove_tree.h"
 #include "common/run_dir.h"
@@ -105,8 +106,10 @@ void RemoveLeftovers(const std::string& parent, const std::string& prefix) {
     // Only a local directory of ours, named as runs name them.
     struct stat ls;
     if (local_dir.find("/fanstore-local.") != std::string::npos &&
-        ::lstat(local_dir.c_str(), &ls) == 0 && S_ISDIR(ls.st_mode) && ls.st_uid == ::getuid())
+        ::lstat(local_dir.c_str(), &ls) == 0 && S_ISDIR(ls.st_mode) && ls.st_uid == ::getuid()) {
+      (void)DetachMountsBelow(local_dir, "erofs");  // a killed agent's image (root only)
       (void)RemoveTree(local_dir);
+    }
     (void)RemoveTree(run_dir);
     std::fprintf(stderr, "fanstore: run: removed what a killed run left: %s%s%s\n", run_dir.c_str(),
                  local_dir.empty() ? "" : ", ", local_dir.c_str());
@@ -115,7 +118,7 @@ void RemoveLeftovers(const std::string& parent, const std::string& prefix) {
 
 struct RunOptions {
   std::string ds;  // absolute; empty: no dataset (an output-only run)
-  std::string mount, local_parent, unpack = "auto";
+  std::string mount, local_parent, unpack = "auto", image = "auto";
   std::string output;  // --output: the directory on the parallel file system
   double drain_timeout = 300;
   double timeout = 0;  // seconds; 0: no limit
@@ -192,6 +195,12 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
   app.add_option("--timeout", o->timeout, "give up when stage-in takes longer (default: no limit)")
       ->type_name("SEC")
       ->check(args::Seconds(kMaxTimeoutSeconds));
+  app.add_option("--image", o->image,
+                 "auto (default), yes or no: stage the dataset as one read-only EROFS\n"
+                 "image mounted under the local directory instead of a file per dataset\n"
+                 "file (as root, on a disk-backed local directory; see fanstore-agent --help)")
+      ->type_name("MODE")
+      ->check(args::OneOf({"auto", "yes", "no"}));
   app.add_option("--unpack", o->unpack,
                  "auto (default), eager or lazy: when the files are unpacked, see\n"
                  "fanstore-agent --help")
@@ -345,8 +354,9 @@ int Run::StartAgent(const std::string& agent) {
     const std::string drain = std::to_string(o_.drain_timeout);
     std::vector<const char*> av = {agent.c_str()};
     if (!o_.ds.empty())  // first, as ever: `pgrep -f "fanstore-agent --dataset DS"` finds it
-      av.insert(av.end(), {"--dataset", o_.ds.c_str(), "--local-dir", local_dir_.c_str(), "--mount",
-                           o_.mount.c_str(), "--unpack", o_.unpack.c_str()});
+      av.insert(av.end(),
+                {"--dataset", o_.ds.c_str(), "--local-dir", local_dir_.c_str(), "--mount",
+                 o_.mount.c_str(), "--unpack", o_.unpack.c_str(), "--image", o_.image.c_str()});
     av.insert(av.end(), {"--run-dir", run_dir_.c_str(), "--bootstrap", "single"});
     if (!o_.output.empty())
       av.insert(av.end(), {"--output", o_.output.c_str(), "--output-dir", output_dir_.c_str(),
@@ -484,7 +494,10 @@ bool Run::Teardown() {
     }
   }
   agent_pid_ = -1;
-  if (!local_dir_.empty()) (void)RemoveTree(local_dir_);
+  if (!local_dir_.empty()) {
+    (void)DetachMountsBelow(local_dir_, "erofs");  // when the agent was killed with its image
+    (void)RemoveTree(local_dir_);
+  }
   if (!run_dir_.empty()) (void)RemoveTree(run_dir_);
   local_dir_.clear();
   run_dir_.clear();

@@ -39,6 +39,19 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
   }
 }
 
+Status PwriteFull(int fd, std::string_view bytes, uint64_t off, const std::string& what) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return Status::FromErrno("write " + what + " at offset " + std::to_string(off),
+                               n < 0 ? errno : EIO);
+    bytes.remove_prefix(static_cast<size_t>(n));
+    off += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
 Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string& what) {
   char* p = static_cast<char*>(buf);
   size_t done = 0;

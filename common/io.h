@@ -19,6 +19,8 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
 // Full pread of `len` bytes at `off`; a short file is Corruption naming `what`.
 Status PreadFull(int fd, void* buf, size_t len, uint64_t off, const std::string& what);
 Status WriteFull(int fd, const void* buf, size_t len, const std::string& what);
+// Full pwrite of `bytes` at `off`.
+Status PwriteFull(int fd, std::string_view bytes, uint64_t off, const std::string& what);
 // Writes a new file from its start, piece by piece, leaving a hole instead of every aligned
 // 4 KiB block of zeros, wherever the pieces end, as a sparse file had them (the dataset stores
 // the zeros; SEEK_HOLE and the space used then match the packed tree's). One pwrite per run of

@@ -1,10 +1,12 @@
 #include "common/mountinfo.h"
 
 #include <dirent.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 
@@ -67,6 +69,21 @@ std::vector<MountEntry> MountsAt(const std::string& path) {
   for (MountEntry& e : ParseMountInfo(text.value()))
     if (e.mount_point == path) at.push_back(std::move(e));
   return at;
+}
+
+int DetachMountsBelow(const std::string& dir, const std::string& type) {
+  auto text = ReadSmallFile("/proc/self/mountinfo", kMaxMountInfo);
+  if (!text.ok() || dir.empty()) return 0;
+  const std::string prefix = dir.back() == '/' ? dir : dir + "/";
+  std::vector<std::string> points;
+  for (const MountEntry& e : ParseMountInfo(text.value()))
+    if (e.type == type && e.mount_point.compare(0, prefix.size(), prefix) == 0)
+      points.push_back(e.mount_point);
+  std::sort(points.begin(), points.end(),
+            [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  int n = 0;
+  for (const std::string& p : points) n += ::umount2(p.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0;
+  return n;
 }
 
 std::vector<MountCopy> MountsElsewhere(dev_t dev) {

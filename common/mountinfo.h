@@ -23,6 +23,10 @@ std::vector<MountEntry> ParseMountInfo(const std::string& text);
 
 // The mounts of this process's mount namespace at `path`, bottom first.
 std::vector<MountEntry> MountsAt(const std::string& path);
+// Detaches every mount of type `type` strictly below directory `dir` in this process's mount
+// namespace, the deepest first (root only; what a killed agent left mounted in its local
+// directory). The number detached.
+int DetachMountsBelow(const std::string& dir, const std::string& type);
 
 // A mount of file system `dev` in another mount namespace than this process's: a process in that
 // namespace and where it is mounted there.

@@ -4,8 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include "common/io.h"
@@ -23,57 +21,6 @@ uint32_t TypeBits(format::EntryType t) {
       return S_IFREG;
   }
 }
-
-Status PwriteFull(int fd, std::string_view bytes, uint64_t off) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Status::FromErrno("write the image's blob", n < 0 ? errno : EIO);
-    bytes.remove_prefix(static_cast<size_t>(n));
-    off += static_cast<uint64_t>(n);
-  }
-  return Status::OK();
-}
-
-// The blob's writes, gathered per thread: a file's bytes that follow the thread's last ones in
-// the blob join them (a file ends padded to its block), and go out in one pwrite per MiB. The
-// scan hands each thread whole shards in order, and the blob follows that order.
-class BlobWriter {
- public:
-  BlobWriter(int fd, uint32_t block) : fd_(fd), block_(block) {}
-  Status Add(uint64_t off, std::string_view bytes) {
-    Run* r;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      r = &runs_[std::this_thread::get_id()];
-    }
-    if (!r->bytes.empty() && r->start + r->bytes.size() != off) FS_RETURN_IF_ERROR(Flush(r));
-    if (r->bytes.empty()) r->start = off;
-    r->bytes.append(bytes);
-    r->bytes.resize((r->bytes.size() + block_ - 1) / block_ * block_, '\0');
-    return r->bytes.size() >= (1u << 20) ? Flush(r) : Status::OK();
-  }
-  Status FlushAll() {
-    for (auto& [id, r] : runs_) FS_RETURN_IF_ERROR(Flush(&r));
-    return Status::OK();
-  }
-
- private:
-  struct Run {
-    uint64_t start = 0;
-    std::string bytes;
-  };
-  Status Flush(Run* r) {
-    Status st = PwriteFull(fd_, r->bytes, r->start);
-    r->start += r->bytes.size();
-    r->bytes.clear();
-    return st;
-  }
-  int fd_;
-  uint32_t block_;
-  std::mutex mu_;
-  std::unordered_map<std::thread::id, Run> runs_;  // a node never moves: pointers stay valid
-};
 
 Result<UniqueFD> Create(int dir, const char* name) {
   UniqueFD fd(::openat(dir, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -167,7 +114,7 @@ Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
   auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
     uint64_t off = img->BlobOffset(node_of.at(&e));
     return decode([&](std::string_view piece) {  // large pieces: written as they come
-      Status st = PwriteFull(blob->get(), piece, off);
+      Status st = PwriteFull(blob->get(), piece, off, kBlobName);
       off += piece.size();
       return st;
     });
@@ -177,6 +124,35 @@ Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
   if (::ftruncate(blob->get(), static_cast<off_t>(img->blob_size())) != 0)
     return Status::FromErrno("size the image's blob", errno);
   return img->WriteMeta(meta->get());
+}
+
+}  // namespace fanstore::image
+
+namespace fanstore::image {
+
+Status BlobWriter::Add(uint64_t off, std::string_view bytes) {
+  Run* r;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    r = &runs_[std::this_thread::get_id()];
+  }
+  if (!r->bytes.empty() && r->start + r->bytes.size() != off) FS_RETURN_IF_ERROR(Flush(r));
+  if (r->bytes.empty()) r->start = off;
+  r->bytes.append(bytes);
+  r->bytes.resize((r->bytes.size() + block_ - 1) / block_ * block_, '\0');
+  return r->bytes.size() >= (1u << 20) ? Flush(r) : Status::OK();
+}
+
+Status BlobWriter::FlushAll() {
+  for (auto& [id, r] : runs_) FS_RETURN_IF_ERROR(Flush(&r));
+  return Status::OK();
+}
+
+Status BlobWriter::Flush(Run* r) {
+  Status st = PwriteFull(fd_, r->bytes, r->start, kBlobName);
+  r->start += r->bytes.size();
+  r->bytes.clear();
+  return st;
 }
 
 }  // namespace fanstore::image

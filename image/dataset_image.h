@@ -6,7 +6,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -17,6 +20,29 @@ namespace fanstore::image {
 
 inline constexpr char kMetaName[] = "image.erofs";
 inline constexpr char kBlobName[] = "data.blob";
+
+// The blob's writes, gathered per thread: a file's bytes that follow the thread's last ones in
+// the blob join them (each file is padded to its block), and go out in one pwrite per MiB. A
+// scan hands each thread whole shards in order, and the blob follows that order
+// (ErofsImage::Plan's blob_order), so nearly every write is a MiB. Add from any thread;
+// FlushAll once every Add has returned.
+class BlobWriter {
+ public:
+  BlobWriter(int fd, uint32_t block) : fd_(fd), block_(block) {}
+  Status Add(uint64_t off, std::string_view file_bytes);  // a whole file, at its extent
+  Status FlushAll();
+
+ private:
+  struct Run {
+    uint64_t start = 0;
+    std::string bytes;
+  };
+  Status Flush(Run* r);
+  int fd_;
+  uint32_t block_;
+  std::mutex mu_;
+  std::unordered_map<std::thread::id, Run> runs_;  // a node never moves: pointers stay valid
+};
 
 // The dataset's tree as image nodes: node 0 its root, then every entry in path order.
 struct DatasetTree {

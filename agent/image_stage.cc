@@ -1,0 +1,193 @@
+// The kernel-native read path (issue 31): this node's share written as one EROFS image
+// (image/erofs.h) from the table and the local shards, and mounted read-only on the data root,
+// instead of a file per dataset file (see agent.h).
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "agent/agent.h"
+#include "common/io.h"
+#include "common/log.h"
+#include "common/text.h"
+#include "image/dataset_image.h"
+
+namespace fanstore::agent {
+namespace {
+
+constexpr char kImageDir[] = "/image";
+
+Result<UniqueFD> CreateIn(const std::string& dir, const char* name) {
+  UniqueFD fd(
+      ::open((dir + "/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Status::FromErrno("image: create " + dir + "/" + name, errno);
+  return fd;
+}
+
+}  // namespace
+
+void Agent::ChooseImage() {
+  image_ = false;
+  if (cfg_.image == "no") return;
+  std::string why;
+  struct statfs fs;
+  if (::geteuid() != 0)
+    why = "mounting it needs root";
+  else if (::statfs(cfg_.local_dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC)
+    why = "the local directory is tmpfs, from which the kernel mounts no EROFS image";
+  if (why.empty()) {
+    image_ = true;
+    lazy_ = false;
+  } else if (cfg_.image == "yes") {
+    LOG_WARN("--image yes: no image: %s; unpacking the files", why.c_str());
+  } else {
+    LOG_DEBUG("no image: %s", why.c_str());
+  }
+}
+
+Status Agent::StageImage(const Shards& shards) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = WriteAndMountImage(shards);
+  if (!st.ok() && !stop_requested_ && st.code() != Status::Code::kNoSpace) {
+    // The kernel refused the image (no EROFS, no file-backed mounts before 6.12, a security
+    // module): the files, as without it.
+    LOG_WARN("image: %s; unpacking the files instead", st.ToString().c_str());
+    UnmountImage();
+    (void)RemoveTree(cfg_.local_dir + kImageDir);
+    image_ = false;
+    staged_files_ = 0;
+    staged_bytes_ = 0;
+    read_bytes_ = 0;
+    st = MakeDataDirs();
+    if (st.ok()) st = Stage(&shards);
+  }
+  stage_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+Status Agent::WriteAndMountImage(const Shards& shards) {
+  // The image's tree: every directory and symlink of the table, this node's files and their
+  // other names. Names point into the table, which outlives the image.
+  const uint32_t n = view_.size();
+  std::vector<uint32_t> node_of(n, image::kNone);
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const table::Entry& t = view_.Target(view_.at(i));
+    if (table::IsReg(t) && !(t.aux < local_shard_.size() && local_shard_[t.aux])) continue;
+    node_of[i] = count++;
+  }
+  std::vector<image::Node> nodes(count);
+  for (uint32_t i = 0; i < n; i++) {
+    if (node_of[i] == image::kNone) continue;
+    const table::Entry& e = view_.at(i);
+    image::Node& x = nodes[node_of[i]];
+    x.parent = node_of[e.parent];
+    x.name = i == 0 ? std::string_view() : view_.Name(e);
+    x.mode = e.mode;
+    x.mtime_ns = e.mtime_ns;
+    if (e.flags & table::kHardLink) {
+      x.link = node_of[e.aux];
+      x.mode = S_IFREG | (view_.Target(e).mode & 07777);
+    } else if (table::IsLink(e)) {
+      x.target = view_.LinkTarget(e);
+    } else if (table::IsReg(e)) {
+      x.size = e.size;
+    }
+  }
+  // The blob in the scan's order: shard by shard, each in its index's order.
+  std::vector<uint32_t> order;
+  auto node_of_path = [&](const std::string& path) -> uint32_t {
+    const table::Entry* e = view_.Lookup(path);
+    return e ? node_of[view_.IndexOf(*e)] : image::kNone;
+  };
+  for (const auto& sh : shards)
+    for (const auto& e : sh->entries)
+      if (e.type == format::EntryType::kFile) order.push_back(node_of_path(e.path));
+  image::Options io;
+  io.uid = view_.header().uid;
+  io.gid = view_.header().gid;
+  io.build_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  auto img = image::ErofsImage::Plan(std::move(nodes), io, order);
+  if (!img.ok()) return img.status();
+
+  const std::string dir = cfg_.local_dir + kImageDir;
+  if (::mkdir(dir.c_str(), 0700) != 0) return Status::FromErrno("image: create " + dir, errno);
+  auto meta = CreateIn(dir, image::kMetaName);
+  if (!meta.ok()) return meta.status();
+  auto blob = CreateIn(dir, image::kBlobName);
+  if (!blob.ok()) return blob.status();
+  image::BlobWriter out(blob->get(), img->BlockSize());
+  format::DecoderPool decoders(&dict_);
+  auto extent = [&](const format::IndexEntry& e, uint64_t* off) -> Status {
+    const uint32_t node = node_of_path(e.path);
+    if (node == image::kNone)
+      return Status::Corruption("image: " + e.path + " is not in the table");
+    *off = img->BlobOffset(node);
+    staged_files_++;
+    staged_bytes_ += e.size;
+    return Status::OK();
+  };
+  auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
+    if (e.type != format::EntryType::kFile) return Status::OK();
+    std::string_view raw;
+    uint64_t off = 0;
+    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
+    FS_RETURN_IF_ERROR(extent(e, &off));
+    return raw.empty() ? Status::OK() : out.Add(off, raw);
+  };
+  auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
+    uint64_t off = 0;
+    FS_RETURN_IF_ERROR(extent(e, &off));
+    return decode([&](std::string_view piece) {
+      Status st = PwriteFull(blob->get(), piece, off, dir + "/" + image::kBlobName);
+      off += piece.size();
+      return st;
+    });
+  };
+  std::vector<const format::ShardFile*> ptrs;
+  for (const auto& sh : shards) ptrs.push_back(sh.get());
+  stage_bytes_total_ = 0;
+  for (const auto* sh : ptrs) stage_bytes_total_ += sh->size;
+  FS_RETURN_IF_ERROR(format::ScanShards(
+      manifest_, ptrs, pool_.get(), [this](uint64_t b) { read_bytes_ += b; }, &stage_abort_, small,
+      large, &dict_));
+  FS_RETURN_IF_ERROR(out.FlushAll());
+  if (::ftruncate(blob->get(), static_cast<off_t>(img->blob_size())) != 0)
+    return Status::FromErrno("image: size " + dir + "/" + image::kBlobName, errno);
+  FS_RETURN_IF_ERROR(img->WriteMeta(meta->get()));
+
+  // Mounted through the descriptors: whatever the paths name by then, the kernel reads these
+  // two files, written above.
+  const std::string source = "/proc/self/fd/" + std::to_string(meta->get());
+  const std::string options = "device=/proc/self/fd/" + std::to_string(blob->get());
+  if (::mount(source.c_str(), data_root_.c_str(), "erofs", MS_RDONLY | MS_NOSUID | MS_NODEV,
+              options.c_str()) != 0)
+    return Status::FromErrno("image: mount it on " + data_root_, errno);
+  image_mounted_ = true;
+  data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
+  LOG_INFO("image: %u names, %s of metadata and %s of data, mounted on %s", count,
+           HumanBytes(img->meta_size()).c_str(), HumanBytes(img->blob_size()).c_str(),
+           data_root_.c_str());
+  return Status::OK();
+}
+
+void Agent::UnmountImage() {
+  if (!image_mounted_) return;
+  data_root_fd_.Reset();
+  // A process still in it (a reader's working directory) keeps it busy: detached then, freed
+  // when the last one leaves.
+  if (::umount2(data_root_.c_str(), 0) != 0 &&
+      (errno != EBUSY || ::umount2(data_root_.c_str(), MNT_DETACH) != 0))
+    LOG_ERROR("image: unmount %s: %s", data_root_.c_str(), std::strerror(errno));
+  image_mounted_ = false;
+}
+
+}  // namespace fanstore::agent

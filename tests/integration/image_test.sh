@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The kernel-native read path (issue 31) on this machine: a dataset written as an EROFS image by
+# FanStore (`fanstore extract --erofs`) and mounted by the kernel, and `fanstore run` staging
+# the dataset as such an image, mounted under its local directory, as root on a disk-backed
+# local directory, with files everywhere else. Needs root and a kernel that mounts EROFS from a
+# file (6.12+); skipped (77) otherwise. Usage: image_test.sh BUILD_DIR
+# shellcheck source=../lib.sh
+source "$(dirname "$0")/../lib.sh"
+F="$1/bin/fanstore"
+[[ $(id -u) == 0 ]] || { echo "image_test: needs root (mount); skipped"; exit 77; }
+# The local directories go to a disk: where /tmp is tmpfs, /var/tmp.
+disk=/tmp
+[[ $(stat -f -c %T /tmp) == tmpfs ]] && disk=/var/tmp
+T=$(TMPDIR=$disk mktmp)
+M="$T/mnt"
+trap 'umount -l "$M" 2>/dev/null; rm -rf "$T"' EXIT
+cd "$T" || exit 1
+erofs_mounts() { grep -c " - erofs " /proc/self/mountinfo; }
+before=$(erofs_mounts)
+
+make_tree src 5
+ln src/a/b/numbers.txt src/a/numbers-again.txt  # a hard link
+"$F" pack -q src ds.fs --shard-size 100K
+# Directories' sizes are their file system's own.
+manifest() { (cd "$1" && find . \( -type d -printf '%p %y %m %T@\n' \) -o -printf '%p %y %m %s %T@ %l\n' | sort); }
+hashes() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum); }
+
+echo "== fanstore extract --erofs, mounted by the kernel"
+out=$("$F" extract --erofs ds.fs img); rc=$?
+check "extract --erofs succeeds and says so" test $rc -eq 0 -a -n "$(grep 'to the image' <<<"$out")"
+check "the image is two files, private" test "$(stat -c '%a' img/image.erofs img/data.blob | sort -u)" = 600
+mkdir "$M"
+if ! /usr/bin/python3 - "$T/img" "$M" <<'PY'; then
+import ctypes, sys
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+img, mnt = sys.argv[1:3]
+if libc.mount(f"{img}/image.erofs".encode(), mnt.encode(), b"erofs", 1 | 2 | 4, f"device={img}/data.blob".encode()):
+    sys.exit(f"mount: errno {ctypes.get_errno()}")
+PY
+  echo "image_test: this kernel mounts no EROFS image from a file; skipped"
+  exit 77
+fi
+check "the kernel serves every name and byte" diff -r --no-dereference src "$M"
+check "modes, sizes, mtimes and link targets match" diff <(manifest src) <(manifest "$M")
+check "content hashes match" diff <(hashes src) <(hashes "$M")
+check "the hard link is one inode with two names" \
+  test "$(stat -c '%i %h' "$M/a/b/numbers.txt")" = "$(stat -c '%i %h' "$M/a/numbers-again.txt")"
+check "it is read-only" bash -c "! touch '$M/a/new' 2>/dev/null"
+umount "$M"
+expect_fail "extract --erofs into a non-empty directory" 2 "not empty" "$F" extract --erofs ds.fs img
+
+echo "== fanstore run stages it as an image (root, disk-backed local directory)"
+run() { "$F" run --local-dir "$T/local" "$@"; }
+mkdir local
+# shellcheck disable=SC2016  # expanded by the command's shell
+probe='grep -q "/data .* - erofs " /proc/self/mountinfo && echo IMAGE; diff -r --no-dereference "$0" "$FANSTORE_MOUNT" && echo SAME'
+out=$(run ds.fs -- sh -c "$probe" "$T/src" 2>&1)
+check "the data root is an EROFS mount during the run" grep -q IMAGE <<<"$out"
+check "every file reads the same through the library" grep -q SAME <<<"$out"
+# shellcheck disable=SC2016  # expanded by the command's shell
+out=$(run ds.fs -- sh -c 'cd "$FANSTORE_MOUNT" && find . -type f -print0 | sort -z | xargs -0 sha256sum' 2>&1)
+check "content hashes through the library match" diff <(hashes src) <(grep '  \./' <<<"$out")
+check "no mount is left after the run" test "$(erofs_mounts)" = "$before"
+check "the local directory is emptied" test -z "$(ls -A local)"
+out=$(run --image no ds.fs -- sh -c "$probe" "$T/src" 2>&1)
+check "--image no: files, no image" bash -c "grep -q SAME <<<'$out' && ! grep -q IMAGE <<<'$out'"
+out=$("$F" run --local-dir /dev/shm ds.fs -- sh -c "$probe" "$T/src" 2>&1)
+check "a tmpfs local directory: files, no image" bash -c "grep -q SAME <<<'$out' && ! grep -q IMAGE <<<'$out'"
+
+echo "== the agent killed mid-run"
+# shellcheck disable=SC2016  # expanded by the command's shell
+out=$(run ds.fs -- sh -c 'pkill -9 -x fanstore-agent; sleep 0.3; diff -r --no-dereference "$0" "$FANSTORE_MOUNT" && echo SAME' "$T/src" 2>&1)
+check "reads go on through the image" grep -q SAME <<<"$out"
+check "the run detaches the image it left" test "$(erofs_mounts)" = "$before"
+check "and empties the local directory" test -z "$(ls -A local)"
+
+echo "== fanstore run itself killed"
+"$F" run --local-dir "$T/local" ds.fs -- sleep 67 >/dev/null 2>&1 &
+for _ in $(seq 1 100); do grep -q "$T/local/.* - erofs " /proc/self/mountinfo && break; sleep 0.1; done
+check "the image is mounted" grep -q "$T/local/.* - erofs " /proc/self/mountinfo
+kill -9 $!
+wait $! 2>/dev/null
+pkill -9 -f "^sleep 67$" 2>/dev/null  # the killed run's command
+sleep 0.5
+# The agent unmounts when its run dies (PR_SET_PDEATHSIG); the next run removes what is left
+# when the agent died too.
+run ds.fs -- true
+check "no mount is left" test "$(erofs_mounts)" = "$before"
+check "the local directory is empty" test -z "$(ls -A local)"
+
+echo "== fanstore run and its agent both killed"
+"$F" run --local-dir "$T/local" ds.fs -- sleep 67 >/dev/null 2>&1 &
+for _ in $(seq 1 100); do grep -q "$T/local/.* - erofs " /proc/self/mountinfo && break; sleep 0.1; done
+pkill -STOP -x fanstore-agent  # stopped, it cannot clean up when its run dies
+kill -9 $!
+wait $! 2>/dev/null
+pkill -9 -x fanstore-agent
+pkill -9 -f "^sleep 67$" 2>/dev/null  # the killed run's command
+sleep 0.3
+check "the image stays mounted" grep -q "$T/local/.* - erofs " /proc/self/mountinfo
+run ds.fs -- true 2>err.txt
+check "the next run removes what they left" grep -q "removed what a killed run left" err.txt
+check "no mount is left" test "$(erofs_mounts)" = "$before"
+check "the local directory is empty" test -z "$(ls -A local)"
+finish
