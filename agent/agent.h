@@ -212,7 +212,7 @@ class Agent {
   uint64_t cache_capacity_ = 0;
   bool lazy_ = false;   // unpack the shard copies in the background once ready
   bool image_ = false;  // write the share as an EROFS image, mounted on the data root
-  bool image_mounted_ = false;
+  std::atomic<bool> image_mounted_{false};
   std::string data_root_;  // <local_dir>/data: staged files
   UniqueFD data_root_fd_;
   std::string copy_dir_;  // <local_dir>/shards: lazy mode's shard copies

@@ -97,8 +97,9 @@ void AddStagingOptions(CLI::App& app, Config* cfg) {
                  "file) and mount it on the local directory's data root, so that\n"
                  "staging, reading and teardown pay no per-file cost on the node's\n"
                  "disk. Needs root and a kernel that mounts EROFS from a file (6.12+);\n"
-                 "auto uses it when the agent runs as root and the local directory is\n"
-                 "not tmpfs, and falls back to files when the mount fails")
+                 "auto uses it when the agent runs as root, the local directory is not\n"
+                 "tmpfs and --unpack is auto, and falls back to files when the mount\n"
+                 "fails")
       ->type_name("MODE")
       ->check(args::OneOf({"auto", "yes", "no"}));
   app.add_option("--unpack", cfg->unpack,

@@ -36,7 +36,9 @@ void Agent::ChooseImage() {
   if (cfg_.image == "no") return;
   std::string why;
   struct statfs fs;
-  if (::geteuid() != 0)
+  if (cfg_.image == "auto" && cfg_.unpack != "auto")
+    why = "--unpack " + cfg_.unpack + " asks for files";
+  else if (::geteuid() != 0)
     why = "mounting it needs root";
   else if (::statfs(cfg_.local_dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC)
     why = "the local directory is tmpfs, from which the kernel mounts no EROFS image";
@@ -51,6 +53,7 @@ void Agent::ChooseImage() {
 }
 
 Status Agent::StageImage(const Shards& shards) {
+  TestPause("staging");
   const auto t0 = std::chrono::steady_clock::now();
   Status st = WriteAndMountImage(shards);
   if (!st.ok() && !stop_requested_ && st.code() != Status::Code::kNoSpace) {

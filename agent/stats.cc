@@ -103,6 +103,8 @@ std::string Agent::StatusJson() const {
     if (!error_.empty()) j["error"] = error_;
   }
   j["unpacked"] = unpacker_.done();
+  j["local_copy"] =
+      image_mounted_ ? "image" : "files";  // the kernel-native path (issue 31), or not
   j["node"] = cfg_.node_name;
   j["rank"] = boot_ ? boot_->rank() : 0;
   j["size"] = boot_ ? boot_->size() : 0;
@@ -132,6 +134,7 @@ std::string Agent::StatsJson(bool series) const {
   j["node"] = cfg_.node_name;
   j["rank"] = boot_ ? boot_->rank() : 0;
   j["size"] = boot_ ? boot_->size() : 0;
+  j["local_copy"] = image_mounted_ ? "image" : "files";
   j["shards_staged"] = mine_.size();
   j["files_staged"] = staged_files_.load();
   j["bytes_staged"] = staged_bytes_.load();

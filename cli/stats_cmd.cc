@@ -83,11 +83,12 @@ void PrintOutput(const nlohmann::json& j) {
 
 void PrintNodeStats(const nlohmann::json& j) {
   std::printf(
-      "%s (rank %.0f of %.0f): staged %s (%.0f files, %.0f shards) in %.2f s; metadata exchange "
+      "%s (rank %.0f of %.0f): staged %s (%.0f files, %.0f shards%s) in %.2f s; metadata exchange "
       "%.3f s\n",
       Str(j, "node").c_str(), At(j, "rank"), At(j, "size"),
       HumanBytes(At(j, "bytes_staged")).c_str(), At(j, "files_staged"), At(j, "shards_staged"),
-      At(j, "stage_in_seconds"), At(j, "exchange_seconds"));
+      Str(j, "local_copy") == "image" ? ", as an EROFS image" : "", At(j, "stage_in_seconds"),
+      At(j, "exchange_seconds"));
   PrintStaging(j);
   PrintSources(Obj(j, "opens"), Obj(j, "bytes"));
   PrintOutput(j);
