@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <system_error>
 #include <cstring>
 
 #include "agent/agent.h"
@@ -176,13 +177,33 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
   image_mounted_ = true;
   data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
+  StartImageWarmer();
   LOG_INFO("image: %u names, %s of metadata and %s of data, mounted on %s", count,
            HumanBytes(img->meta_size()).c_str(), HumanBytes(img->blob_size()).c_str(),
            data_root_.c_str());
   return Status::OK();
 }
 
+void Agent::StartImageWarmer() {
+  image_warmer_stop_ = false;
+  try {
+    image_warmer_ = std::thread([this] {
+      LowerThreadPriority();
+      const int root = data_root_fd_.get();
+      struct stat st;
+      // The table's order: directories' children together, as the image lays them out.
+      for (uint32_t i = 1; i < view_.size() && !image_warmer_stop_.load(std::memory_order_relaxed); i++)
+        (void)::fstatat(root, std::string(view_.Path(view_.at(i))).c_str(), &st, AT_SYMLINK_NOFOLLOW);
+    });
+  } catch (const std::system_error&) {  // no thread to be had: the job's opens build them
+  }
+}
+
 void Agent::UnmountImage() {
+  if (image_warmer_.joinable()) {
+    image_warmer_stop_ = true;
+    image_warmer_.join();
+  }
   if (!image_mounted_) return;
   data_root_fd_.Reset();
   // A process still in it (a reader's working directory) keeps it busy: detached then, freed

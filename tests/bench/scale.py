@@ -14,6 +14,8 @@ Measured side by side in one run (every figure in results-scale.json, the sectio
   F3  teardown: from the command's end to `fanstore run`'s exit, everything removed
   F4  the agent's peak RSS + the shared table, per file
   F5  J2: /bin/true with the preload library and the live mount, against without
+  F1-F3-disk  the same with the local directory on the node's disk (ext4), the default mode (as
+      root: an EROFS image) beside `--image no`, against T_min_cold (issue 31)
   M1, M3 at 1.33M entries; X1 exchange bytes per entry, and the model at 512 and 4,096 nodes
 """
 import argparse
@@ -224,6 +226,67 @@ class Scale:
         en = nat_enoent["opens"] / nat_enoent["seconds"]
         self.row("M3-1.3M", f"open of a missing path, {nfiles:,} entries", en, es, "opens/s", "≥ 3× native", es / en, es / en >= 3)
 
+    # --- issue 31's disk arm: the local directory on the node's disk -------------------------------
+
+    def disk_session(self, ds, lst, native, nfiles):
+        """F1-F3 with the local directory on the node's disk (ext4 here, where GPU nodes have NVMe),
+        the default mode (as root there: the share as one EROFS image) beside the per-file path
+        (`--image no`), one session each; against the same tree extracted to the same disk and read
+        warm, and with its dentries and inodes dropped (`echo 2 > drop_caches`: T_min_cold, issue
+        31), both measured here, side by side."""
+        shards = [os.path.join(ds, s["file"]) for s in self.info(ds)["shards"]]
+        t_cat, _ = timed(lambda: sh(["bash", "-c", "cat \"$@\" > /dev/null", "cat"] + shards))
+        read = lambda root: json.loads(sh([self.fsbench, "read", root, lst, "1"]).stdout)  # noqa: E731
+        read(native)
+        warm = read(native)
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2\n")
+        cold = read(native)
+        tmin, tmin_cold = t_cat + warm["seconds"], t_cat + cold["seconds"]
+        arms = {}
+        for arm, extra in (("image", []), ("files", ["--image", "no"])):
+            local, out = (os.path.join(self.disk_work, f"{k}-{arm}") for k in ("local", "session"))
+            os.makedirs(local)
+            os.makedirs(out)
+            os.sync()
+            t0 = time.time()
+            p = subprocess.run([self.fanstore, "run", "-v", "--local-dir", local, "--mount", "/fanstore/disk", *extra,
+                                ds, "--", "bash", os.path.join(HERE, "scale_session.sh"), out, self.fsbench,
+                                "/fanstore/disk", lst, "20000"], text=True, capture_output=True)
+            t_end = time.time()
+            if p.returncode != 0:
+                raise RuntimeError(f"fanstore run ({arm}, disk) failed ({p.returncode}): {p.stderr[-3000:]}")
+            r = {k: json.load(open(os.path.join(out, f"{k}.json"))) for k in ("pass1", "pass2", "pass3")}
+            t = {k: float(open(os.path.join(out, k)).read()) for k in ("t_cmd_start", "t_pass1_end", "t_cmd_end")}
+            for k in r:
+                if r[k]["hash"] != warm["hash"] or r[k]["errors"]:
+                    raise RuntimeError(f"{arm} {k}: read other data than the native tree ({r[k]})")
+            stats = [json.loads(l.split("stats: ", 1)[1]) for l in p.stderr.splitlines() if "stats: {" in l]
+            arms[arm] = dict(f1=t["t_pass1_end"] - t0, ready=t["t_cmd_start"] - t0, pass1=r["pass1"]["seconds"],
+                             steady=sum(r[k]["files"] / r[k]["seconds"] for k in ("pass2", "pass3")) / 2,
+                             teardown=t_end - t["t_cmd_end"], left=os.listdir(local),
+                             local_copy=(stats[-1] if stats else {}).get("local_copy"))
+            drop(out)
+        self.res["phases"]["disk"] = dict(cat_seconds=t_cat, native_warm_seconds=warm["seconds"],
+                                          native_cold_seconds=cold["seconds"], arms=arms, local=self.disk_work)
+        nat = warm["files"] / warm["seconds"]
+        for arm, a in arms.items():
+            tag = "" if arm == "image" else "-files"
+            what = "default mode (as root: an EROFS image)" if arm == "image" else "`--image no` (a file per file)"
+            self.row(f"F1-disk{tag}", f"first epoch from `fanstore run` start, local directory on ext4, {what}, "
+                     f"{nfiles:,} files", tmin_cold, a["f1"], "s", "T_min_cold / T ≥ 0.8", tmin_cold / a["f1"],
+                     tmin_cold / a["f1"] >= 0.8,
+                     f"local copy: {a['local_copy']}; ready {a['ready']:.1f} s + pass {a['pass1']:.1f} s; T_min_cold = "
+                     f"cat {t_cat:.1f} s + native pass with dentries dropped {cold['seconds']:.1f} s; against the warm "
+                     f"T_min ({tmin:.1f} s): {tmin / a['f1']:.2f}")
+            self.row(f"F2-disk{tag}", f"second and third pass, local directory on ext4, {what}", nat, a["steady"],
+                     "files/s", "≥ 0.95× warm native", a["steady"] / nat, a["steady"] / nat >= 0.95,
+                     "FanStore's 2nd and 3rd passes (mean rate) against a warm native pass of the tree on the same disk")
+            self.row(f"F3-disk{tag}", f"teardown, local directory on ext4, {what}, {nfiles:,} files", None,
+                     a["teardown"], "s", "≤ 10 s, nothing left", None, a["teardown"] <= 10 and not a["left"],
+                     f"left in the local directory: {a['left'] or 'nothing'}")
+
     @staticmethod
     def memory(ag, n):
         """Per file: the agent's peak RSS without the shared pages it maps (the table, counted
@@ -330,7 +393,28 @@ class Scale:
             self.row(f"F3-slurm-{tag}", f"Slurm job teardown, --fanstore-replicas={r['replicas']} (job end to clean "
                      f"nodes)", None, td, "s", "≤ 10 s, nothing left", None, td is not None and td <= 10)
 
+    def run_disk(self):
+        """--only disk: the disk arm alone (the dataset packed once, untimed)."""
+        try:
+            tar = self.tar_1k()
+            ds = os.path.join(self.disk_work, "imagenet1k.fs")
+            sh([self.fanstore, "pack", "-q", tar, ds])
+            native = os.path.join(self.disk_work, "native")
+            sh([self.fanstore, "extract", "-q", ds, native])
+            files = [os.path.relpath(os.path.join(r, n), native) for r, _, ns in os.walk(native) for n in ns]
+            random.Random(13).shuffle(files)
+            lst = os.path.join(self.work, "files.list")
+            with open(lst, "w") as f:
+                f.write("\n".join(files) + "\n")
+            self.disk_session(ds, lst, native, len(files))
+        finally:
+            drop(self.work)
+            drop(self.disk_work)
+        return self.res
+
     def run(self):
+        if self.a.only == "disk":
+            return self.run_disk()
         try:
             tar = self.tar_1k()
             ds, tree = self.pack(tar)
@@ -343,6 +427,10 @@ class Scale:
                 f.write("\n".join(files) + "\n")
             self.session(ds, lst, tree, len(files))
             drop(tree)
+            native = os.path.join(self.disk_work, "native")
+            sh([self.fanstore, "extract", "-q", ds, native])
+            self.disk_session(ds, lst, native, len(files))
+            drop(native)
             drop(ds)
             if not self.a.skip_22k:
                 self.meta_session(self.meta_22k())
@@ -364,6 +452,8 @@ def main():
     ap.add_argument("--divisor", type=int, default=1, help="divide the file counts (tests of this script)")
     ap.add_argument("--skip-22k", action="store_true")
     ap.add_argument("--skip-slurm", action="store_true")
+    ap.add_argument("--only", choices=("all", "disk"), default="all",
+                    help="disk: only the disk arm (issue 31: the local directory on the node's disk)")
     a = ap.parse_args()
     res = Scale(a).run()
     with open(os.path.join(a.out, "results-scale.json"), "w") as f:
