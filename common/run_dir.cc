@@ -69,6 +69,8 @@ Result<RunStatus> ParseStatus(const std::string& text) {
   if (!parsed)
     return Status::Corruption("status.json has an unknown state \"" + s.substr(0, 40) + "\"");
   st.state = *parsed;
+  const auto copy = j.find("local_copy");
+  st.image = copy != j.end() && copy->is_string() && copy->get_ref<const std::string&>() == "image";
   if (st.state == AgentState::kFailed && st.error.empty())
     st.error = "the agent failed without a message";
   return st;

@@ -119,7 +119,11 @@ std::string Joined(const std::vector<std::string>& comps, size_t n) {
 
 }  // namespace
 
-Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid) {
+namespace {
+
+// The kernel-visible view's mount point: `mount` itself, or made in a small tmpfs on its deepest
+// existing ancestor, an empty directory (MountKernelView). An O_PATH descriptor of it.
+Result<UniqueFD> ViewMountPoint(const std::string& mount) {
   if (!IsCleanAbsolutePath(mount))
     return Status::InvalidArgument("the mount " + mount + " is not a clean absolute path");
   const std::vector<std::string> comps = Components(mount);
@@ -153,9 +157,32 @@ Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid)
       *at = std::move(next);
     }
   }
+  return at;
+}
+
+}  // namespace
+
+Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid) {
+  auto at = ViewMountPoint(mount);
+  if (!at.ok()) return at.status();
   auto dev = MountFuse(at->get(), uid, gid);
   if (!dev.ok()) return dev.status().Prefixed(mount);
   return dev;
+}
+
+Status BindKernelView(const std::string& mount, const std::string& dir) {
+  UniqueFD src(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!src.valid()) return Status::FromErrno("open " + dir, errno);
+  auto at = ViewMountPoint(mount);
+  if (!at.ok()) return at.status();
+  const std::string from = "/proc/self/fd/" + std::to_string(src.get());
+  const std::string to = "/proc/self/fd/" + std::to_string(at->get());
+  if (::mount(from.c_str(), to.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    return Status::FromErrno("bind " + dir + " on " + mount, errno);
+  if (::mount(nullptr, mount.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+              nullptr) != 0)
+    return Status::FromErrno("make " + mount + " read-only", errno);
+  return Status::OK();
 }
 
 Status HandOverView(const std::string& socket, int dev) {

@@ -42,6 +42,12 @@ Status ReadOnlyView(const std::string& dir, uid_t uid);
 // a symlink. The node's file systems are never written.
 Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid);
 
+// In a private mount namespace, as root: the kernel-visible view as a read-only, nosuid, nodev
+// bind mount of directory `dir` (the agent's mounted EROFS image, when it holds the whole
+// dataset) at `mount`, made as MountKernelView makes its mount point. The kernel then serves the
+// view itself, with no FUSE round trip. `dir` is opened without following a symlink.
+Status BindKernelView(const std::string& mount, const std::string& dir);
+
 // Hands the view's /dev/fuse descriptor to the agent at `socket` (proto kServeView) and waits
 // until it serves it. The caller then closes its own copy.
 Status HandOverView(const std::string& socket, int dev);
