@@ -4,13 +4,15 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <system_error>
 #include <cstring>
+#include <system_error>
 
 #include "agent/agent.h"
 #include "common/io.h"
@@ -28,6 +30,40 @@ Result<UniqueFD> CreateIn(const std::string& dir, const char* name) {
       ::open((dir + "/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status::FromErrno("image: create " + dir + "/" + name, errno);
   return fd;
+}
+
+// A grandchild (reparented, never waited for) that holds `dir` open until the descriptor
+// returned is closed, which the caller does once it has detached the mount on `dir`: the
+// grandchild's close is then the last reference, and the kernel's cleanup of the file system
+// runs in it. Only async-signal-safe calls after fork. An invalid descriptor when it cannot be
+// had (the caller's detach then does the cleanup itself).
+UniqueFD HandOffUnmountCleanup(const std::string& dir) {
+  UniqueFD hold(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  int p[2];
+  if (!hold.valid() || ::pipe2(p, O_CLOEXEC) != 0) return UniqueFD();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::fork() != 0) ::_exit(0);
+    ::prctl(PR_SET_NAME, "fanstore-umount");  // not an agent: `pgrep fanstore-agent` misses it
+    // Nothing of the agent's but these two: not its lock, sockets or the job's output pipes,
+    // which would otherwise stay open for as long as the cleanup runs.
+    if (::dup2(p[0], 0) < 0 || ::dup2(hold.get(), 1) < 0) ::_exit(1);
+    ::close_range(2, ~0U, 0);
+    char c;
+    while (::read(0, &c, 1) < 0 && errno == EINTR) {
+    }
+    ::close(1);  // the cleanup runs here
+    ::_exit(0);
+  }
+  ::close(p[0]);
+  if (child < 0) {
+    ::close(p[1]);
+    return UniqueFD();
+  }
+  int ws;
+  while (::waitpid(child, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return UniqueFD(p[1]);
 }
 
 }  // namespace
@@ -192,8 +228,13 @@ void Agent::StartImageWarmer() {
       const int root = data_root_fd_.get();
       struct stat st;
       // The table's order: directories' children together, as the image lays them out.
-      for (uint32_t i = 1; i < view_.size() && !image_warmer_stop_.load(std::memory_order_relaxed); i++)
-        (void)::fstatat(root, std::string(view_.Path(view_.at(i))).c_str(), &st, AT_SYMLINK_NOFOLLOW);
+      const auto t0 = std::chrono::steady_clock::now();
+      uint32_t i = 1;
+      for (; i < view_.size() && !image_warmer_stop_.load(std::memory_order_relaxed); i++)
+        (void)::fstatat(root, std::string(view_.Path(view_.at(i))).c_str(), &st,
+                        AT_SYMLINK_NOFOLLOW);
+      LOG_INFO("image: looked up %u names in %.1f s", i - 1,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     });
   } catch (const std::system_error&) {  // no thread to be had: the job's opens build them
   }
@@ -206,10 +247,11 @@ void Agent::UnmountImage() {
   }
   if (!image_mounted_) return;
   data_root_fd_.Reset();
-  // A process still in it (a reader's working directory) keeps it busy: detached then, freed
-  // when the last one leaves.
-  if (::umount2(data_root_.c_str(), 0) != 0 &&
-      (errno != EBUSY || ::umount2(data_root_.c_str(), MNT_DETACH) != 0))
+  // Detached at once, never busy. The kernel then frees every inode and dentry of the image
+  // (about 6-10 s for 1.33M files, one core) when the last reference goes: here a detached
+  // grandchild's descriptor, so that the job's end does not wait for it. Nothing stays visible.
+  UniqueFD release = HandOffUnmountCleanup(data_root_);
+  if (::umount2(data_root_.c_str(), MNT_DETACH) != 0)
     LOG_ERROR("image: unmount %s: %s", data_root_.c_str(), std::strerror(errno));
   image_mounted_ = false;
 }

@@ -179,8 +179,8 @@ Status BindKernelView(const std::string& mount, const std::string& dir) {
   const std::string to = "/proc/self/fd/" + std::to_string(at->get());
   if (::mount(from.c_str(), to.c_str(), nullptr, MS_BIND, nullptr) != 0)
     return Status::FromErrno("bind " + dir + " on " + mount, errno);
-  if (::mount(nullptr, mount.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
-              nullptr) != 0)
+  if (::mount(nullptr, mount.c_str(), nullptr,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
     return Status::FromErrno("make " + mount + " read-only", errno);
   return Status::OK();
 }
