@@ -66,6 +66,13 @@ UniqueFD HandOffUnmountCleanup(const std::string& dir) {
   return UniqueFD(p[1]);
 }
 
+// The image node of the table's entry for `path` (image::kNone: none).
+uint32_t NodeOfPath(const table::TableView& view, const std::vector<uint32_t>& node_of,
+                    const std::string& path) {
+  const table::Entry* e = view.Lookup(path);
+  return e ? node_of[view.IndexOf(*e)] : image::kNone;
+}
+
 }  // namespace
 
 void Agent::ChooseImage() {
@@ -110,11 +117,13 @@ Status Agent::StageImage(const Shards& shards) {
   return st;
 }
 
-Status Agent::WriteAndMountImage(const Shards& shards) {
+Result<image::ErofsImage> Agent::PlanImage(const Shards& shards,
+                                           std::vector<uint32_t>* node_of_entry) {
   // The image's tree: every directory and symlink of the table, this node's files and their
   // other names. Names point into the table, which outlives the image.
   const uint32_t n = view_.size();
-  std::vector<uint32_t> node_of(n, image::kNone);
+  std::vector<uint32_t>& node_of = *node_of_entry;
+  node_of.assign(n, image::kNone);
   uint32_t count = 0;
   for (uint32_t i = 0; i < n; i++) {
     const table::Entry& t = view_.Target(view_.at(i));
@@ -141,10 +150,7 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
   }
   // The blob in the scan's order: shard by shard, each in its index's order.
   std::vector<uint32_t> order;
-  auto node_of_path = [&](const std::string& path) -> uint32_t {
-    const table::Entry* e = view_.Lookup(path);
-    return e ? node_of[view_.IndexOf(*e)] : image::kNone;
-  };
+  auto node_of_path = [&](const std::string& path) { return NodeOfPath(view_, node_of, path); };
   for (const auto& sh : shards)
     for (const auto& e : sh->entries)
       if (e.type == format::EntryType::kFile) order.push_back(node_of_path(e.path));
@@ -154,8 +160,14 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
   io.build_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
-  auto img = image::ErofsImage::Plan(std::move(nodes), io, order);
+  return image::ErofsImage::Plan(std::move(nodes), io, order);
+}
+
+Status Agent::WriteAndMountImage(const Shards& shards) {
+  std::vector<uint32_t> node_of;
+  auto img = PlanImage(shards, &node_of);
   if (!img.ok()) return img.status();
+  auto node_of_path = [&](const std::string& path) { return NodeOfPath(view_, node_of, path); };
 
   const std::string dir = cfg_.local_dir + kImageDir;
   if (::mkdir(dir.c_str(), 0700) != 0) return Status::FromErrno("image: create " + dir, errno);
@@ -202,11 +214,18 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
   if (::ftruncate(blob->get(), static_cast<off_t>(img->blob_size())) != 0)
     return Status::FromErrno("image: size " + dir + "/" + image::kBlobName, errno);
   FS_RETURN_IF_ERROR(img->WriteMeta(meta->get()));
+  FS_RETURN_IF_ERROR(MountImage(meta->get(), blob->get()));
+  LOG_INFO("image: %s of metadata and %s of data, mounted on %s",
+           HumanBytes(img->meta_size()).c_str(), HumanBytes(img->blob_size()).c_str(),
+           data_root_.c_str());
+  return Status::OK();
+}
 
+Status Agent::MountImage(int meta, int blob) {
   // Mounted through the descriptors: whatever the paths name by then, the kernel reads these
-  // two files, written above.
-  const std::string source = "/proc/self/fd/" + std::to_string(meta->get());
-  const std::string options = "device=/proc/self/fd/" + std::to_string(blob->get());
+  // two files, just written.
+  const std::string source = "/proc/self/fd/" + std::to_string(meta);
+  const std::string options = "device=/proc/self/fd/" + std::to_string(blob);
   if (::mount(source.c_str(), data_root_.c_str(), "erofs", MS_RDONLY | MS_NOSUID | MS_NODEV,
               options.c_str()) != 0)
     return Status::FromErrno("image: mount it on " + data_root_, errno);
@@ -214,9 +233,6 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
   data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
   StartImageWarmer();
-  LOG_INFO("image: %u names, %s of metadata and %s of data, mounted on %s", count,
-           HumanBytes(img->meta_size()).c_str(), HumanBytes(img->blob_size()).c_str(),
-           data_root_.c_str());
   return Status::OK();
 }
 

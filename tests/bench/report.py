@@ -444,8 +444,12 @@ def scale_markdown(res):
          "to fit this machine; random bytes do not compress, as JPEGs do not); `imagenet22k-meta`, 14,197,122 empty "
          "files in 21,841 class directories, packed from a tar stream on standard input, never on disk as files. "
          "Node-local storage is tmpfs (`/dev/shm`) for `imagenet1k` and the VM's ext4 disk for `imagenet22k-meta` "
-         "(14 million tmpfs inodes would take about 13 GB of the 24 GB). Each figure is one sample (one run at this "
-         "scale takes minutes); the arms ran back to back in the same run.", "",
+         "(14 million tmpfs inodes would take about 13 GB of the 24 GB). The `-disk` rows (issue 31) put "
+         "`imagenet1k`'s local directory on that ext4 disk, where GPU nodes have NVMe: the default mode (as root, "
+         "the share as an EROFS image) beside `--image no`, against the same tree extracted to the same disk"
+         + (f" (`scale.py --only disk`, {ph['disk'].get('started', '?')})" if ph.get("disk") else "")
+         + ". Each figure is one sample (one run at this scale takes minutes); the arms ran back to back in the same "
+         "run.", "",
          "| id | workload | baseline | FanStore | ratio | target | result |", "|---|---|---|---|---|---|---|"]
     for r in res.get("rows", []):
         r = {k: v.replace("|", "\\|") if isinstance(v, str) else v for k, v in r.items()}
