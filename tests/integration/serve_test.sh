@@ -198,8 +198,10 @@ if [[ $(id -u) -eq 0 && -c /dev/fuse ]]; then
     check "$mode: every file through the kernel alone (static busybox md5sum) matches" \
       diff <(cd src && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 /bin/busybox md5sum) <(tail -n +2 <<<"$out")
   done
+  # The FUSE view (files): as root on a disk, the default would bind the EROFS image instead, whose
+  # directory sizes are its own (matrix_test's image case).
   check "static busybox find and ls -la: as on a read-only bind mount" \
-    diff <(listing ro) <("$F" run ds.fs --kernel-view --mount "$KM" -- env -u LD_PRELOAD bash -c "$(declare -f listing); listing '$KM'")
+    diff <(listing ro) <("$F" run ds.fs --image no --kernel-view --mount "$KM" -- env -u LD_PRELOAD bash -c "$(declare -f listing); listing '$KM'")
   cat > getdents.py <<'PY'
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
