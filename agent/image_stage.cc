@@ -157,9 +157,6 @@ Result<image::ErofsImage> Agent::PlanImage(const Shards& shards,
   image::Options io;
   io.uid = view_.header().uid;
   io.gid = view_.header().gid;
-  io.build_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
   return image::ErofsImage::Plan(std::move(nodes), io, order);
 }
 

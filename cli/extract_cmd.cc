@@ -2,7 +2,6 @@
 // image (--erofs).
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -48,9 +47,6 @@ int CmdExtract(int argc, char** argv) {
     w.progress = o.progress;
     w.image.uid = ::getuid();
     w.image.gid = ::getgid();
-    w.image.build_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                std::chrono::system_clock::now().time_since_epoch())
-                                .count();
     s = image::WriteDatasetImage(**ds, dest, w);
   } else {
     s = format::Extract(**ds, dest, o);

@@ -88,18 +88,8 @@ const char kZeros[SparseWriter::kBlock] = {};
 }  // namespace
 
 Status SparseWriter::Put(const char* p, size_t n) {
-  uint64_t at = off_;
-  while (n > 0) {
-    ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(at));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno("write " + what_, errno);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-    at += static_cast<uint64_t>(w);
-  }
-  written_ = at;
+  FS_RETURN_IF_ERROR(PwriteFull(fd_, std::string_view(p, n), off_, what_));
+  written_ = off_ + n;
   return Status::OK();
 }
 

@@ -248,8 +248,6 @@ Status SetXattrs(int fd, std::string_view enc, const std::string& what) {
   return Status::OK();
 }
 
-// DEST, created or found empty, opened.
-
 // File content, decoded and verified on all cores while the shards stream in.
 Status ExtractFiles(const Dataset& ds, int root, const std::string& dest,
                     const ExtractOptions& opts) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 
@@ -93,6 +94,10 @@ Result<ErofsImage> ErofsImage::Plan(std::vector<Node> nodes, const Options& opts
   img.nodes_ = std::move(nodes);
   img.opts_ = opts;
   if (Status st = img.Check(); !st.ok()) return st.Prefixed("erofs image");
+  if (img.opts_.build_time_ns == 0)
+    img.opts_.build_time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
   img.Layout(blob_order);
   return img;
 }
@@ -216,10 +221,11 @@ void ErofsImage::Layout(const std::vector<uint32_t>& blob_order) {
   for (uint32_t i = 0; i < nodes_.size(); i++) place(i);
   uint64_t blk = meta_blkaddr_ + Blocks(pos, block_bits_);
   for (uint32_t i = 0; i < nodes_.size(); i++) {
-    const Node& x = nodes_[i];
+    Node& x = nodes_[i];
     if (x.link != kNone || !(S_ISDIR(x.mode) || S_ISLNK(x.mode))) continue;
+    if (S_ISDIR(x.mode)) x.size = DirBytes(i);  // once: the inode and the blocks use it
     data_blk_[i] = static_cast<uint32_t>(blk);
-    blk += Blocks(S_ISDIR(x.mode) ? DirBytes(i) : x.target.size(), block_bits_);
+    blk += Blocks(S_ISDIR(x.mode) ? x.size : x.target.size(), block_bits_);
   }
   meta_blocks_ = blk;
 }
@@ -232,7 +238,6 @@ std::string ErofsImage::Inode(uint32_t i) const {
   uint64_t size = x.size;
   uint32_t nlink = 1 + names_[i];
   if (S_ISDIR(x.mode)) {
-    size = DirBytes(i);
     nlink = 2 + subdirs_[i];
   } else if (S_ISLNK(x.mode)) {
     size = x.target.size();
@@ -284,7 +289,7 @@ std::string ErofsImage::DirBlocks(uint32_t dir) const {
     }
     out += b;
   });
-  out.resize(DirBytes(dir));
+  out.resize(nodes_[dir].size);
   return out;
 }
 

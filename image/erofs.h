@@ -36,7 +36,7 @@ struct Node {
   uint32_t parent = 0;
   std::string_view name;  // one component; the caller keeps the bytes alive until Write
   uint32_t mode = 0;      // st_mode with the type: a directory, a regular file or a symlink
-  uint64_t size = 0;      // a regular file's bytes
+  uint64_t size = 0;      // a regular file's bytes; a directory's is set by Plan (its entries')
   int64_t mtime_ns = 0;
   std::string_view target;  // a symlink's target
   uint32_t link = kNone;    // another name (hard link) of regular file node `link`
@@ -47,7 +47,7 @@ struct Options {
   // Block size as a shift: 9 (512 B) keeps the blob small for small files; 12 (4 KiB) is what
   // older erofs-utils can check. 0: 9 unless the blob would pass 2 TiB, then 12.
   unsigned block_bits = 0;
-  int64_t build_time_ns = 0;  // the superblock's build time
+  int64_t build_time_ns = 0;  // the superblock's build time; 0: when Plan runs
 };
 
 class ErofsImage {
@@ -79,8 +79,9 @@ class ErofsImage {
   uint32_t Target(uint32_t n) const { return nodes_[n].link == kNone ? n : nodes_[n].link; }
   // A directory's entries, "." and ".." among them, sorted by name: (name, node).
   std::vector<std::pair<std::string_view, uint32_t>> Entries(uint32_t dir) const;
-  uint64_t DirBytes(uint32_t dir) const;  // its size: whole blocks, then the last one's use
-  std::string Inode(uint32_t n) const;    // the record: inode and chunk index
+  // Its size: whole blocks, then the last one's use (computed once, into the node's size).
+  uint64_t DirBytes(uint32_t dir) const;
+  std::string Inode(uint32_t n) const;  // the record: inode and chunk index
   std::string DirBlocks(uint32_t dir) const;
 
   std::vector<Node> nodes_;
