@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# slurm_linkdown (4-node netns cluster): node1 reads ten of node2's files, then node2's link goes
+# slurm_linkdown (netns cluster; a 2-node job): node1 reads ten of node2's files, then node2's link goes
 # down: node1 reads every file correctly, in bounded time; later, one open waits for the connect
 # timeout; the link comes back before the job ends.
 #

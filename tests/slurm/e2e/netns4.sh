@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# slurm_netns4 (4-node netns cluster): distinct hostnames, node-local directories and run
+# slurm_netns4 (netns cluster; a 4-node job): distinct hostnames, node-local directories and run
 # directories; md5 on all four nodes.
 #
 # Usage: netns4.sh BUILD_DIR, with the cluster up (start.sh BUILD_DIR netns). See lib.sh.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The ctest fixtures slurm_ports_start and slurm_netns_start: build the Debian packages of the build
-# (cpack -G DEB into <base>/pkg), install them (dpkg -i), then start a 2-node ports or a 4-node netns
+# (cpack -G DEB into <base>/pkg), install them (dpkg -i), then start a 2-node ports or a netns
 # cluster whose plugstack line is the package's conffile line, with the test cluster's node-local
 # directory, stage-in timeout and cache size.
 #
-# Usage: start.sh BUILD_DIR ports|netns. See lib.sh. A FanStore package of another version already
+# Usage: start.sh BUILD_DIR ports|netns [NODES] (netns: 16 nodes unless NODES). See lib.sh. A FanStore package of another version already
 # installed here is refused (the tests would not run this build); one of this version is used and
 # left installed by stop.sh, which purges only what start.sh installed.
 # shellcheck source=lib.sh
@@ -97,7 +97,7 @@ start_cluster() {
 TEST_NAME=slurm_start-${2:-}
 case ${2:-} in
   ports) start_cluster ports 2 ;;
-  netns) start_cluster netns 4 ;;
-  *) echo "usage: start.sh BUILD_DIR ports|netns" >&2; exit 2 ;;
+  netns) start_cluster netns "${3:-16}" ;;
+  *) echo "usage: start.sh BUILD_DIR ports|netns [NODES]" >&2; exit 2 ;;
 esac
 finish
