@@ -167,6 +167,10 @@ Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shard
 
 Status Agent::AgreeAllStaged(const Status& st) {
   auto verdicts = boot_->Exchange(exchange::EncodeHead(st), nullptr);
+  // The last use of PMIx. An agent that dies later must die as a finalized client: Slurm's
+  // PMIx server kills the whole step, every other agent with it, when a client that did not
+  // finalize goes away (its error handler, seen at 64 nodes; slurm_wide).
+  boot_->Finalize();
   if (!st.ok()) return st;
   if (!verdicts.ok()) return verdicts.status().Prefixed("metadata exchange");
   for (uint32_t r = 0; r < verdicts->size(); r++)

@@ -34,12 +34,13 @@ int OpenFileData(const Entry& name, int flags) {
       flags & (O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_PATH | O_LARGEFILE | O_DIRECT | O_NOATIME);
   // The agent died or shut down (one memory load, no syscall): the file comes from where it
   // still is, its staged copy, the cache or the dataset itself.
-  if (!t.AgentAlive()) {
+  auto without_agent = [&] {
     if (flags & O_PATH) return OpenDirStandIn(t.at(0), O_PATH | (flags & O_CLOEXEC));
     int fd = OpenWithoutAgent(e, keep);
     if (fd >= 0 && !(flags & O_CLOEXEC)) Real().fcntl(fd, F_SETFD, 0);
     return fd;
-  }
+  };
+  if (!t.AgentAlive()) return without_agent();
   std::string_view rel = t.Path(e);
   // kLocal may be set by the agent after this process mapped the table (lazy unpack).
   const uint32_t eflags = table::EntryFlagsOf(e);
@@ -81,6 +82,9 @@ int OpenFileData(const Entry& name, int flags) {
     }
   }
   int fd = AgentOpen(g_cfg.socket, rel, g_cfg.open_timeout_ms);
+  // The agent died with the request in hand (the kernel marks its lock before it closes its
+  // sockets): the file comes from where it still is, as for the next open.
+  if (fd == -EIO && !t.AgentAlive()) return without_agent();
   if (fd < 0) return fd;
   if (!(flags & O_CLOEXEC)) Real().fcntl(fd, F_SETFD, 0);
   if ((flags & (O_NONBLOCK | O_DIRECT)) &&
