@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "build_commit.h"  // generated: FANSTORE_COMMIT
 #include "cli/cli.h"
 #include "common/log.h"
 #include "format/format.h"
@@ -78,7 +79,8 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   if (cmd == "version" || cmd == "--version") {
-    std::printf("fanstore %s (dataset format v%u)\n", FANSTORE_VERSION, format::kVersion);
+    std::printf("fanstore %s (dataset format v%u, commit %s)\n", FANSTORE_VERSION, format::kVersion,
+                FANSTORE_COMMIT);
     return kExitOk;
   }
   for (const Command& c : kCommands)

@@ -1981,14 +1981,15 @@ def machine(ctx):
                 k, v = line.split(":")
                 mem[k] = int(v.split()[0]) * 1024
     fs_of = lambda p: (run(["findmnt", "-n", "-o", "FSTYPE", "-T", p]).stdout.split() or ["?"])[-1]
-    git = run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], check=False).stdout.strip()
-    dirty = run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"], check=False).stdout.strip()
+    version = run([ctx.fanstore, "version"], check=False).stdout.strip()
+    # The commit the binaries were built from (the build stamps it), not the checkout's HEAD.
+    built = re.search(r"commit ([^)]+)\)", version)
     return {
         "cpu_model": cpu, "cores": ctx.cores, "kernel": platform.release(), "memory_bytes": mem.get("MemTotal"),
         "local_dir": ctx.work, "local_dir_fs": fs_of(ctx.work), "cache_dir": ctx.cache, "cache_dir_fs": fs_of(ctx.cache),
         "os": run(["sh", "-c", ". /etc/os-release; echo $PRETTY_NAME"], check=False).stdout.strip(),
-        "loadavg_start": os.getloadavg(), "git_commit": git + ("-dirty" if dirty else ""),
-        "fanstore_version": run([ctx.fanstore, "version"], check=False).stdout.strip(),
+        "loadavg_start": os.getloadavg(), "git_commit": built.group(1) if built else "unknown",
+        "fanstore_version": version,
         "build_dir": ctx.build,
     }
 
