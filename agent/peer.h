@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -141,7 +142,12 @@ class PeerClient {
   PeerIdentity me_;
   std::vector<std::string> endpoints_;
   std::mutex mu_;
-  std::unordered_map<uint32_t, std::vector<std::unique_ptr<Session>>> idle_;
+  // Idle connections, the most recently used first, at most kMaxIdle of them over all peers: an
+  // agent that read from every other node would otherwise keep a connection to each, and every
+  // holder one from each reader (O(N) descriptors per agent, beyond PeerServer::kMaxConnections
+  // at 512 nodes; docs/benchmarks.md, scale-out).
+  static constexpr size_t kMaxIdle = 32;
+  std::list<std::pair<uint32_t, std::unique_ptr<Session>>> idle_;
   std::unordered_map<uint32_t, std::chrono::steady_clock::time_point> down_until_;
 };
 

@@ -52,12 +52,13 @@ bool PeerClient::IsDown(uint32_t rank) {
 void PeerClient::MarkDown(uint32_t rank) {
   std::lock_guard<std::mutex> l(mu_);
   down_until_[rank] = Clock::now() + kDownFor;
-  idle_[rank].clear();
+  idle_.remove_if([rank](const auto& e) { return e.first == rank; });
 }
 
 void PeerClient::Release(uint32_t rank, std::unique_ptr<Session> s) {
   std::lock_guard<std::mutex> l(mu_);
-  idle_[rank].push_back(std::move(s));
+  idle_.emplace_front(rank, std::move(s));
+  if (idle_.size() > kMaxIdle) idle_.pop_back();  // the least recently used one closes
 }
 
 Status PeerClient::Handshake(Session* s, uint32_t rank) {
@@ -121,10 +122,10 @@ Status PeerClient::Handshake(Session* s, uint32_t rank) {
 Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto& v = idle_[rank];
-    if (!v.empty()) {
-      auto s = std::move(v.back());
-      v.pop_back();
+    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+      if (it->first != rank) continue;
+      auto s = std::move(it->second);
+      idle_.erase(it);
       return s;
     }
   }

@@ -15,6 +15,11 @@ inline constexpr char kOpenTimeoutMs[] = "FANSTORE_OPEN_TIMEOUT_MS";
 // Set to 1 in the agent's own environment so that a preload library it inherits stays inert.
 inline constexpr char kDisable[] = "FANSTORE_DISABLE";
 
+// Read by the SPANK plugin in the job's environment: the PMIx fence algorithm of the agents'
+// exchange (tree, ring or mixed; Slurm's SLURM_PMIX_FENCE for the agent step only). For
+// measurements; the default is the plugin's kAgentPmixFence.
+inline constexpr char kPmixFence[] = "FANSTORE_PMIX_FENCE";
+
 // Set by the SPANK plugin.
 inline constexpr char kAgentStep[] = "FANSTORE_AGENT_STEP";  // "1" in the agent step
 inline constexpr char kJobAgents[] = "FANSTORE_JOB_AGENTS";  // job whose agents the batch step runs
@@ -63,6 +68,8 @@ inline constexpr char kSlurmRlimitPrefix[] = "SLURM_RLIMIT_";
 inline constexpr char kPmixRank[] = "PMIX_RANK";
 inline constexpr char kPmixNamespace[] = "PMIX_NAMESPACE";
 inline constexpr char kPmixMcaGds[] = "PMIX_MCA_gds";
+// Slurm's mpi/pmix: the fence algorithm of a step (set in the agent step's environment).
+inline constexpr char kSlurmPmixFence[] = "SLURM_PMIX_FENCE";
 
 // The system's.
 inline constexpr char kLdPreload[] = "LD_PRELOAD";          // read and set

@@ -306,6 +306,8 @@ std::vector<std::string> OutputReportLines(const std::string& log, size_t max_li
   return out;
 }
 
+bool IsPmixFence(const std::string& v) { return v == "tree" || v == "ring" || v == "mixed"; }
+
 std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
                                       const std::string& preload) {
   std::vector<std::string> out;
@@ -313,9 +315,14 @@ std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
                               std::string(env::kSocket) + "=",  std::string(env::kDisable) + "=",
                               std::string(kEnvAgentStep) + "=", std::string(kEnvJobAgents) + "="};
   const std::string ld_preload = std::string(env::kLdPreload) + "=";
+  const std::string fence = std::string(env::kSlurmPmixFence) + "=";
+  const std::string asked = std::string(env::kPmixFence) + "=";
+  std::string fence_value = kAgentPmixFence;
   for (const auto& e : env) {
-    bool skip = e.find(kOptionEnvMarker) != std::string::npos;
+    bool skip = e.find(kOptionEnvMarker) != std::string::npos || StartsWith(e, fence.c_str());
     for (const auto& d : drop) skip = skip || StartsWith(e, d.c_str());
+    if (StartsWith(e, asked.c_str()) && IsPmixFence(e.substr(asked.size())))
+      fence_value = e.substr(asked.size());
     if (skip) continue;
     if (StartsWith(e, ld_preload.c_str())) {
       const std::string rest = RemovePreload(e.substr(ld_preload.size()), preload);
@@ -326,6 +333,7 @@ std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
   }
   out.push_back(std::string(kEnvAgentStep) + "=1");
   out.push_back(std::string(env::kDisable) + "=1");
+  out.push_back(fence + fence_value);
   return out;
 }
 

@@ -138,9 +138,16 @@ std::string ResolveStatsFile(const UserOptions& opts, uint32_t job, const std::s
 // bytes, control characters replaced (the log is the user's file; these lines go to slurmd's log).
 std::vector<std::string> OutputReportLines(const std::string& log, size_t max_lines);
 
+// The PMIx fence algorithm of the agents' exchange (SLURM_PMIX_FENCE of the agent step, whatever
+// the job's or the site's mpi.conf says): chosen from the scale-out runs (docs/benchmarks.md, N2).
+// With Slurm 22.05, "tree" loses the other ranks' data (PMIx_Get: NOT-FOUND after the fence).
+inline constexpr const char* kAgentPmixFence = "ring";
+bool IsPmixFence(const std::string& v);
+
 // The agent step's environment, from the launching environment: without our LD_PRELOAD entry, the
 // FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and
-// with FANSTORE_AGENT_STEP=1 and FANSTORE_DISABLE=1.
+// with FANSTORE_AGENT_STEP=1, FANSTORE_DISABLE=1 and SLURM_PMIX_FENCE=kAgentPmixFence (or the
+// job's FANSTORE_PMIX_FENCE, when it names one).
 std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
                                       const std::string& preload);
 

@@ -349,6 +349,22 @@ TEST(JobTest, AgentStepEnvironmentIsClean) {
   for (const auto& e : env) EXPECT_NE(e.rfind("LD_PRELOAD=", 0), 0u) << e;
 }
 
+TEST(JobTest, AgentStepFenceIsOursUnlessTheJobAsksForOne) {
+  auto fences = [](const std::vector<std::string>& env) {
+    std::vector<std::string> f;
+    for (const auto& e : env)
+      if (e.rfind("SLURM_PMIX_FENCE=", 0) == 0) f.push_back(e);
+    return f;
+  };
+  const std::string ours = std::string("SLURM_PMIX_FENCE=") + kAgentPmixFence;
+  // The user's own MPI steps may want tree; the agents' step gets the one that works for them.
+  EXPECT_EQ(fences(AgentStepEnv({"SLURM_PMIX_FENCE=tree"}, "/l.so")), std::vector{ours});
+  EXPECT_EQ(fences(AgentStepEnv({}, "/l.so")), std::vector{ours});
+  EXPECT_EQ(fences(AgentStepEnv({"FANSTORE_PMIX_FENCE=mixed"}, "/l.so")),
+            std::vector<std::string>{"SLURM_PMIX_FENCE=mixed"});
+  EXPECT_EQ(fences(AgentStepEnv({"FANSTORE_PMIX_FENCE=bogus"}, "/l.so")), std::vector{ours});
+}
+
 TEST(JobTest, PreloadEditing) {
   EXPECT_EQ(PrependPreload("", "/l.so"), "/l.so");
   EXPECT_EQ(PrependPreload("/a.so", "/l.so"), "/l.so:/a.so");

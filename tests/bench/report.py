@@ -502,11 +502,11 @@ def main():
     made = plots(res, a.plots)
     rel = os.path.relpath(a.plots, os.path.dirname(os.path.abspath(a.md)))
     md = markdown(res, made, rel)
-    # The scale section, when a scale run has been published next to the plots.
-    scale_md = os.path.join(a.plots, "scale.md")
-    if os.path.exists(scale_md):
-        with open(scale_md) as f:
-            md += "\n" + f.read()
+    # The scale and scale-out sections, when those runs have been published next to the plots.
+    for name in ("scale.md", "scaleout.md"):
+        if os.path.exists(os.path.join(a.plots, name)):
+            with open(os.path.join(a.plots, name)) as f:
+                md += "\n" + f.read()
     if a.results_copy:
         shutil.copy(a.results, a.results_copy)
     else:

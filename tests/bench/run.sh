@@ -16,6 +16,10 @@
 #   --scale      instead of the suite: the ImageNet-scale runs of scale.py (1.33M files and 14.2M
 #                entries, about 15 minutes and 15 GB of memory); results-scale.json and scale.md
 #                in OUT, and with docs, docs/bench/scale.md (a section of docs/benchmarks.md)
+#   --scale-out  instead of the suite: scaleout.py on the netns test cluster at 2 to 64 nodes (N1-N6,
+#                3 runs each, about an hour), then scaleout_model.py's fit, 64-node check and
+#                predictions; results-scaleout.json and scaleout.md in OUT, and with docs in
+#                docs/bench/ (a section of docs/benchmarks.md)
 #
 # Needs the packages of tests/install-deps.sh; run as root (sshd for the remote file system
 # stand-in, mpirun --allow-run-as-root). Results: OUT/results.json (every raw sample, the
@@ -24,7 +28,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 quick=0 out="" build="${FANSTORE_BUILD:-$repo/build}" cache="${FANSTORE_BENCH_CACHE:-/var/tmp/fanstore-bench-cache}"
-docs=1 pass=() scale=0
+docs=1 pass=() scale=0 scaleout=0
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
@@ -35,6 +39,7 @@ while (($#)); do
     --skip-j1) pass+=(--skip-j1) ;;
     --no-docs) docs=0 ;;
     --scale) scale=1 ;;
+    --scale-out) scaleout=1 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -63,6 +68,19 @@ cc -O2 -Wall -Wextra -o "$out/fsbench" "$here/fsbench.c" -lxxhash -lzstd -lm
 
 start=$(date +%s)
 rc=0
+if ((scaleout)); then
+  /usr/bin/python3 "$here/scaleout.py" --out "$out" --build "$build" || rc=$?
+  if ((rc == 0)); then
+    /usr/bin/python3 "$here/scaleout_model.py" "$out/results-scaleout.json" --md "$out/scaleout.md" || rc=1
+    if ((docs && rc == 0)); then
+      cp "$out/results-scaleout.json" "$out/scaleout.md" "$repo/docs/bench/"
+      /usr/bin/python3 "$here/report.py" "$repo/docs/bench/results.json" --md "$repo/docs/benchmarks.md" --plots "$repo/docs/bench" || rc=1
+      echo "run.sh: regenerated docs/bench/scaleout.md and docs/benchmarks.md"
+    fi
+  fi
+  echo "run.sh: scale-out run $( ((rc == 0)) && echo passed || echo FAILED) in $(($(date +%s) - start)) s; results in $out"
+  exit $rc
+fi
 if ((scale)); then
   /usr/bin/python3 "$here/scale.py" --out "$out" --build "$build" --fsbench "$out/fsbench" --cache "$cache" || rc=$?
   if ((rc == 0)); then

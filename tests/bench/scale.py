@@ -52,6 +52,21 @@ def gen_key():
         return hashlib.sha1(f.read()).hexdigest()[:8]
 
 
+def packer_key(fanstore):
+    """A packed dataset's cache key: the generator, the dataset format (`fanstore --version`) and
+    the packer's own sources (pack/, format/, common/, tests excluded), so that any change to the
+    packer packs again."""
+    h = hashlib.sha1(gen_key().encode())
+    h.update(subprocess.run([fanstore, "--version"], capture_output=True, text=True).stdout.split(", commit")[0].encode())
+    repo = os.path.dirname(os.path.dirname(HERE))
+    for d in ("pack", "format", "common"):
+        for name in sorted(os.listdir(os.path.join(repo, d))):
+            if name.endswith((".cc", ".h")) and not name.endswith("_test.cc"):
+                with open(os.path.join(repo, d, name), "rb") as f:
+                    h.update(name.encode() + f.read())
+    return h.hexdigest()[:10]
+
+
 class Scale:
     def __init__(self, a):
         self.a = a
@@ -83,7 +98,7 @@ class Scale:
         return path
 
     def meta_22k(self):
-        path = os.path.join(self.cache, f"imagenet22k-meta-d{self.a.divisor}-{gen_key()}.fs")
+        path = os.path.join(self.cache, f"imagenet22k-meta-d{self.a.divisor}-{packer_key(self.fanstore)}.fs")
         if not os.path.isdir(path):
             log(f"packing imagenet22k-meta from a tar stream into {path}")
             tmp = path[:-3] + f".tmp-{os.getpid()}.fs"

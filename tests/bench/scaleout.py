@@ -10,7 +10,7 @@ build's packages), then runs, as the test user, jobs with --fanstore over one da
     the end. Per job: J1 (job start to every node ready: the first srun of the script, which
     starts on a node only once its agent is ready), the dataset directory's opens and reads seen
     by inotify, and the teardown (the script's end to no trace of the job on any node).
-  - "exchange" jobs for each PMIx fence algorithm of Slurm (SLURM_PMIX_FENCE tree, ring, mixed),
+  - "exchange" jobs for each PMIx fence algorithm of Slurm (FANSTORE_PMIX_FENCE tree, ring, mixed),
     --runs of each: a script that does nothing, for the exchange and J1 alone.
   - the fault case, once: tests/slurm/e2e/wide.sh (2 agents killed mid-epoch, every read checked).
 Writes OUT/results-scaleout.json (every raw sample); scaleout_model.py fits and reports it.
@@ -50,7 +50,9 @@ for p in paths:
     with open(p, "rb") as f:
         total += len(f.read())
     n += 1
-json.dump({"files": n, "bytes": total, "seconds": time.perf_counter() - t0}, open(out, "w"))
+c = os.times()
+json.dump({"files": n, "bytes": total, "seconds": time.perf_counter() - t0, "cpu": c.user + c.system},
+          open(out, "w"))
 open(done, "w").close()
 while not os.path.exists(go):
     time.sleep(0.05)
@@ -179,11 +181,19 @@ def agent_state(job, node):
         for name in ("tcp", "tcp6"):
             for line in open(f"/proc/{pid}/net/{name}").readlines()[1:]:
                 tcp += line.split()[9] in socks
-        return {"threads": int(re.search(r"Threads:\s+(\d+)", status).group(1)),
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return {"cpu_after_read": (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"),
+                "threads": int(re.search(r"Threads:\s+(\d+)", status).group(1)),
                 "rss_kib": int(re.search(r"VmRSS:\s+(\d+)", status).group(1)),
                 "fds": len(os.listdir(f"/proc/{pid}/fd")), "tcp_conns": tcp}
     except (OSError, KeyError, AttributeError, ValueError):
         return {}
+
+
+def busy_seconds():
+    """The machine's CPU seconds not idle, all cores, since boot (/proc/stat)."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(f[:8]) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def job_start(job):
@@ -226,9 +236,12 @@ def one_job(kind, n, k, ds, info, fence):
     open(f"{jd}/job.sh", "w").write("#!/bin/bash\n" + body)
     os.chmod(f"{jd}/job.sh", 0o755)
     run(["chown", "-R", f"{TUSER}:", jd])
-    env_export = "ALL" if fence == "default" else f"ALL,SLURM_PMIX_FENCE={fence}"
+    # The agents' fence: FANSTORE_PMIX_FENCE, which the plugin turns into the agent step's
+    # SLURM_PMIX_FENCE (builds before that passed the job's SLURM_PMIX_FENCE on: both are set).
+    env_export = "ALL" if fence == "default" else f"ALL,FANSTORE_PMIX_FENCE={fence},SLURM_PMIX_FENCE={fence}"
     net0 = {x: net_bytes(x) for x in nodes}
     watch = Inotify(ds)
+    busy0 = busy_seconds()
     job = int(asu("sbatch", "--parsable", f"-N{n}", f"--chdir={jd}", f"-o{jd}/out.%j", f"--export={env_export}",
                   f"--fanstore={ds}", "--fanstore-replicas=1", f"{jd}/job.sh", cwd=jd).strip().split(";")[0])
     states = {}
@@ -239,6 +252,7 @@ def one_job(kind, n, k, ds, info, fence):
         states = {x: agent_state(job, x) for x in nodes}
         open(f"{jd}/go", "w").close()
     st = wait_state(job, 300 + 10 * n)
+    busy = busy_seconds() - busy0
     clean = None
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -265,9 +279,10 @@ def one_job(kind, n, k, ds, info, fence):
              "net_rx_bytes": net1[x][0] - net0[x][0], "net_tx_bytes": net1[x][1] - net0[x][1], **states.get(x, {})}
         if kind == "read" and os.path.exists(f"{jd}/sum.{x}"):
             r = json.load(open(f"{jd}/sum.{x}"))
-            a.update(files_read=r["files"], bytes_read=r["bytes"], read_seconds=r["seconds"])
+            a.update(files_read=r["files"], bytes_read=r["bytes"], read_seconds=r["seconds"], reader_cpu=r["cpu"])
         agents.append(a)
-    res = {"n": n, "run": k, "kind": kind, "fence": fence, "job": job, "state": st,
+    res = {"n": n, "run": k, "kind": kind, "fence": fence, "job": job, "state": st, "replicas": 1,
+           "machine_cpu_seconds": busy,
            "j1_seconds": max(ready) - t0 if ready and t0 else None,
            "teardown_seconds": clean - end if clean and end else None,
            "source_opens": source["opens"], "source_reads": source["reads"], "agents": agents,
@@ -314,12 +329,13 @@ def main():
         sys.exit("scaleout: run as root (it drives the test cluster)")
     os.makedirs(a.out, exist_ok=True)
     out_file = os.path.join(a.out, "results-scaleout.json")
-    res = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": [], "clusters": {}, "faults": {}}
+    res = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": [], "clusters": {}, "faults": {},
+           "machine": {"cores": os.cpu_count(), "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}}
     for n in [int(x) for x in a.nodes.split(",")]:
         res["clusters"][n] = cluster(a.build, n)
         ds, info = make_dataset(a.files, a.size, a.shards)
         res["version"] = version()
-        res["dataset"] = {"path": ds, "files": info.get("files"), "shards": len(json.load(open(f"{ds}/manifest.json"))["shards"]),
+        res["dataset"] = {"path": ds, "files": info.get("files"), "entries": info.get("files", 0) + info.get("dirs", 0) + 1, "shards": len(json.load(open(f"{ds}/manifest.json"))["shards"]),
                           "bytes": info.get("raw_bytes"), "stored_bytes": info.get("stored_bytes")}
         for k in range(a.runs):
             res["runs"].append(one_job("read", n, k, ds, info, "default"))

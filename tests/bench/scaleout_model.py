@@ -1,0 +1,757 @@
+#!/usr/bin/python3
+"""Scale-out model (BENCHMARKS.md "Scale-out": N-model and N-eff), from the netns-cluster runs.
+
+scaleout_model.py RESULTS.json [--md OUT.md] [--json OUT.json]
+
+Reads docs/bench/results-scaleout.json (tests/bench/scaleout.py: N = 2..64 nodes, every node on this
+one machine of C cores), fits a model with stated terms on N <= 32, checks it at N = 64, carries its
+per-node CPU and per-message terms to a stated reference node, predicts J1, the exchange, stage-in
+and epochs at 512 and 4,096 nodes for ImageNet-1k and -22k, and simulates a ResNet-50 epoch's
+efficiency with FanStore, direct parallel-file-system reads and tar-to-local.
+
+Oversubscription. On the test machine every node's work shares the same C cores, so a phase takes
+    T = max(CPU_total / C, critical path)                        (test machine)
+and on a cluster, where each node has its own cores,
+    T = max(CPU_node / cores_used, critical path)                 (reference node).
+The terms are CPU seconds per file, byte, entry, peer and message, and the critical path's messages
+and bytes: the same numbers feed both lines, so what is fitted here carries over.
+
+Fitting. Least squares on relative errors, every term pulled weakly toward a stated prior (C1 and X1
+of docs/benchmarks.md), never below zero. A term the runs cannot separate from another (per file
+against per byte, with one dataset) stays near its prior and is marked so: its resolution (the
+diagonal of (AᵀA + σ²I)⁻¹AᵀA in prior-scaled units: 1 set by the runs, 0 by the prior) is below 0.1.
+Predictions along the directions the runs do determine follow the runs.
+"""
+import argparse
+import json
+import math
+import sys
+import textwrap
+
+import numpy as np
+
+FIT_MAX_N, CHECK_N, TOLERANCE = 32, 64, 0.25
+PRIOR_SD = 3.0  # a prior's standard deviation, in units of the prior: weak, it only settles what the runs cannot
+TREE_WIDTH = 50  # slurm.conf TreeWidth, its default in Slurm 22.05 (Debian 12)
+# Slurm's mpi/pmix (pmixp_lib_fence): PMIxCollFence unset means "mixed", which runs the ring for a
+# fence that collects data and the tree for an empty one. Both of the agent's rounds carry data.
+FENCE_ALGORITHM = {"default": "ring", "mixed": "ring", "ring": "ring", "tree": "tree"}
+GB = 1e9
+# docs/benchmarks.md C1: CPU seconds per byte and per file of each phase (its a and b columns).
+C1 = {"stage": (0.508 / GB, 1.09e-6), "unpack": (0.882 / GB, 16.49e-6), "serve": (0.0429 / GB, 0.743e-6),
+      "peer": (1.16 / GB, 24.54e-6), "native": (0.17 / GB, 4.80e-6)}
+
+# Terms: (name, prior, unit, meaning[, prior sd]); the prior sd is PRIOR_SD × the prior unless given.
+BLOB_TERMS = [("b", 24.0, "B/entry", "exchange bytes per entry of the namespace (X1)"),
+              ("c", 44.0, "B/agent", "exchange bytes per agent: endpoint, head (X1)")]
+CPU_TERMS = [
+    ("c0", 0.05, "s", "per agent, fixed: start, PMIx init, manifest"),
+    ("c_file", 0.55e-6, "s/file", "per file of the node's shards: index scan, placement (C1 stage-in, half)"),
+    ("c_byte", C1["stage"][0], "s/B", "per byte of the node's shards: copy with XXH3 (C1 stage-in)"),
+    ("c_entry", 0.55e-6, "s/entry", "per entry of the whole namespace: decode, table build (C1 stage-in, half; "
+     "at most 0.7 µs by F4-22k: 10.0 s to ready at 14.2M entries, one agent)"),
+    ("c_peer", 100e-6, "s/peer", "per peer: PMIx Get, endpoint")]
+FENCE_TERMS = [
+    ("a0", 5e-3, "s", "per fence, fixed"),
+    ("alpha", 50e-6, "s/message", "CPU per message handled (sent or received) by a PMIx server or Get"),
+    ("beta", 1e-9, "s/B", "CPU per byte moved (both ends, TCP over veth)"),
+    ("phi", 0.5, "x", "share of the agents' CPU to ready that runs while the fence is in flight", 0.5)]
+SPREAD_TERMS = [("w0", 0.01, "s", "arrival spread, fixed"),
+                ("w1", 5e-3, "s/node", "arrival spread per node (agents' start serialised on C cores)")]
+J1_TERMS = [("j0", 1.0, "s", "job start to the agents' start: Slurm, prolog, srun, fixed"),
+            ("j_node", 0.05, "s/node", "Slurm's and the step's work per node, on C cores (not the agent's CPU)")]
+READ_TERMS = [
+    ("t0", 0.1, "s", "reader start"),
+    ("p_file", C1["native"][1] + C1["serve"][1], "s/file", "per file read by a node: open, read, close, serving (C1)"),
+    ("p_byte", C1["native"][0] + C1["serve"][0], "s/B", "per byte read by a node (C1 native + serve)"),
+    ("q_file", C1["peer"][1], "s/file", "per file moved between nodes, both ends (C1 peer)"),
+    ("q_byte", C1["peer"][0], "s/B", "per byte moved between nodes, both ends (C1 peer)"),
+    ("u_file", C1["unpack"][1], "s/file", "per file of a node's share unpacked once (C1 unpack)"),
+    ("u_byte", C1["unpack"][0], "s/B", "per byte of a node's share unpacked once (C1 unpack)")]
+RX_TERMS = [("r0", 1e6, "B", "per node: Slurm, MUNGE, PMIx wire-up"),
+            ("r_node", 2e4, "B/node", "per peer: connections, heads"),
+            ("k_fence", 1.04, "x", "wire bytes per byte of the fence (TCP/IP)", 0.5),
+            ("k_data", 1.04, "x", "wire bytes per byte of file data moved (protocol, TCP/IP)", 0.5)]
+TEARDOWN_TERMS = [("d0", 1.0, "s", "job end to clean, fixed"), ("d1", 0.05, "s/node", "per node, on C cores")]
+
+REF_NODE = {  # the stated reference node and its parallel file system
+    "cores": 64, "gpus": 4, "io_cores": 16, "nvme_bw": 12e9, "net_bw": 25e9, "wire_latency_s": 10e-6,
+    "create_s": 150e-6, "workers": 32, "pfs_bw": 500e9, "pfs_opens_per_s": 100e3, "pfs_open_latency_s": 1e-3,
+    "gpu_img_per_s": 1200, "prefetch_streams": 2, "replicas": 1, "epochs": 90}
+REF_TEXT = (
+    "64 cores, of which 16 are left to I/O (the rest decode and feed 4 GPUs); 2 × NVMe at 6 GB/s (12 GB/s); "
+    "200 Gb/s network (25 GB/s), 10 µs per message on the wire; a file created on the NVMe's ext4 costs 150 µs "
+    "(the low end of the 150-300 µs measured on this VM, docs/design.md), for tar's extraction and FanStore's "
+    "unpack and cache alike; 32 DataLoader workers per node; "
+    "parallel file system: 500 GB/s aggregate, 100,000 opens/s for the whole machine, 1 ms per open; ResNet-50 at "
+    "1,200 images/s per GPU (A100, mixed precision, decode off the critical path), 4,800 per node; "
+    "FanStore with --fanstore-replicas=1 and 2 prefetch streams; a run is 90 epochs.")
+# Entries: files + directories (+ the root); 22k's from F4-22k. Shards of 256 MB.
+IMAGENET = {
+    "imagenet-1k": {"name": "ImageNet-1k", "files": 1_281_167, "bytes": 140e9, "entries": 1_282_168, "shards": 547},
+    "imagenet-22k": {"name": "ImageNet-22k", "files": 14_197_122, "bytes": 1.3e12, "entries": 14_218_964,
+                     "shards": 5078}}
+
+
+# --- the fence ---------------------------------------------------------------------------------
+
+def tree_children(n, width=TREE_WIDTH):
+    """Slurm's reverse tree (src/common/reverse_tree.c, as pmixp_coll_tree uses it): ranks in
+    preorder, depth d = the least d with 1 + w + ... + w^d >= n; a node with s levels below it has
+    its children at rank+1, rank+1+g, ... (at most w), g = (1 + w + ... + w^s) // w."""
+    depth, total = 0, 1
+    while total < n:
+        depth += 1
+        total += width ** depth
+    kids = [[] for _ in range(n)]
+    stack = [(0, 0)]
+    while stack:
+        rank, d = stack.pop()
+        if d == depth:
+            continue
+        gap = sum(width ** i for i in range(depth - d + 1)) // width
+        for cur in range(rank + 1, min(n, rank + 1 + width * gap), gap):
+            kids[rank].append(cur)
+            stack.append((cur, d + 1))
+    return kids
+
+
+def fence_terms(alg, n, blob, alpha=50e-6, beta=1e-9, width=TREE_WIDTH):
+    """One PMIx fence collecting `blob` bytes in all (blob/N from each node), then the agent's client
+    takes the whole blob and does one Get per peer (N messages, blob bytes). A message costs α at
+    each end; a byte β on its path. Returns the critical path's messages and bytes (path_m, path_b),
+    the totals over all nodes (tot_m, tot_b), and each rank's bytes received (rx).
+      ring (pmixp_coll_ring): N-1 steps, each moving one contribution of blob/N to the successor:
+        path = (N-1)·(2α + β·blob/N);   rx = (N-1)/N·blob on every node.
+      tree (pmixp_coll_tree over tree_children): fan-in, each node sends its subtree's contributions
+        to its parent; fan-out, the root sends the WHOLE blob to each child in turn and every interior
+        node forwards it to each of its children: child i of v has it at t(v) + i·(2α + β·blob), so a
+        level costs k·(2α + β·blob), not blob/BW; rx = blob + (subtree-1)·blob/N (root: (N-1)/N·blob)."""
+    per = blob / n
+    if alg == "ring":
+        return {"path_m": 2 * (n - 1) + n, "path_b": (n - 1) * per + blob, "tot_m": 2 * n * (n - 1) + n * n,
+                "tot_b": (n - 1) * blob + n * blob, "rx": [(n - 1) * per] * n}
+    kids = tree_children(n, width)
+    sub = [1] * n
+    for v in range(n - 1, -1, -1):
+        sub[v] += sum(sub[c] for c in kids[v])
+    up = [(0.0, 0, 0.0)] * n  # (time, messages, bytes) on the critical path of the fan-in
+    for v in range(n - 1, -1, -1):
+        if kids[v]:
+            t, m, b = max(up[c] for c in kids[v])
+            recv = sum(sub[c] for c in kids[v]) * per
+            up[v] = (t + 2 * alpha * len(kids[v]) + beta * recv, m + 2 * len(kids[v]), b + recv)
+    got = [None] * n
+    got[0] = up[0]
+    for v in range(n):
+        for i, c in enumerate(kids[v], 1):
+            t, m, b = got[v]
+            got[c] = (t + i * (2 * alpha + beta * blob), m + 2 * i, b + i * blob)
+    _, m, b = max(got)
+    up_b = sum(sub[v] for v in range(1, n)) * per
+    rx = [(sub[v] - 1) * per + (blob if v else 0) for v in range(n)]
+    return {"path_m": m + n, "path_b": b + blob, "tot_m": 4 * (n - 1) + n * n,
+            "tot_b": up_b + (n - 1) * blob + n * blob, "rx": rx}
+
+
+# --- least squares with priors ------------------------------------------------------------------
+
+def _priors(terms):
+    p = np.array([t[1] for t in terms], float)
+    sd = np.array([t[4] if len(t) > 4 else PRIOR_SD * abs(t[1]) for t in terms], float)
+    return p, np.maximum(sd, 1e-30)
+
+
+def _noise(y, groups, floor=0.02):
+    """Relative noise of y: pooled SD of y/mean over groups of repeated runs, at least `floor`."""
+    dev, dof = 0.0, 0
+    for g in set(groups):
+        v = np.array([yy for yy, gg in zip(y, groups) if gg == g], float)
+        if len(v) > 1 and v.mean() > 0:
+            dev += float(((v / v.mean() - 1) ** 2).sum())
+            dof += len(v) - 1
+    return max(floor, math.sqrt(dev / dof)) if dof else 0.05
+
+
+def _solve(A, y, terms, sigma):
+    """x >= 0 minimising Σ((A·x - y)/|y|)²/σ² + Σ((x - prior)/sd)²; returns x and the resolution."""
+    p, sd = _priors(terms)
+    k = len(terms)
+    A, y = np.asarray(A, float).reshape(-1, k), np.asarray(y, float)
+    w = 1 / np.maximum(np.abs(y), 0.05 * np.median(np.abs(y)) + 1e-30) if len(y) else y
+    A, y = A * w[:, None], y * w
+    fixed = np.zeros(k, bool)
+    while True:
+        f = ~fixed
+        As = A[:, f] * sd[f]
+        M = As.T @ As + sigma ** 2 * np.eye(f.sum())
+        x = np.zeros(k)
+        x[f] = p[f] + sd[f] * np.linalg.solve(M, As.T @ (y - A[:, f] @ p[f]))
+        if (x >= 0).all():
+            break
+        fixed[np.argmin(np.where(f, x, np.inf))] = True
+    res = np.zeros(k)
+    res[f] = np.diag(np.linalg.solve(M, As.T @ As))
+    return x, res
+
+
+def _pack(terms, x, res, sigma, A, y):
+    """The fitted terms, their resolution, the noise assumed and the rows' relative scatter about the fit."""
+    A, y = np.asarray(A, float).reshape(-1, len(terms)), np.asarray(y, float)
+    scatter = float(np.sqrt(np.mean(((A @ x - y) / np.where(y == 0, 1, y)) ** 2))) if len(y) else 0.0
+    return {"values": {t[0]: float(v) for t, v in zip(terms, x)},
+            "resolution": {t[0]: float(r) for t, r in zip(terms, res)}, "noise": sigma, "scatter": scatter,
+            "rows": len(y)}
+
+
+def fit_linear(terms, A, y, groups):
+    sigma = _noise(y, groups)
+    return _pack(terms, *_solve(A, y, terms, sigma), sigma, A, y)
+
+
+def fit_max(terms, features, y, groups, iters=30):
+    """y = max(A1·x, A2·x) with (A1, A2) = features(x) (a critical path and a CPU-total branch): each
+    row takes the branch that is larger under the current x, then x is refitted, until stable."""
+    sigma = _noise(y, groups)
+    x = _priors(terms)[0]
+    for _ in range(iters):
+        A1, A2 = (np.asarray(a, float).reshape(len(y), len(terms)) for a in features(x))
+        A = np.where((A2 @ x > A1 @ x)[:, None], A2, A1)
+        new, res = _solve(A, y, terms, sigma)
+        done = np.allclose(new, x, rtol=1e-6, atol=0)
+        x = new
+        if done:
+            break
+    return _pack(terms, x, res, sigma, A, y) if len(y) else _pack(terms, x, res, sigma, [], [])
+
+
+# --- the runs -----------------------------------------------------------------------------------
+
+def _f(d, key):
+    v = d.get(key) if isinstance(d, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _vals(agents, key):
+    return [v for v in (_f(a, key) for a in agents) if v is not None]
+
+
+def _dataset(d):
+    """files F, bytes D (as read), stored bytes (the shards; D when not recorded), entries E (files
+    when not recorded), shards S."""
+    files, raw = _f(d, "files") or 1.0, _f(d, "bytes") or 0.0
+    return {"name": d.get("name") or d.get("path", "dataset"), "files": files, "bytes": raw,
+            "stored": _f(d, "stored_bytes") or raw, "entries": _f(d, "entries") or files,
+            "shards": _f(d, "shards") or 1.0}
+
+
+def _stat(v, f):
+    return float(f(v)) if v else None
+
+
+def runs_of(results):
+    """Every usable run, with its own dataset (a run may carry one; else the file's) and per-run stats."""
+    out = []
+    for r in results.get("runs", []):
+        if not isinstance(r, dict) or _f(r, "n") is None or r.get("complete") is False:
+            continue
+        ags = [a for a in r.get("agents", []) if isinstance(a, dict)]
+        ex, rd, rx = _vals(ags, "exchange_seconds"), _vals(ags, "read_seconds"), _vals(ags, "net_rx_bytes")
+        q = _stat
+        out.append({"n": int(r["n"]), "kind": r.get("kind", "read"), "fence": r.get("fence", "default"),
+                    "ds": _dataset({**results.get("dataset", {}), **r.get("dataset", {})}), "agents": ags,
+                    "j1": _f(r, "j1_seconds"), "teardown": _f(r, "teardown_seconds"), "opens": _f(r, "source_opens"),
+                    "ex_min": q(ex, min), "ex_med": q(ex, np.median), "ex_max": q(ex, max),
+                    "read_med": q(rd, np.median), "read_max": q(rd, max), "rx_med": q(rx, np.median),
+                    "rx_max": q(rx, max), "files_read": q(_vals(ags, "files_read"), np.median),
+                    "cpu_sum": sum(_vals(ags, "cpu_ready")) if len(_vals(ags, "cpu_ready")) == len(ags) else None})
+    return out
+
+
+def _group(r):
+    return (r["n"], r["kind"], r["fence"], r["ds"]["name"])
+
+
+# --- the fit ------------------------------------------------------------------------------------
+
+def _share(m, ds, n):
+    r = min(m["replicas"], n)
+    return ds["files"] * r / n, ds.get("stored", ds["bytes"]) * r / n
+
+
+def cpu_ready(m, ds, n):
+    """One agent's CPU to ready: c0 + c_file·F·r/N + c_byte·D·r/N + c_entry·E + c_peer·N."""
+    v = m["cpu"]["values"]
+    f, b = _share(m, ds, n)
+    return v["c0"] + v["c_file"] * f + v["c_byte"] * b + v["c_entry"] * ds["entries"] + v["c_peer"] * n
+
+
+def blob_bytes(m, ds, n):
+    """Bytes every node receives in the exchange: B(N) = b·E + c·N."""
+    return m["blob"]["values"]["b"] * ds["entries"] + m["blob"]["values"]["c"] * n
+
+
+def _fence_rows(m, runs, x):
+    """The fence's two branches on the test machine, in (a0, α, β, φ):
+    path = a0 + α·path_m + β·path_b;  CPU = a0 + (α·tot_m + β·tot_b + φ·Σ cpu_ready)/C."""
+    rows1, rows2 = [], []
+    for r in runs:
+        t = fence_terms(FENCE_ALGORITHM.get(r["fence"], "ring"), r["n"], blob_bytes(m, r["ds"], r["n"]), x[1], x[2])
+        rows1.append([1, t["path_m"], t["path_b"], 0])
+        rows2.append([1, t["tot_m"] / m["cores"], t["tot_b"] / m["cores"], r["cpu_sum"] / m["cores"]])
+    return rows1, rows2
+
+
+def _read_row(m, ds, n):
+    """Read phase on the test machine, every node reading every file once, all on C cores:
+    T = t0 + [N·(F·p_file + D·p_byte) + (N-r)·(F·q_file + D·q_byte) + r·(F·u_file + D·u_byte)]/C."""
+    F, D, C, r = ds["files"], ds["bytes"], m["cores"], min(m["replicas"], n)
+    return [1, n * F / C, n * D / C, (n - r) * F / C, (n - r) * D / C, r * F / C, r * D / C]
+
+
+def _rx_rows(m, run):
+    """Bytes one node receives: r0 + r_node·N + k_fence·fence rx of its rank + k_data·(N-r)/N·D (reads)."""
+    n, ds = run["n"], run["ds"]
+    t = fence_terms(FENCE_ALGORITHM.get(run["fence"], "ring"), n, blob_bytes(m, ds, n))
+    data = (n - min(m["replicas"], n)) / n * ds.get("stored", ds["bytes"]) if run["kind"] == "read" else 0.0
+    ranks = [a.get("rank") if isinstance(a.get("rank"), int) else i for i, a in enumerate(run["agents"])]
+    return [[1, n, t["rx"][rank % n], data] for rank in ranks]
+
+
+def fit(results, max_n=FIT_MAX_N):
+    """The N-model, fitted on the runs with N <= max_n. Each part is a stated formula (see the
+    functions it names); the returned dict holds every term's value, prior resolution and noise."""
+    cores = _f(results.get("machine", {}), "cores") or 2.0
+    m = {"cores": cores, "replicas": _f(results, "replicas") or 1.0, "max_n": max_n,
+         "dataset": _dataset(results.get("dataset", {}))}
+    runs = [r for r in runs_of(results) if r["n"] <= max_n]
+    m["fit_nodes"] = sorted({r["n"] for r in runs})
+    rows = [(r, a) for r in runs for a in r["agents"]]
+    ok = [(r, a) for r, a in rows if _f(a, "exchange_bytes")]
+    m["blob"] = fit_linear(BLOB_TERMS, [[r["ds"]["entries"], r["n"]] for r, _ in ok],
+                           [a["exchange_bytes"] for _, a in ok], [_group(r) for r, _ in ok])
+    ok = [(r, a) for r, a in rows if _f(a, "cpu_ready")]
+    m["cpu"] = fit_linear(CPU_TERMS, [[1, *_share(m, r["ds"], r["n"]), r["ds"]["entries"], r["n"]] for r, _ in ok],
+                          [a["cpu_ready"] for _, a in ok], [_group(r) for r, _ in ok])
+    ok = [r for r in runs if r["ex_min"] is not None and r["cpu_sum"] is not None]
+    m["fence"] = fit_max(FENCE_TERMS, lambda x: _fence_rows(m, ok, x), [r["ex_min"] for r in ok],
+                         [_group(r) for r in ok])
+    for key, stat in (("spread_med", "ex_med"), ("spread_max", "ex_max")):
+        ok = [r for r in runs if r["ex_min"] is not None]
+        m[key] = fit_linear(SPREAD_TERMS, [[1, r["n"]] for r in ok], [r[stat] - r["ex_min"] for r in ok],
+                            [_group(r) for r in ok])
+    ok = [r for r in runs if r["j1"] is not None and r["cpu_sum"] is not None]
+    m["j1"] = fit_linear(J1_TERMS, [[1, r["n"]] for r in ok], [r["j1"] - r["cpu_sum"] / cores for r in ok],
+                         [_group(r) for r in ok])
+    for key, stat in (("read_med", "read_med"), ("read_max", "read_max")):
+        ok = [r for r in runs if r[stat] is not None]
+        m[key] = fit_linear(READ_TERMS, [_read_row(m, r["ds"], r["n"]) for r in ok], [r[stat] for r in ok],
+                            [_group(r) for r in ok])
+    ok = [(r, row, a["net_rx_bytes"]) for r in runs for row, a in zip(_rx_rows(m, r), r["agents"])
+          if _f(a, "net_rx_bytes")]
+    m["rx"] = fit_linear(RX_TERMS, [row for _, row, _ in ok], [y for _, _, y in ok], [_group(r) for r, _, _ in ok])
+    ok = [r for r in runs if r["teardown"] is not None]
+    m["teardown"] = fit_linear(TEARDOWN_TERMS, [[1, r["n"]] for r in ok], [r["teardown"] for r in ok],
+                               [_group(r) for r in ok])
+    m["check"] = check(results, m)
+    return m
+
+
+def _lin(part, row):
+    return float(np.dot(list(part["values"].values()), row))
+
+
+def on_test_machine(m, n, ds, fence="default", kind="read"):
+    """The model's figures for the test machine at N nodes (all on its C cores)."""
+    C = m["cores"]
+    cpu_sum = n * cpu_ready(m, ds, n)
+    v = m["fence"]["values"]
+    t = fence_terms(FENCE_ALGORITHM.get(fence, "ring"), n, blob_bytes(m, ds, n), v["alpha"], v["beta"])
+    fence_s = max(v["a0"] + v["alpha"] * t["path_m"] + v["beta"] * t["path_b"],
+                  v["a0"] + (v["alpha"] * t["tot_m"] + v["beta"] * t["tot_b"] + v["phi"] * cpu_sum) / C)
+    rx = sorted(_lin(m["rx"], row) for row in _rx_rows(m, {"n": n, "ds": ds, "fence": fence, "kind": kind,
+                                                            "agents": [{"rank": i} for i in range(n)]}))
+    out = {"j1": _lin(m["j1"], [1, n]) + cpu_sum / C, "fence": fence_s, "cpu_ready": cpu_sum / n,
+           "ex_med": fence_s + _lin(m["spread_med"], [1, n]), "ex_max": fence_s + _lin(m["spread_max"], [1, n]),
+           "rx_med": float(np.median(rx)), "rx_max": rx[-1] * (1 + m["rx"].get("scatter", 0.0) * math.sqrt(2 * math.log(n))),
+           "teardown": _lin(m["teardown"], [1, n])}
+    for key in ("read_med", "read_max"):
+        out[key] = _lin(m[key], _read_row(m, ds, n))
+    out["rate_med"], out["rate_min"] = ds["files"] / out["read_med"], ds["files"] / out["read_max"]
+    return out
+
+
+CHECKS = [  # (label, stat, kind filter, per fence?)
+    ("J1: job start to every node ready (s)", "j1", None, False),
+    ("exchange, median over agents (s)", "ex_med", None, True),
+    ("exchange, maximum over agents (s)", "ex_max", None, True),
+    ("bytes received per node, median (exchange jobs)", "rx_med", "exchange", True),
+    ("bytes received per node, maximum (exchange jobs)", "rx_max", "exchange", True),
+    ("bytes received per node, median (read jobs)", "rx_med", "read", False),
+    ("read phase: per-node rate, median node (files/s)", "rate_med", "read", False),
+    ("read phase: per-node rate, slowest node (files/s)", "rate_min", "read", False),
+    ("teardown: job end to every node clean (s)", "teardown", None, False)]
+
+
+def check(results, m, n=CHECK_N):
+    """The model's prediction at N = n (default 64) beside the median over runs of what was measured."""
+    runs = [r for r in runs_of(results) if r["n"] == n]
+    names = sorted({r["ds"]["name"] for r in runs})
+    out = []
+    for (label, stat, kind, per_fence), name in ((c, d) for d in names for c in CHECKS):
+        sel = [r for r in runs if kind in (None, r["kind"]) and r["ds"]["name"] == name]
+        for fence in sorted({r["fence"] for r in sel}) if per_fence else [None]:
+            rs = [r for r in sel if fence in (None, r["fence"])]
+            meas = []
+            for r in rs:
+                if stat.startswith("rate"):
+                    t = r["read_med" if stat == "rate_med" else "read_max"]
+                    meas += [r["files_read"] / t] if t and r["files_read"] else []
+                elif r[stat] is not None:
+                    meas.append(r[stat])
+            if not meas:
+                continue
+            fx = fence or (rs[0]["fence"] if rs else "default")
+            pred = on_test_machine(m, n, rs[0]["ds"], fx, kind or rs[0]["kind"])[stat]
+            mv = float(np.median(meas))
+            err = (pred - mv) / mv if mv else None
+            out.append({"quantity": label + (f" [{name}]" if len(names) > 1 else ""), "fence": fence,
+                        "predicted": pred, "measured": mv, "runs": len(meas), "error": err,
+                        "within": err is not None and abs(err) <= TOLERANCE})
+    return out
+
+
+# --- the reference node -------------------------------------------------------------------------
+
+def _read_costs(m):
+    """Per-file and per-byte CPU of reading, moving and unpacking: fitted where the runs set them."""
+    v = m["read_med"]["values"]
+    return {k: v[k] for k in ("p_file", "p_byte", "q_file", "q_byte", "u_file", "u_byte")}
+
+
+def ref_fence(m, ref, ds, n, alg):
+    """A fence on the reference node: a0 + path_m·(α + ℓ/2) + path_b·max(β, 1/net_bw), each node on its
+    own cores (the CPU-total branch, (α·tot_m + β·tot_b)/(N·cores), is checked too)."""
+    v = m["fence"]["values"]
+    a, b = v["alpha"] + ref["wire_latency_s"] / 2, max(v["beta"], 1 / ref["net_bw"])
+    t = fence_terms(alg, n, blob_bytes(m, ds, n), a, b)
+    return v["a0"] + max(a * t["path_m"] + b * t["path_b"],
+                         (v["alpha"] * t["tot_m"] + v["beta"] * t["tot_b"]) / (n * ref["cores"]))
+
+
+def fanstore_epoch_io(m, ref, ds, n, first):
+    """I/O time of one training epoch on one node (it reads F/N files; r/N of them are its own):
+    CPU = (F/N)·(p_file + s·p_byte) + remote·(F/N)·(q_file + s·q_byte + create)
+          [+ first epoch: its share unpacked once, (F·r/N)·(u_file + s·u_byte + create)],
+    on io_cores less the prefetch streams; T = max(CPU/cores, remote bytes / net_bw,
+    remote files · (2ℓ + q_file + s·(q_byte + 1/net_bw) + create) / workers). s = D/F; the cache is
+    taken as cold every epoch (an upper bound until the prefetch has cached the dataset)."""
+    k = _read_costs(m)
+    F, s, r = ds["files"], ds["bytes"] / ds["files"], min(ref["replicas"], n)
+    files, remote = F / n, 1 - r / n
+    cpu = files * (k["p_file"] + s * k["p_byte"]) + remote * files * (k["q_file"] + s * k["q_byte"] + ref["create_s"])
+    if first:
+        cpu += F * r / n * (k["u_file"] + s * k["u_byte"] + ref["create_s"])
+    lat = remote * files * (2 * ref["wire_latency_s"] + k["q_file"] + s * (k["q_byte"] + 1 / ref["net_bw"])
+                            + ref["create_s"]) / ref["workers"]
+    cores = max(1, ref["io_cores"] - 2 * ref["prefetch_streams"]) if n > r else ref["io_cores"]
+    return max(cpu / cores, remote * files * s / ref["net_bw"], lat)
+
+
+def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
+    """J1, exchange, stage-in, epochs and the all-to-all rate at each N, on the reference node:
+      slurm    = j0 + j_node·C_test             (Slurm's per-node work, now on each node's own cores)
+      stage    = max(D·r/pfs_bw, (D·r/N)/min(net_bw, nvme_bw), (c_file·F·r/N + c_byte·D·r/N)/threads),
+                 threads = min(cores, shards per node)
+      exchange = fence(ring for the default) + arrival spread at N = C_test (one agent per core)
+      table    = c0 + c_entry·E + c_peer·N      (one core)
+      J1       = slurm + max(stage, spread_max + fence + table) + second fence (N·64 B)
+      prefetch = (N-r)/N · max(D/net_bw, (F·(q_file/2 + create) + D·q_byte/2)/streams): until every
+                 remote file is in the node's cache
+      all-to-all rate (N3) = F / max(F·p_file + D·p_byte, (N-r)/N·(F·q_file + D·q_byte)/(2·streams),
+                 (N-r)/N·D/net_bw)."""
+    v, k, C = m["cpu"]["values"], _read_costs(m), m["cores"]
+    F, D, E, S = ds["files"], ds["bytes"], ds["entries"], ds.get("shards") or max(1, ds["bytes"] / 256e6)
+    out = []
+    for n in nodes:
+        r = min(ref["replicas"], n)
+        fences = {alg: ref_fence(m, ref, ds, n, alg) for alg in ("ring", "tree")}
+        fence = fences[FENCE_ALGORITHM["default"]]
+        spread_med, spread_max = _lin(m["spread_med"], [1, C]), _lin(m["spread_max"], [1, C])
+        threads = max(1, min(ref["cores"], math.ceil(S * r / n)))
+        stage = max(D * r / ref["pfs_bw"], D * r / n / min(ref["net_bw"], ref["nvme_bw"]),
+                    (v["c_file"] * F * r / n + v["c_byte"] * D * r / n) / threads) + S * r / ref["pfs_opens_per_s"]
+        table = v["c0"] + v["c_entry"] * E + v["c_peer"] * n
+        small = dict(ds, entries=0)
+        fence2 = ref_fence(dict(m, blob={"values": {"b": 0, "c": 64}}), ref, small, n, FENCE_ALGORITHM["default"])
+        slurm = _lin(m["j1"], [1, C])
+        j1 = slurm + max(stage, spread_max + fence + table) + fence2
+        st = ref["prefetch_streams"]
+        per_stream = (F * (k["q_file"] / 2 + ref["create_s"]) + D * k["q_byte"] / 2) / st
+        prefetch = (n - r) / n * max(D / ref["net_bw"], per_stream)
+        a2a = max(F * k["p_file"] + D * k["p_byte"], (n - r) / n * (F * k["q_file"] + D * k["q_byte"]) / (2 * st),
+                  (n - r) / n * D / ref["net_bw"])
+        out.append({"nodes": n, "dataset": ds["name"], "blob_bytes": blob_bytes(m, ds, n),
+                    "fence_ring": fences["ring"], "fence_tree": fences["tree"], "exchange_med": fence + spread_med,
+                    "exchange_max": fence + spread_max, "stage_in": stage, "table": table, "slurm": slurm, "j1": j1,
+                    "epoch1_io": fanstore_epoch_io(m, ref, ds, n, True),
+                    "steady_io": fanstore_epoch_io(m, ref, ds, n, False),
+                    "compute": F / n / (ref["gpus"] * ref["gpu_img_per_s"]), "prefetch": prefetch,
+                    "a2a_rate": F / a2a})
+    return out
+
+
+# --- N-eff: the efficiency simulator ------------------------------------------------------------
+
+def simulate_efficiency(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=None):
+    """A ResNet-50 epoch over `ds` on N reference nodes, N = 1, 2, 4 ... 4096, for three arms.
+    Compute per epoch T_c = F/(N·gpus·gpu_img_per_s); each node reads F/N files, I/O overlapped with
+    compute, staging not:  epoch 1 = T_c/(max(T_c, io_1) + staging),  steady = T_c/max(T_c, io),
+    run = epochs·T_c/(staging + max(T_c, io_1) + (epochs-1)·max(T_c, io)).
+      FanStore: staging = J1 (predict), io = fanstore_epoch_io.
+      direct PFS: no staging; io = max(F/pfs_opens, D/pfs_bw, (D/N)/net_bw, (F/N)·open_latency/workers),
+        the metadata rate and bandwidth shared by all nodes (one open per file: no directory scan, no
+        stat: the baseline's best case).
+      tar-to-local: staging = copy of the whole tar to every node, max(N·D/pfs_bw, D/min(net_bw, nvme_bw)),
+        then `tar x`, one process: F·create + D/nvme_bw; io = native reads of F/N local files,
+        max((F/N)·(native_file + s·native_byte)/io_cores, (D/N)/nvme_bw)."""
+    nodes = nodes or [2 ** i for i in range(13)]
+    F, D = ds["files"], ds["bytes"]
+    out = []
+    for n, p in zip(nodes, predict(m, ref, ds, nodes)):
+        tc = p["compute"]
+        arms = {"fanstore": (p["j1"], p["epoch1_io"], p["steady_io"])}
+        pfs = max(F / ref["pfs_opens_per_s"], D / ref["pfs_bw"], D / n / ref["net_bw"],
+                  F / n * ref["pfs_open_latency_s"] / ref["workers"])
+        arms["direct_pfs"] = (0.0, pfs, pfs)
+        copy = max(n * D / ref["pfs_bw"], D / min(ref["net_bw"], ref["nvme_bw"]))
+        tar = copy + F * ref["create_s"] + D / ref["nvme_bw"]
+        local = max(F / n * (C1["native"][1] + D / F * C1["native"][0]) / ref["io_cores"], D / n / ref["nvme_bw"])
+        arms["tar_local"] = (tar, local, local)
+        row = {"nodes": n, "compute": tc, "j1_parts": {k: p[k] for k in ("slurm", "stage_in", "fence_ring", "table")}}
+        for arm, (stage, io1, io) in arms.items():
+            e = ref["epochs"]
+            row[arm] = {"staging": stage, "io_first": io1, "io_steady": io,
+                        "epoch1": tc / (max(tc, io1) + stage), "steady": tc / max(tc, io),
+                        "run": e * tc / (stage + max(tc, io1) + (e - 1) * max(tc, io))}
+        out.append(row)
+    return out
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+def _n(x, unit=""):
+    """A number for a table: 3 significant digits, thousands separated, SI prefixes for bytes."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    if unit == "B":
+        for u, f in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+            if abs(x) >= f:
+                return f"{x / f:.3g} {u}"
+        return f"{x:.0f} B"
+    if unit == "%":
+        return f"{100 * x:.1f} %"
+    s = f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+    return s + (f" {unit}" if unit else "")
+
+
+def _doc(fn):
+    """A function's docstring as a fenced block: the formulas of the report are the code's own."""
+    first, rest = fn.__doc__.split("\n", 1)
+    return "```text\n" + first + "\n" + textwrap.dedent(rest).strip() + "\n```"
+
+
+def _table(head, rows):
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] +
+                     ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+
+
+def _measured(results):
+    """Medians over runs at each N (and, over agents, the median and the maximum: never the minimum)."""
+    runs, rows = runs_of(results), []
+    for n in sorted({r["n"] for r in runs}):
+        rs = [r for r in runs if r["n"] == n]
+        reads = [r for r in rs if r["kind"] == "read"]
+        med = {key: _stat([r[key] for r in (reads if key.startswith(("read", "files")) else rs)
+                           if r[key] is not None], np.median)
+               for key in ("j1", "ex_med", "ex_max", "rx_med", "rx_max", "read_med", "read_max", "files_read",
+                           "teardown", "opens")}
+        ags = [a for r in rs for a in r["agents"]]
+        mx = {key: _stat(_vals(ags, key), max) for key in ("threads", "fds", "tcp_conns", "rss_kib")}
+        rate = {k: med["files_read"] / med[k] if med["files_read"] and med[k] else None for k in ("read_med", "read_max")}
+        rows.append([n, len(rs), _n(med["j1"], "s"), _n(_stat(_vals(ags, "cpu_ready"), np.median), "s"),
+                     f'{_n(med["ex_med"])} / {_n(med["ex_max"])} s', f'{_n(med["rx_med"], "B")} / {_n(med["rx_max"], "B")}',
+                     f'{_n(rate["read_med"])} / {_n(rate["read_max"])}', _n(med["teardown"], "s"), _n(med["opens"]),
+                     f'{_n(mx["threads"])} / {_n(mx["fds"])} / {_n(mx["tcp_conns"])} / '
+                     f'{_n(mx["rss_kib"] and mx["rss_kib"] * 1024, "B")}'])
+    return _table(["N", "runs", "J1", "agent CPU to ready (median)", "exchange median / max",
+                   "bytes received per node median / max", "read files/s per node, median / slowest", "teardown",
+                   "source opens", "agent threads / fds / TCP / RSS (max)"], rows)
+
+
+PARTS = [("blob", BLOB_TERMS, "exchange bytes"), ("cpu", CPU_TERMS, "agent CPU to ready"),
+         ("fence", FENCE_TERMS, "fence (minimum over agents)"), ("spread_med", SPREAD_TERMS, "exchange median − minimum"),
+         ("spread_max", SPREAD_TERMS, "exchange maximum − minimum"), ("j1", J1_TERMS, "J1 − Σ agent CPU/C"),
+         ("read_med", READ_TERMS, "read time, median node"), ("read_max", READ_TERMS, "read time, slowest node"),
+         ("rx", RX_TERMS, "bytes received per node"), ("teardown", TEARDOWN_TERMS, "teardown")]
+
+FORMULAS = """\
+- Test machine, every phase: T = max(CPU_total / C, critical path); reference node:
+  T = max(CPU_node / cores, critical path).
+- Exchange bytes received by every node: B(N) = b·E + c·N (E entries of the namespace).
+- Agent CPU to ready: c0 + c_file·F·r/N + c_byte·D·r/N + c_entry·E + c_peer·N (F files, D bytes, r replicas).
+- J1 (test machine) = j0 + j_node·N + Σ agent CPU to ready / C (the CPU branch: from N = C on it exceeds
+  any one node's path).
+- Fence: a message costs α at each end, a byte β on its path; then the agent's client takes the blob (N Gets).
+  - ring (Slurm's pmixp_coll_ring; the default: PMIxCollFence unset is "mixed", the ring for a fence with
+    data): N−1 steps of one contribution, path = (N−1)·(2α + β·B/N) + N·α + β·B; every node receives
+    (N−1)/N·B.
+  - tree (pmixp_coll_tree over Slurm's reverse tree, TreeWidth w = 50, depth d = least d with
+    1 + w + … + w^d ≥ N): fan-in of the subtrees' contributions, then the root sends the WHOLE blob to each
+    of its k children in turn and each interior node forwards it to each of its own: child i of v has it at
+    t(v) + i·(2α + β·B), so a level costs k·B/BW, not B/BW; a leaf receives B, an interior node
+    B + (subtree − 1)·B/N. At N ≤ 51 the tree is flat (the root sends B N−1 times); at 64 the root has 2
+    children, one with 50.
+  - test machine: fence = a0 + max(α·path messages + β·path bytes,
+    (α·all messages + β·all bytes + φ·Σ agent CPU to ready)/C).
+  - exchange seen by an agent = fence + its wait for the last agent to arrive: median = fence + w0 + w1·N
+    (spread_med), maximum = fence + w0 + w1·N (spread_max).
+- Read phase (every node reads every file once), test machine: per-node rate = F/T,
+  T = t0 + [N·(F·p_file + D·p_byte) + (N−r)·(F·q_file + D·q_byte) + r·(F·u_file + D·u_byte)]/C.
+- Bytes received per node = r0 + r_node·N + k_fence·(its fence rx) + k_data·(N−r)/N·D (read jobs); the
+  maximum over N nodes is the largest of these × (1 + s·√(2 ln N)), s the per-node scatter about the fit.
+- Teardown = d0 + d1·N."""
+
+
+def _terms_table(m):
+    rows = []
+    for key, terms, what in PARTS:
+        part = m[key]
+        for t in terms:
+            res = part["resolution"][t[0]]
+            rows.append([what, t[0], f'{part["values"][t[0]]:.4g}', t[2], f"{t[1]:.3g}",
+                         "runs" if res >= 0.5 else "prior" if res < 0.1 else "both", f"{res:.2f}", t[3]])
+        what = ""
+    return _table(["part", "term", "value", "unit", "prior", "set by", "resolution", "meaning"], rows)
+
+
+def _ref_table(preds):
+    rows = [[p["dataset"], f'{p["nodes"]:,}', _n(p["blob_bytes"], "B"), _n(p["fence_ring"], "s"), _n(p["fence_tree"], "s"),
+             f'{_n(p["exchange_med"])} / {_n(p["exchange_max"])} s', _n(p["stage_in"], "s"), _n(p["table"], "s"),
+             _n(p["j1"], "s"), _n(p["compute"], "s"), _n(p["epoch1_io"], "s"), _n(p["steady_io"], "s"),
+             _n(p["prefetch"], "s"), _n(p["a2a_rate"])] for ps in preds.values() for p in ps]
+    return _table(["dataset", "N", "exchange bytes per node", "fence: ring (default)", "fence: tree",
+                   "exchange median / max", "stage-in", "table (one core)", "J1", "epoch compute", "epoch-1 I/O",
+                   "steady-epoch I/O", "prefetch done after", "all-to-all files/s per node"], rows)
+
+
+def _eff_table(eff):
+    rows = []
+    for row in eff:
+        f, d, t = row["fanstore"], row["direct_pfs"], row["tar_local"]
+        rows.append([f'{row["nodes"]:,}', _n(row["compute"], "s"), _n(f["staging"], "s"),
+                     " / ".join(_n(f[k], "%") for k in ("epoch1", "steady", "run")), _n(d["steady"], "%"),
+                     _n(t["staging"], "s"), " / ".join(_n(t[k], "%") for k in ("epoch1", "steady", "run"))])
+    return _table(["N", "compute per epoch", "FanStore J1", "FanStore epoch 1 / steady / 90-epoch run",
+                   "direct PFS, every epoch", "tar copy + extract", "tar-to-local epoch 1 / steady / run"], rows)
+
+
+def _verdict(eff):
+    """Where FanStore stays at or above 90 % and where it does not, and why, from the figures."""
+    out = []
+    for name, rows in eff.items():
+        for row in rows:
+            if row["nodes"] not in (512, 1024, 4096):
+                continue
+            f, j = row["fanstore"], row["j1_parts"]
+            low = [k for k in ("epoch1", "steady", "run") if f[k] < 0.9]
+            s = (f'- {IMAGENET.get(name, {}).get("name", name)}, {row["nodes"]:,} nodes: steady {_n(f["steady"], "%")}, epoch 1 '
+                 f'{_n(f["epoch1"], "%")}, 90-epoch run {_n(f["run"], "%")} (direct PFS {_n(row["direct_pfs"]["steady"], "%")}, '
+                 f'tar-to-local run {_n(row["tar_local"]["run"], "%")}).')
+            if low:
+                s += (f' Below 90 % for {", ".join(low)}: an epoch is {_n(row["compute"], "s")} of compute per node, '
+                      f'while J1 is {_n(f["staging"], "s")}: the table of every entry on each node {_n(j["table"], "s")}, '
+                      f'the fence {_n(j["fence_ring"], "s")}, stage-in {_n(j["stage_in"], "s")}, Slurm and the agents\' '
+                      f'start {_n(j["slurm"], "s")}.')
+                if f["steady"] < 0.9:
+                    s += f' The steady epoch\'s I/O is {_n(f["io_steady"], "s")} per node (peer fetches of a cold cache).'
+            out.append(s)
+    return "\n".join(out)
+
+
+def markdown(results, m, preds=None, eff=None):
+    """The section for docs/benchmarks.md: measured table, every term, the check at 64, the
+    reference-node predictions and the efficiency simulator, with the formulas."""
+    preds = preds or {k: predict(m, REF_NODE, ds) for k, ds in IMAGENET.items()}
+    eff = eff or {k: simulate_efficiency(m, REF_NODE, ds) for k, ds in IMAGENET.items()}
+    ds, chk = m["dataset"], m["check"]
+    ok = sum(c["within"] for c in chk)
+    a2a = predict(m, REF_NODE, ds, (2, CHECK_N))
+    n3 = a2a[1]["a2a_rate"] / a2a[0]["a2a_rate"]
+    ver = results.get("version") or results.get("commit") or "–"
+    parts = [
+        "## Scale-out model (N-model, N-eff)", "",
+        f"Generated by `tests/bench/scaleout_model.py` from the scale-out runs ({ver}; dataset {ds['name']}: "
+        f"{_n(ds['files'])} files, {_n(ds['bytes'], 'B')}, {_n(ds['shards'])} shards). Every node of the netns "
+        f"cluster runs on this one machine of {m['cores']:.0f} cores, so wall times fall with N by construction; "
+        "the model separates the CPU each node spends from the critical path, and only those carry over.", "",
+        "### Measured", "", _measured(results), "",
+        f"### N-model: fitted on N = {', '.join(map(str, m['fit_nodes'])) or '–'}", "", FORMULAS, "",
+        "Terms. *Set by*: *runs* where the runs determine the term (resolution ≥ 0.5), *prior* where they cannot "
+        "separate it from another term (< 0.1: it stays at the stated prior, from C1 and X1 of this page), *both* "
+        "in between. One dataset cannot split per-file from per-byte costs, nor a fixed cost from a per-entry "
+        "one; only their sums at this dataset's sizes are measured.", "", _terms_table(m), "",
+        f"### N-model: checked at N = {CHECK_N}", "",
+        _table(["quantity", "fence", "predicted", "measured (median of runs)", "error", "within ±25 %"],
+               [[c["quantity"], c["fence"] or "all", _n(c["predicted"]), _n(c["measured"]), _n(c["error"], "%"),
+                 "yes" if c["within"] else "**no**"] for c in chk]) if chk else f"No runs at N = {CHECK_N}.", "",
+        f"{ok} of {len(chk)} predictions within ±25 %.", "",
+        "### N-model: 512 and 4,096 nodes on a reference node", "",
+        f"Reference node (stated, not measured): {REF_TEXT} Costs per file and byte are the fitted ones "
+        "(C1's where the runs cannot set them), as measured on this machine's cores.", "",
+        _doc(predict), "",
+        _ref_table(preds), "",
+        f"N3 on the reference node (each node its own cores), this run's dataset: the all-to-all per-node rate at "
+        f"{CHECK_N} nodes is {n3:.2f}× the 2-node rate (target ≥ 0.8×). On the test machine the rate falls as 1/N "
+        "because every node shares the same cores.", "",
+        "### N-eff: ResNet-50 epoch efficiency, 1 to 4,096 nodes", "",
+        _doc(simulate_efficiency), "", _doc(fanstore_epoch_io), ""]
+    for name, rows in eff.items():
+        parts += [f"{IMAGENET.get(name, {}).get('name', name)}:", "", _eff_table(rows), ""]
+    parts += [
+        "Against the published figures: the original FanStore (Zhang et al., arXiv:1809.10799) scaled training to "
+        "512 nodes at over 90 % scaling efficiency, a throughput figure comparable to *steady* here; HVAC (Khan et "
+        "al., IEEE CLUSTER 2022) ran on 1,024 Summit nodes, 25 % faster than GPFS on average and 9 % slower than "
+        "XFS on node-local NVMe, the bound that *tar-to-local steady* stands for here.", "", _verdict(eff), "",
+        "Every staging design pays its staging once per job while an epoch's compute per node shrinks as 1/N, so "
+        "the first epoch's efficiency falls with N for all of them; FanStore's J1 is bounded by the per-node table "
+        "of every entry (O(E) on each node, whatever N) and the fence, where the tar arm's copy grows as N·D/PFS "
+        "bandwidth and its extraction as F creates. Direct reads need no staging but saturate the metadata "
+        f"server once N·{REF_NODE['gpus'] * REF_NODE['gpu_img_per_s']:,} images/s exceed its opens/s."]
+    return "\n".join(parts) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", help="results-scaleout.json")
+    ap.add_argument("--md", help="write the Markdown section here (default: standard output)")
+    ap.add_argument("--json", help="write the model, predictions and efficiencies here")
+    a = ap.parse_args(argv)
+    with open(a.results) as f:
+        results = json.load(f)
+    m = fit(results)
+    preds = {k: predict(m, REF_NODE, ds) for k, ds in IMAGENET.items()}
+    eff = {k: simulate_efficiency(m, REF_NODE, ds) for k, ds in IMAGENET.items()}
+    md = markdown(results, m, preds, eff)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(md)
+    else:
+        sys.stdout.write(md)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": m, "reference_node": REF_NODE, "predictions": preds, "efficiency": eff}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
