@@ -68,31 +68,30 @@ cc -O2 -Wall -Wextra -o "$out/fsbench" "$here/fsbench.c" -lxxhash -lzstd -lm
 
 start=$(date +%s)
 rc=0
-if ((scaleout)); then
-  /usr/bin/python3 "$here/scaleout.py" --out "$out" --build "$build" || rc=$?
+# published NAME WHAT: after a run that wrote OUT/results-NAME.json, its report (the command
+# after WHAT, which writes OUT/NAME.md); with docs, both copied to docs/bench/ and
+# docs/benchmarks.md regenerated (report.py appends NAME.md). Exits with the run's status.
+published() {
+  local name=$1 what=$2
+  shift 2
   if ((rc == 0)); then
-    /usr/bin/python3 "$here/scaleout_model.py" "$out/results-scaleout.json" --md "$out/scaleout.md" || rc=1
+    "$@" || rc=1
     if ((docs && rc == 0)); then
-      cp "$out/results-scaleout.json" "$out/scaleout.md" "$repo/docs/bench/"
+      cp "$out/results-$name.json" "$out/$name.md" "$repo/docs/bench/"
       /usr/bin/python3 "$here/report.py" "$repo/docs/bench/results.json" --md "$repo/docs/benchmarks.md" --plots "$repo/docs/bench" || rc=1
-      echo "run.sh: regenerated docs/bench/scaleout.md and docs/benchmarks.md"
+      echo "run.sh: regenerated docs/bench/$name.md and docs/benchmarks.md"
     fi
   fi
-  echo "run.sh: scale-out run $( ((rc == 0)) && echo passed || echo FAILED) in $(($(date +%s) - start)) s; results in $out"
+  echo "run.sh: $what run $( ((rc == 0)) && echo passed || echo FAILED) in $(($(date +%s) - start)) s; results in $out"
   exit $rc
+}
+if ((scaleout)); then
+  /usr/bin/python3 "$here/scaleout.py" --out "$out" --build "$build" || rc=$?
+  published scaleout scale-out /usr/bin/python3 "$here/scaleout_model.py" "$out/results-scaleout.json" --md "$out/scaleout.md"
 fi
 if ((scale)); then
   /usr/bin/python3 "$here/scale.py" --out "$out" --build "$build" --fsbench "$out/fsbench" --cache "$cache" || rc=$?
-  if ((rc == 0)); then
-    /usr/bin/python3 "$here/report.py" "$out/results-scale.json" --scale --md "$out/scale.md" || rc=1
-    if ((docs && rc == 0)); then
-      cp "$out/results-scale.json" "$out/scale.md" "$repo/docs/bench/"
-      /usr/bin/python3 "$here/report.py" "$repo/docs/bench/results.json" --md "$repo/docs/benchmarks.md" --plots "$repo/docs/bench" || rc=1
-      echo "run.sh: regenerated docs/bench/scale.md and docs/benchmarks.md"
-    fi
-  fi
-  echo "run.sh: scale run $( ((rc == 0)) && echo passed || echo FAILED) in $(($(date +%s) - start)) s; results in $out"
-  exit $rc
+  published scale scale /usr/bin/python3 "$here/report.py" "$out/results-scale.json" --scale --md "$out/scale.md"
 fi
 /usr/bin/python3 "$here/bench.py" "${mode[@]}" --out "$out" --build "$build" --fsbench "$out/fsbench" \
   --cache "$cache" "${pass[@]}" || rc=$?

@@ -247,7 +247,8 @@ def one_job(kind, n, k, ds, info, fence):
     states = {}
     if kind == "read":
         deadline = time.time() + 300 + 10 * n
-        while time.time() < deadline and len(glob.glob(f"{jd}/done.*")) < n:
+        while time.time() < deadline and len(glob.glob(f"{jd}/done.*")) < n and \
+                not os.path.exists(f"{jd}/end"):  # the script ended: a reader failed
             time.sleep(0.2)
         states = {x: agent_state(job, x) for x in nodes}
         open(f"{jd}/go", "w").close()
@@ -324,6 +325,8 @@ def main():
     ap.add_argument("--shards", type=int, default=64)
     ap.add_argument("--no-fences", action="store_true", help="skip the exchange-only jobs")
     ap.add_argument("--no-fault", action="store_true", help="skip wide.sh")
+    ap.add_argument("--merge", action="store_true",
+                    help="add to OUT/results-scaleout.json, replacing the runs of the N measured now")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("scaleout: run as root (it drives the test cluster)")
@@ -331,8 +334,12 @@ def main():
     out_file = os.path.join(a.out, "results-scaleout.json")
     res = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": [], "clusters": {}, "faults": {},
            "machine": {"cores": os.cpu_count(), "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}}
-    for n in [int(x) for x in a.nodes.split(",")]:
-        res["clusters"][n] = cluster(a.build, n)
+    ns = [int(x) for x in a.nodes.split(",")]
+    if a.merge and os.path.exists(out_file):
+        res = json.load(open(out_file))
+        res["runs"] = [r for r in res["runs"] if r["n"] not in ns]
+    for n in ns:
+        res["clusters"][str(n)] = cluster(a.build, n)
         ds, info = make_dataset(a.files, a.size, a.shards)
         res["version"] = version()
         res["dataset"] = {"path": ds, "files": info.get("files"), "entries": info.get("files", 0) + info.get("dirs", 0) + 1, "shards": len(json.load(open(f"{ds}/manifest.json"))["shards"]),
@@ -348,7 +355,7 @@ def main():
             t = time.time()
             p = subprocess.run([os.path.join(SLURM, "e2e", "wide.sh"), a.build], capture_output=True, text=True)
             summary = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
-            res["faults"][n] = {"passed": p.returncode == 0, "summary": summary, "seconds": time.time() - t,
+            res["faults"][str(n)] = {"passed": p.returncode == 0, "summary": summary, "seconds": time.time() - t,
                                 "checks": [l.strip() for l in p.stdout.splitlines() if l.strip().startswith(("ok", "FAIL"))]}
             log(f"N={n} fault case (wide.sh): {summary}")
         json.dump(res, open(out_file, "w"), indent=1)

@@ -222,6 +222,9 @@ MailProg=/bin/true
 ReturnToService=2
 PrologFlags=Alloc
 MessageTimeout=60
+# Connects between Slurm's daemons: 2 s by default, one SYN retransmission; at 64 netns nodes on 2
+# cores a step launch failed with "Communication connection failure" on 8 nodes.
+TCPTimeout=10
 KillWait=10
 InactiveLimit=0
 MinJobAge=300
