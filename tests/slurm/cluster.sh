@@ -55,7 +55,9 @@ NODE_NS_PREFIX=fsl-
 VETH_PREFIX=fslv          # fslv<K>h (hub side), fslv<K>n (node side, renamed eth0)
 NET_PREFIX=10.77.0
 HUB_ADDR=$NET_PREFIX.254
-NETDEV_BACKLOG=30000   # net.core.netdev_max_backlog while a netns cluster runs (setup_netns)
+# Host-wide limits while a netns cluster runs (setup_netns says why).
+declare -A HOST_SYSCTL=([net.core.netdev_max_backlog]=30000 [net.ipv4.neigh.default.gc_thresh1]=8192
+  [net.ipv4.neigh.default.gc_thresh2]=32768 [net.ipv4.neigh.default.gc_thresh3]=65536)
 CTLD_PORT=16817
 SLURMD_PORT_BASE=17000    # ports mode: nodeK listens on SLURMD_PORT_BASE+K
 NETNS_SLURMD_PORT=6818
@@ -301,16 +303,22 @@ ensure_users() {
 setup_netns() {
   local i ns h n
   log "creating network namespaces: hub $HUB_ADDR + $NODES nodes"
-  # Every veth packet passes a CPU's backlog queue (net.core.netdev_max_backlog, 1000 by default).
-  # With dozens of nodes on two cores it overflows: packets drop (/proc/net/softnet_stat's second
-  # column), and connects time out at 64 nodes. Raised while the cluster runs, restored at stop.
-  local backlog
-  backlog=$(sysctl -n net.core.netdev_max_backlog)
-  if ((backlog < NETDEV_BACKLOG)); then
+  # Host-wide limits a netns cluster outgrows, raised while it runs (the old values in
+  # <base>/sysctl.orig, restored at stop):
+  # - every veth packet passes a CPU's backlog queue (net.core.netdev_max_backlog, 1000): with
+  #   dozens of nodes on two cores it overflowed (/proc/net/softnet_stat's second column);
+  # - the ARP table is one for all namespaces (gc_thresh3, 1024 entries): 64 nodes that each talk
+  #   to every other need 4,096; past it the kernel drops packets ("neighbor table overflow"), and
+  #   connects time out.
+  local key want have
+  for key in "${!HOST_SYSCTL[@]}"; do
+    want=${HOST_SYSCTL[$key]}
+    have=$(sysctl -n "$key")
+    ((have >= want)) && continue
     # Not over the value a cluster that was never stopped left: that one is the system's.
-    [[ -f $BASE/netdev_max_backlog.orig ]] || echo "$backlog" >"$BASE/netdev_max_backlog.orig"
-    sysctl -qw net.core.netdev_max_backlog="$NETDEV_BACKLOG"
-  fi
+    grep -q "^$key=" "$BASE/sysctl.orig" 2>/dev/null || echo "$key=$have" >>"$BASE/sysctl.orig"
+    sysctl -qw "$key=$want"
+  done
   ip netns add "$HUB_NS"
   ip -n "$HUB_NS" link set lo up
   ip -n "$HUB_NS" link add br0 type bridge
@@ -335,14 +343,15 @@ our_netns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^(${HUB_NS
 
 teardown_netns() {
   local ns pids l
-  if [[ -f $BASE/netdev_max_backlog.orig ]]; then
-    sysctl -qw net.core.netdev_max_backlog="$(cat "$BASE/netdev_max_backlog.orig")"
-    rm -f "$BASE/netdev_max_backlog.orig"
+  if [[ -f $BASE/sysctl.orig ]]; then
+    while read -r l; do sysctl -qw "$l"; done <"$BASE/sysctl.orig"
+    rm -f "$BASE/sysctl.orig"
   fi
+  # Every namespace's leftovers at once: one SIGTERM wait (15 s at most), not one per node.
+  pids=$(for ns in $(our_netns); do ip netns pids "$ns" 2>/dev/null; done | tr '\n' ' ')
+  # shellcheck disable=SC2086
+  [[ -n "${pids// }" ]] && terminate "leftover processes in the nodes' namespaces" $pids
   for ns in $(our_netns); do
-    pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
-    # shellcheck disable=SC2086
-    [[ -n "${pids// }" ]] && terminate "leftover processes in netns $ns" $pids
     log "removing netns $ns"
     ip netns del "$ns" 2>/dev/null || warn "ip netns del $ns failed"
   done
