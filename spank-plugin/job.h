@@ -140,7 +140,8 @@ std::vector<std::string> OutputReportLines(const std::string& log, size_t max_li
 
 // The PMIx fence algorithm of the agents' exchange (SLURM_PMIX_FENCE of the agent step, whatever
 // the job's or the site's mpi.conf says): chosen from the scale-out runs (docs/benchmarks.md, N2).
-// With Slurm 22.05, "tree" loses the other ranks' data (PMIx_Get: NOT-FOUND after the fence).
+// With Slurm 22.05, "tree" loses the other ranks' data on a flat tree (PMIx_Get: NOT-FOUND after
+// the fence, at 2 to 32 nodes); "mixed", Slurm's default, runs the ring for fences with data.
 inline constexpr const char* kAgentPmixFence = "ring";
 bool IsPmixFence(const std::string& v);
 
