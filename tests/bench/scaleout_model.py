@@ -264,6 +264,7 @@ def runs_of(results):
                     "ex_min": q(ex, min), "ex_med": q(ex, np.median), "ex_max": q(ex, max),
                     "read_med": q(rd, np.median), "read_max": q(rd, max), "rx_med": q(rx, np.median),
                     "rx_max": q(rx, max), "files_read": q(_vals(ags, "files_read"), np.median),
+                    "xb_med": q(_vals(ags, "exchange_bytes"), np.median),
                     "cpu_sum": sum(_vals(ags, "cpu_ready")) if len(_vals(ags, "cpu_ready")) == len(ags) else None})
     return out
 
@@ -373,7 +374,7 @@ def on_test_machine(m, n, ds, fence="default", kind="read"):
                                                             "agents": [{"rank": i} for i in range(n)]}))
     out = {"j1": _lin(m["j1"], [1, n]) + cpu_sum / C, "fence": fence_s, "cpu_ready": cpu_sum / n,
            "ex_med": fence_s + _lin(m["spread_med"], [1, n]), "ex_max": fence_s + _lin(m["spread_max"], [1, n]),
-           "rx_med": float(np.median(rx)), "rx_max": rx[-1] * (1 + m["rx"].get("scatter", 0.0) * math.sqrt(2 * math.log(n))),
+           "xb_med": blob_bytes(m, ds, n), "rx_med": float(np.median(rx)), "rx_max": rx[-1] * (1 + m["rx"].get("scatter", 0.0) * math.sqrt(2 * math.log(n))),
            "teardown": _lin(m["teardown"], [1, n])}
     for key in ("read_med", "read_max"):
         out[key] = _lin(m[key], _read_row(m, ds, n))
@@ -385,8 +386,9 @@ CHECKS = [  # (label, stat, kind filter, per fence?)
     ("J1: job start to every node ready (s)", "j1", None, False),
     ("exchange, median over agents (s)", "ex_med", None, True),
     ("exchange, maximum over agents (s)", "ex_max", None, True),
-    ("bytes received per node, median (exchange jobs)", "rx_med", "exchange", True),
-    ("bytes received per node, maximum (exchange jobs)", "rx_max", "exchange", True),
+    # The exchange's own bytes: what each agent decoded (its eth0 in an exchange-only job also
+    # carries the prefetch, which runs until the job ends).
+    ("exchange bytes per node, median over agents", "xb_med", "exchange", False),
     ("bytes received per node, median (read jobs)", "rx_med", "read", False),
     ("read phase: per-node rate, median node (files/s)", "rate_med", "read", False),
     ("read phase: per-node rate, slowest node (files/s)", "rate_min", "read", False),
@@ -679,6 +681,25 @@ def _verdict(eff):
     return "\n".join(out)
 
 
+def _runs_summary(results):
+    """N2's fences (jobs whose every agent got ready, of those run), N4's opens at the dataset, N5
+    (wide.sh: 2 agents killed mid-epoch) and slurmd's memory, per N, from the raw runs."""
+    rows = []
+    for n in sorted({r["n"] for r in results.get("runs", [])}):
+        rs = [r for r in results["runs"] if r["n"] == n]
+        fences = [f"{f} {sum(bool(r.get('complete')) for r in g)}/{len(g)}" for f in ("tree", "ring", "mixed")
+                  if (g := [r for r in rs if r.get("kind") == "exchange" and r.get("fence") == f])]
+        opens = sorted(r["source_opens"] for r in rs if r.get("source_opens") is not None)
+        fault = results.get("faults", {}).get(str(n), {})
+        mem = results.get("clusters", {}).get(str(n), {}).get("slurmd_rss_kib_mean")
+        rows.append([n, ", ".join(fences) or "–", f"{opens[0]}–{opens[-1]}" if opens else "–",
+                     fault.get("summary", "–").replace("slurm_wide: ", "") if fault else "–",
+                     f"{mem / 1024:.1f} MiB" if mem else "–"])
+    return _table(["N", "exchange jobs whose agents all got ready, by SLURM_PMIX_FENCE",
+                   "opens at the dataset directory per job (inotify)", "2 agents killed mid-epoch (wide.sh)",
+                   "slurmd RSS per node"], rows)
+
+
 def markdown(results, m, preds=None, eff=None):
     """The section for docs/benchmarks.md: measured table, every term, the check at 64, the
     reference-node predictions and the efficiency simulator, with the formulas."""
@@ -695,7 +716,7 @@ def markdown(results, m, preds=None, eff=None):
         f"{_n(ds['files'])} files, {_n(ds['bytes'], 'B')}, {_n(ds['shards'])} shards). Every node of the netns "
         f"cluster runs on this one machine of {m['cores']:.0f} cores, so wall times fall with N by construction; "
         "the model separates the CPU each node spends from the critical path, and only those carry over.", "",
-        "### Measured", "", _measured(results), "",
+        "### Measured", "", _measured(results), "", _runs_summary(results), "",
         f"### N-model: fitted on N = {', '.join(map(str, m['fit_nodes'])) or '–'}", "", FORMULAS, "",
         "Terms. *Set by*: *runs* where the runs determine the term (resolution ≥ 0.5), *prior* where they cannot "
         "separate it from another term (< 0.1: it stays at the stated prior, from C1 and X1 of this page), *both* "
