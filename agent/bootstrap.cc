@@ -55,6 +55,7 @@ class Pmix : public Bootstrap {
 
   Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced) override {
     if (fenced) *fenced = false;
+    if (!inited_) return Status::IOError("PMIx: the agent finalized its session already");
     // A key per round: a Get after the next fence must not find the previous round's value.
     const std::string key = "fanstore.meta." + std::to_string(round_++);
     pmix_value_t v;

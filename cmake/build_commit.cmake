@@ -9,6 +9,8 @@ execute_process(COMMAND git -C "${SRC}" describe --always --dirty --abbrev=12
 if(NOT rc EQUAL 0 OR commit STREQUAL "")
   set(commit "unknown")
 endif()
+# A tag may hold quotes or parentheses: only these characters reach the C string.
+string(REGEX REPLACE "[^A-Za-z0-9._+-]" "_" commit "${commit}")
 set(text "#pragma once\n#define FANSTORE_COMMIT \"${commit}\"\n")
 if(EXISTS "${OUT}")
   file(READ "${OUT}" old)

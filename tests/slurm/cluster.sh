@@ -55,7 +55,8 @@ NODE_NS_PREFIX=fsl-
 VETH_PREFIX=fslv          # fslv<K>h (hub side), fslv<K>n (node side, renamed eth0)
 NET_PREFIX=10.77.0
 HUB_ADDR=$NET_PREFIX.254
-# Host-wide limits while a netns cluster runs (setup_netns says why).
+# Host-wide limits while a netns cluster runs (setup_netns says why), and the values they replaced.
+SYSCTL_ORIG=/run/fanstore-slurm.sysctl.orig
 declare -A HOST_SYSCTL=([net.core.netdev_max_backlog]=30000 [net.ipv4.neigh.default.gc_thresh1]=8192
   [net.ipv4.neigh.default.gc_thresh2]=32768 [net.ipv4.neigh.default.gc_thresh3]=65536)
 CTLD_PORT=16817
@@ -304,7 +305,7 @@ setup_netns() {
   local i ns h n
   log "creating network namespaces: hub $HUB_ADDR + $NODES nodes"
   # Host-wide limits a netns cluster outgrows, raised while it runs (the old values in
-  # <base>/sysctl.orig, restored at stop):
+  # $SYSCTL_ORIG, root's own, restored at stop):
   # - every veth packet passes a CPU's backlog queue (net.core.netdev_max_backlog, 1000): with
   #   dozens of nodes on two cores it overflowed (/proc/net/softnet_stat's second column);
   # - the ARP table is one for all namespaces (gc_thresh3, 1024 entries): 64 nodes that each talk
@@ -313,11 +314,11 @@ setup_netns() {
   local key want have
   for key in "${!HOST_SYSCTL[@]}"; do
     want=${HOST_SYSCTL[$key]}
-    have=$(sysctl -n "$key")
+    have=$(sysctl -n "$key" 2>/dev/null) || { warn "no sysctl $key here: left as it is"; continue; }
     ((have >= want)) && continue
     # Not over the value a cluster that was never stopped left: that one is the system's.
-    grep -q "^$key=" "$BASE/sysctl.orig" 2>/dev/null || echo "$key=$have" >>"$BASE/sysctl.orig"
-    sysctl -qw "$key=$want"
+    grep -q "^$key=" "$SYSCTL_ORIG" 2>/dev/null || (umask 077 && echo "$key=$have" >>"$SYSCTL_ORIG")
+    sysctl -qw "$key=$want" || warn "could not set $key=$want"
   done
   ip netns add "$HUB_NS"
   ip -n "$HUB_NS" link set lo up
@@ -342,10 +343,16 @@ setup_netns() {
 our_netns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^(${HUB_NS}|${NODE_NS_PREFIX}node[0-9]+)\$" || true; }
 
 teardown_netns() {
-  local ns pids l
-  if [[ -f $BASE/sysctl.orig ]]; then
-    while read -r l; do sysctl -qw "$l"; done <"$BASE/sysctl.orig"
-    rm -f "$BASE/sysctl.orig"
+  local ns pids l key old
+  # The values setup_netns replaced: only its own keys, and only where the value is still the one
+  # it set (an admin's change since then stays).
+  if [[ -f $SYSCTL_ORIG ]]; then
+    while IFS='=' read -r key old; do
+      [[ -n ${HOST_SYSCTL[$key]:-} && $old =~ ^[0-9]+$ ]] || continue
+      [[ $(sysctl -n "$key" 2>/dev/null) == "${HOST_SYSCTL[$key]}" ]] || continue
+      sysctl -qw "$key=$old" || warn "could not restore $key=$old"
+    done <"$SYSCTL_ORIG"
+    rm -f "$SYSCTL_ORIG"
   fi
   # Every namespace's leftovers at once: one SIGTERM wait (15 s at most), not one per node.
   pids=$(for ns in $(our_netns); do ip netns pids "$ns" 2>/dev/null; done | tr '\n' ' ')
