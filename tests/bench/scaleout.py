@@ -346,11 +346,11 @@ def main():
                           "bytes": info.get("raw_bytes"), "stored_bytes": info.get("stored_bytes")}
         for k in range(a.runs):
             res["runs"].append(one_job("read", n, k, ds, info, "default"))
-            json.dump(res, open(out_file, "w"), indent=1)
+            json.dump(res, open(out_file, "w"), separators=(",", ":"))
         for fence in () if a.no_fences else FENCES:
             for k in range(a.runs):
                 res["runs"].append(one_job("exchange", n, k, ds, info, fence))
-                json.dump(res, open(out_file, "w"), indent=1)
+                json.dump(res, open(out_file, "w"), separators=(",", ":"))
         if not a.no_fault and n >= 4:
             t = time.time()
             p = subprocess.run([os.path.join(SLURM, "e2e", "wide.sh"), a.build], capture_output=True, text=True)
@@ -358,7 +358,7 @@ def main():
             res["faults"][str(n)] = {"passed": p.returncode == 0, "summary": summary, "seconds": time.time() - t,
                                 "checks": [l.strip() for l in p.stdout.splitlines() if l.strip().startswith(("ok", "FAIL"))]}
             log(f"N={n} fault case (wide.sh): {summary}")
-        json.dump(res, open(out_file, "w"), indent=1)
+        json.dump(res, open(out_file, "w"), separators=(",", ":"))
     subprocess.run([os.path.join(SLURM, "e2e", "stop.sh"), a.build], capture_output=True)
     log(f"results in {out_file}")
 
