@@ -58,7 +58,8 @@ void PeerClient::MarkDown(uint32_t rank) {
 void PeerClient::Release(uint32_t rank, std::unique_ptr<Session> s) {
   std::lock_guard<std::mutex> l(mu_);
   // A peer marked down while this session was in use: the session closes with it.
-  if (auto it = down_until_.find(rank); it != down_until_.end() && Clock::now() < it->second) return;
+  if (auto it = down_until_.find(rank); it != down_until_.end() && Clock::now() < it->second)
+    return;
   idle_.emplace_front(rank, std::move(s));
   if (idle_.size() > kMaxIdle) idle_.pop_back();  // the least recently used one closes
 }
