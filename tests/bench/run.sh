@@ -19,7 +19,8 @@
 #   --scale-out  instead of the suite: scaleout.py on the netns test cluster at 2 to 64 nodes (N1-N6,
 #                3 runs each, about an hour), then scaleout_model.py's fit, 64-node check and
 #                predictions; results-scaleout.json and scaleout.md in OUT, and with docs in
-#                docs/bench/ (a section of docs/benchmarks.md)
+#                docs/bench/ (a section of docs/benchmarks.md); --nodes 2,4 and --runs 1 make a
+#                short one (pass --no-docs with them)
 #
 # Needs the packages of tests/install-deps.sh; run as root (sshd for the remote file system
 # stand-in, mpirun --allow-run-as-root). Results: OUT/results.json (every raw sample, the
@@ -28,7 +29,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 quick=0 out="" build="${FANSTORE_BUILD:-$repo/build}" cache="${FANSTORE_BENCH_CACHE:-/var/tmp/fanstore-bench-cache}"
-docs=1 pass=() scale=0 scaleout=0
+docs=1 pass=() scale=0 scaleout=0 scaleout_args=()
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
@@ -40,6 +41,7 @@ while (($#)); do
     --no-docs) docs=0 ;;
     --scale) scale=1 ;;
     --scale-out) scaleout=1 ;;
+    --nodes|--runs) scaleout_args+=("$1" "$2"); shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -86,7 +88,7 @@ published() {
   exit $rc
 }
 if ((scaleout)); then
-  /usr/bin/python3 "$here/scaleout.py" --out "$out" --build "$build" || rc=$?
+  /usr/bin/python3 "$here/scaleout.py" --out "$out" --build "$build" "${scaleout_args[@]}" || rc=$?
   published scaleout scale-out /usr/bin/python3 "$here/scaleout_model.py" "$out/results-scaleout.json" --md "$out/scaleout.md"
 fi
 if ((scale)); then
