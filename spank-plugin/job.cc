@@ -55,6 +55,8 @@ std::string AgentWrapper(bool output) {
          "agents go on\" >&2; exit 0; }; exit $rc";
 }
 
+bool IsPmixFence(const std::string& v) { return v == "tree" || v == "ring" || v == "mixed"; }
+
 }  // namespace
 
 Status CheckUserOptions(const UserOptions& opts, const Config& config) {
@@ -305,8 +307,6 @@ std::vector<std::string> OutputReportLines(const std::string& log, size_t max_li
   if (out.size() > max_lines) out.erase(out.begin(), out.end() - static_cast<long>(max_lines));
   return out;
 }
-
-bool IsPmixFence(const std::string& v) { return v == "tree" || v == "ring" || v == "mixed"; }
 
 std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
                                       const std::string& preload) {

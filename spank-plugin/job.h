@@ -143,7 +143,6 @@ std::vector<std::string> OutputReportLines(const std::string& log, size_t max_li
 // With Slurm 22.05, "tree" loses the other ranks' data on a flat tree (PMIx_Get: NOT-FOUND after
 // the fence, at 2 to 32 nodes); "mixed", Slurm's default, runs the ring for fences with data.
 inline constexpr const char* kAgentPmixFence = "ring";
-bool IsPmixFence(const std::string& v);
 
 // The agent step's environment, from the launching environment: without our LD_PRELOAD entry, the
 // FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and

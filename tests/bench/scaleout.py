@@ -19,9 +19,11 @@ times, are what carries over to a cluster.
 """
 import argparse
 import ctypes
+import functools
 import glob
 import json
 import os
+import pwd
 import random
 import re
 import struct
@@ -78,8 +80,9 @@ def asroot(*cmd):
     return run([os.path.join(SLURM, "cluster.sh"), "exec", "--base", BASE, "--", *cmd])
 
 
+@functools.lru_cache(maxsize=None)
 def uid():
-    return int(run(["id", "-u", TUSER]))
+    return pwd.getpwnam(TUSER).pw_uid
 
 
 class Inotify:
@@ -172,8 +175,9 @@ def agent_state(job, node):
         st = json.load(open(f"/dev/shm/fanstore.{uid()}.{job}.{node}/status.json"))
         pid = st["pid"]
         status = open(f"/proc/{pid}/status").read()
+        fds = os.listdir(f"/proc/{pid}/fd")
         socks = set()
-        for fd in os.listdir(f"/proc/{pid}/fd"):
+        for fd in fds:
             m = re.match(r"socket:\[(\d+)\]", os.readlink(f"/proc/{pid}/fd/{fd}"))
             if m:
                 socks.add(m.group(1))
@@ -185,7 +189,7 @@ def agent_state(job, node):
         return {"cpu_after_read": (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK"),
                 "threads": int(re.search(r"Threads:\s+(\d+)", status).group(1)),
                 "rss_kib": int(re.search(r"VmRSS:\s+(\d+)", status).group(1)),
-                "fds": len(os.listdir(f"/proc/{pid}/fd")), "tcp_conns": tcp}
+                "fds": len(fds), "tcp_conns": tcp}
     except (OSError, KeyError, AttributeError, ValueError):
         return {}
 
@@ -211,7 +215,7 @@ def leftovers(job):
 
 
 def wait_state(job, timeout):
-    deadline = time.time() + timeout
+    deadline, st = time.time() + timeout, ""
     while time.time() < deadline:
         st = asroot("squeue", "-h", "-t", "all", "-j", str(job), "-o", "%T").strip()
         if st not in ("", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
@@ -220,7 +224,7 @@ def wait_state(job, timeout):
     return "TIMEOUT(" + st + ")"
 
 
-def one_job(kind, n, k, ds, info, fence):
+def one_job(kind, n, k, ds, fence):
     jd = job_dir(f"scaleout-{kind}")
     nodes = [f"node{i}" for i in range(1, n + 1)]
     listing = f"{jd}/files.list"
@@ -345,11 +349,11 @@ def main():
         res["dataset"] = {"path": ds, "files": info.get("files"), "entries": info.get("files", 0) + info.get("dirs", 0) + 1, "shards": len(json.load(open(f"{ds}/manifest.json"))["shards"]),
                           "bytes": info.get("raw_bytes"), "stored_bytes": info.get("stored_bytes")}
         for k in range(a.runs):
-            res["runs"].append(one_job("read", n, k, ds, info, "default"))
+            res["runs"].append(one_job("read", n, k, ds, "default"))
             json.dump(res, open(out_file, "w"), separators=(",", ":"))
         for fence in () if a.no_fences else FENCES:
             for k in range(a.runs):
-                res["runs"].append(one_job("exchange", n, k, ds, info, fence))
+                res["runs"].append(one_job("exchange", n, k, ds, fence))
                 json.dump(res, open(out_file, "w"), separators=(",", ":"))
         if not a.no_fault and n >= 4:
             t = time.time()
