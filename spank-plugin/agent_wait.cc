@@ -58,19 +58,6 @@ Observation Observe(const WaitRequest& req) {
   return o;
 }
 
-Status FromObservation(const WaitRequest& req, const Observation& o, bool* done) {
-  *done = true;
-  if (!o.problem.ok()) return o.problem;
-  if (o.have_status && o.status.state == run_dir::AgentState::kReady) return Status::OK();
-  if (o.have_status && o.status.state == run_dir::AgentState::kFailed)
-    return Status::Aborted("the FanStore agent on " + req.node + " failed: " + o.status.error);
-  // status.json cannot change when its writer dies: the lock can.
-  if (o.have_status && o.status.Dead())
-    return Status::Aborted("the FanStore agent on " + req.node + " died during stage-in");
-  *done = false;
-  return Status::OK();
-}
-
 // The agents' own words from the launch log: its error lines if any, else its last lines.
 std::string LaunchLogExcerpt(const std::string& path, uid_t owner) {
   const std::string tail = TailOfFile(path, 200, owner);
@@ -121,6 +108,20 @@ std::string HelperReport(const WaitRequest& req, double grace_s) {
   const std::string excerpt = LaunchLogExcerpt(req.launch_log, req.uid);
   if (!excerpt.empty()) out += "; the agents said:\n" + excerpt;
   return out;
+}
+
+Status FromObservation(const WaitRequest& req, const Observation& o, bool* done) {
+  *done = true;
+  if (!o.problem.ok()) return o.problem;
+  if (o.have_status && o.status.state == run_dir::AgentState::kReady) return Status::OK();
+  if (o.have_status && o.status.state == run_dir::AgentState::kFailed)
+    return Status::Aborted("the FanStore agent on " + req.node + " failed: " + o.status.error);
+  // status.json cannot change when its writer dies: the lock can.
+  if (o.have_status && o.status.Dead())  // or is removing its run directory as it exits
+    return Status::Aborted("the FanStore agent on " + req.node + " died during stage-in" +
+                           HelperReport(req, 5));
+  *done = false;
+  return Status::OK();
 }
 
 // squeue as the job user. Returns false when it could not tell (then we just keep waiting).

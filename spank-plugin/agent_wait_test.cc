@@ -69,6 +69,20 @@ TEST_F(AgentWaitTest, AnAgentThatDiedWhileStagingFailsTheWaitAtOnce) {
   EXPECT_LT(waited, 2.0);
 }
 
+TEST_F(AgentWaitTest, AnAgentThatDiedWhileStagingIsQuotedFromTheLaunchLog) {
+  MakeRunDir(0700, /*alive=*/false);
+  WriteStatus(R"({"state":"staging"})");
+  req_.launch_log = root_ + "/launch.log";
+  auto pid = Spawn({"/bin/sh", "-c", "echo '0: fanstore-agent[node7]: error: disk full'; exit 1"},
+                   {}, nullptr, req_.launch_log);
+  ASSERT_TRUE(pid.ok());
+  req_.helper = pid.value();
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  EXPECT_NE(s.message().find("died during stage-in"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("error: disk full"), std::string::npos) << s.message();
+}
+
 TEST_F(AgentWaitTest, ReadyAfterStaging) {
   MakeRunDir();
   WriteStatus(R"({"state":"staging"})");
@@ -151,7 +165,12 @@ TEST_F(AgentWaitTest, VanishedRunDirectoryQuotesTheAgentsErrors) {
                    {}, nullptr, req_.launch_log);
   ASSERT_TRUE(pid.ok());
   req_.helper = pid.value();
-  Later(100, [this] { (void)RemoveTree(req_.run_dir); });
+  // All at once, as a rename: a tree half removed could read as an agent that died (below).
+  Later(100, [this] {
+    const std::string gone = root_ + "/gone";
+    ASSERT_EQ(::rename(req_.run_dir.c_str(), gone.c_str()), 0);
+    (void)RemoveTree(gone);
+  });
   double waited = 0;
   Status s = WaitForAgent(req_, &waited);
   ASSERT_FALSE(s.ok());

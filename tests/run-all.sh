@@ -42,5 +42,9 @@ if [[ $asan -eq 1 ]]; then
   cmake --build build-fuzz -j2 --target format_fuzz peer_fuzz fanstore 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
   ctest --test-dir build-fuzz --output-on-failure -L fuzz || rc=1
 fi
+if [[ $rc -ne 0 ]]; then
+  echo "== what failed"
+  for b in build build-asan build-fuzz; do [[ -d $b ]] && tests/failed-tails.sh "$b"; done
+fi
 echo "== all done in $(( $(date +%s) - start )) s: $([[ $rc -eq 0 ]] && echo PASSED || echo FAILED)"
 exit $rc
