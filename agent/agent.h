@@ -164,8 +164,9 @@ class Agent {
   Status WriteAndMountImage(const Shards& shards);
   // The image's tree from the table; node_of_entry: each table entry's node (image::kNone: not
   // in the image, a file of another node's shards).
-  Result<image::ErofsImage> PlanImage(const Shards& shards, std::vector<uint32_t>* node_of_entry);
-  Status MountImage(int meta, int blob);  // on the data root, read-only, then the warm walk
+  Result<image::ErofsImage> PlanImage(const Shards& shards, std::vector<uint32_t>* node_of_entry,
+                                      std::vector<uint32_t>* blob_order);
+  Status MountImage(int tree, int blob);  // on the data root, read-only, then the warm walk
   void UnmountImage();
   // Looks up every name of the mounted image once, in the background on a low-priority thread,
   // so that the kernel has built each inode and dentry before the job's first open of it (a

@@ -20,6 +20,7 @@ namespace fanstore::image {
 
 inline constexpr char kMetaName[] = "image.erofs";
 inline constexpr char kBlobName[] = "data.blob";
+inline constexpr char kTreeName[] = "tree";  // the image as the agent describes it (image/mount.h)
 
 // The blob's writes, gathered per thread: a file's bytes that follow the thread's last ones in
 // the blob join them (each file is padded to its block), and go out in one pwrite per MiB. A

@@ -69,6 +69,9 @@ class ErofsImage {
   // The node's nid (its inode's slot), or the nid of the file a hard link names.
   uint64_t Nid(uint32_t node) const { return nid_[Target(node)]; }
 
+  // The tree as planned (a directory's size is its entries').
+  const std::vector<Node>& nodes() const { return nodes_; }
+
   // Writes the metadata image into fd (an empty regular file) from offset 0.
   Status WriteMeta(int fd) const;
 

@@ -1,10 +1,13 @@
 #include "image/erofs.h"
+#include "image/mount.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +16,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/io.h"
@@ -301,6 +305,179 @@ TEST(ErofsImage, TheKernelMountsIt) {
   }
   ExpectTree(t, mnt, true, 1234, 5678);
   EXPECT_EQ(::umount2(mnt.c_str(), 0), 0) << std::strerror(errno);
+}
+
+
+// The tree file: what the job user's agent hands root. Every byte of it is hostile to the reader.
+UniqueFD TreeFileOf(const std::string& path, const std::string& bytes) {
+  UniqueFD fd(::open(path.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600));
+  EXPECT_TRUE(fd.valid());
+  EXPECT_TRUE(WriteFull(fd.get(), bytes.data(), bytes.size(), path).ok());
+  return fd;
+}
+
+std::string TreeBytes(const Tree& t, const std::vector<uint32_t>& order, uint64_t blob_size) {
+  test::TempDir dir("tree");
+  UniqueFD fd(::open((dir.path() + "/t").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+  EXPECT_TRUE(WriteTree(fd.get(), t.nodes, order, blob_size).ok());
+  return *ReadSmallFile(dir.path() + "/t", 1 << 30);
+}
+
+TEST(TreeFile, ReadsBackWhatWasWritten) {
+  test::TempDir dir("tree");
+  Tree t = Sample();
+  const std::vector<uint32_t> order = {5, 3, 4};
+  UniqueFD fd = TreeFileOf(dir.path() + "/t", TreeBytes(t, order, 12345));
+  auto back = ReadTree(fd.get());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->blob_order, order);
+  EXPECT_EQ(back->blob_size, 12345u);
+  ASSERT_EQ(back->nodes.size(), t.nodes.size());
+  for (size_t i = 0; i < t.nodes.size(); i++) {
+    const Node &a = t.nodes[i], &b = back->nodes[i];
+    EXPECT_EQ(std::tie(a.parent, a.name, a.mode, a.size, a.mtime_ns, a.target, a.link),
+              std::tie(b.parent, b.name, b.mode, b.size, b.mtime_ns, b.target, b.link));
+  }
+}
+
+// Cut anywhere, grown by a byte, given another magic, a count or a name length that runs past the
+// end: refused, with nothing allocated past the file's size.
+TEST(TreeFile, RefusesEveryMalformedFile) {
+  test::TempDir dir("tree");
+  const std::string good = TreeBytes(Sample(), {1, 2}, 0);
+  auto refused = [&](const std::string& bytes, uint64_t max = kMaxTreeBytes) {
+    UniqueFD fd = TreeFileOf(dir.path() + "/t", bytes);
+    return !ReadTree(fd.get(), max).ok();
+  };
+  for (size_t cut = 0; cut < good.size(); cut += cut < 64 ? 1 : 97)
+    EXPECT_TRUE(refused(good.substr(0, cut))) << "cut at " << cut;
+  EXPECT_TRUE(refused(good + "x"));
+  EXPECT_TRUE(refused(good, good.size() - 1));
+  std::string bad = good;
+  bad[0] = 'X';
+  EXPECT_TRUE(refused(bad));
+  bad = good;
+  bad[8] = '\xff';  // many more nodes than the file holds
+  bad[11] = '\x7f';
+  EXPECT_TRUE(refused(bad));
+  bad = good;
+  bad[32 + 28] = '\xff';  // the root's name, past the strings
+  bad[32 + 29] = '\xff';
+  EXPECT_TRUE(refused(bad));
+}
+
+// Bytes flipped at random: read and planned (as root does) or refused, never a crash; and a tree
+// that plans is one the kernel may see (ErofsImage::Check).
+TEST(TreeFile, FlippedBytesAreReadOrRefusedNeverTrusted) {
+  test::TempDir dir("tree");
+  const std::string good = TreeBytes(Sample(), {1, 2, 3}, 0);
+  uint32_t seed = 12345;
+  for (int round = 0; round < 2000; round++) {
+    std::string bad = good;
+    for (int k = 0; k < 3; k++) {
+      seed = seed * 1103515245 + 12345;
+      bad[(seed >> 8) % bad.size()] ^= static_cast<char>(1 + (seed >> 24) % 255);
+    }
+    UniqueFD fd = TreeFileOf(dir.path() + "/t", bad);
+    auto tree = ReadTree(fd.get());
+    if (tree.ok()) (void)ErofsImage::Plan(std::move(tree->nodes), {}, tree->blob_order);
+  }
+}
+
+// Root's side: the image mounted from the agent's tree and blob, and what root refuses.
+class ImageMount : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) {
+      GTEST_SKIP() << "mounting needs root";
+    }
+    struct statfs fs;
+    ASSERT_EQ(::statfs(dir_.path().c_str(), &fs), 0);
+    if (fs.f_type == TMPFS_MAGIC) {
+      GTEST_SKIP() << "the kernel mounts no image from tmpfs";
+    }
+    auto img = ErofsImage::Plan(t_.nodes, {}, order_);
+    ASSERT_TRUE(img.ok());
+    blob_size_ = img->blob_size();
+    Write(t_, *img, dir_.path());  // the blob at dir/blob (and a metadata image we ignore)
+    blob_ = UniqueFD(::open((dir_.path() + "/blob").c_str(), O_RDWR | O_CLOEXEC));
+    tree_ = TreeFileOf(dir_.path() + "/tree", TreeBytes(t_, order_, blob_size_));
+    ASSERT_EQ(::mkdir(mnt_.c_str(), 0700), 0);
+    req_.tree_fd = tree_.get();
+    req_.blob_fd = blob_.get();
+    req_.owner = 0;
+    req_.group = 0;
+    req_.meta_dir = dir_.path();
+    req_.target = mnt_;
+  }
+  void TearDown() override { (void)::umount2(mnt_.c_str(), MNT_DETACH); }
+  Status Mount() {
+    Status st = MountTree(req_);
+    if (!st.ok() && st.message().find("No such device") != std::string::npos) {
+      return Status::Unsupported("no erofs");
+    }
+    return st;
+  }
+
+  test::TempDir dir_{"image-mount"};
+  const std::string mnt_ = dir_.path() + "/mnt";
+  Tree t_ = Sample();
+  const std::vector<uint32_t> order_ = {4, 2};
+  uint64_t blob_size_ = 0;
+  UniqueFD blob_, tree_;
+  MountRequest req_;
+};
+
+TEST_F(ImageMount, ServesTheTreeFromMetadataRootWrote) {
+  Status st = Mount();
+  if (st.code() == Status::Code::kUnsupported) {
+    GTEST_SKIP() << st.ToString();
+  }
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectTree(t_, mnt_, true, 0, 0);
+  // Nothing named: the metadata is an unnamed file, gone with the mount.
+  EXPECT_EQ(List(dir_.path()), (std::set<std::string>{".", "..", "blob", "meta", "mnt", "tree"}));
+}
+
+TEST_F(ImageMount, TheBlobThatWasCheckedIsTheOneMounted) {
+  // Another file renamed over the blob's path after the caller opened it: the mount reads the
+  // descriptor's file.
+  UniqueFD other(::open((dir_.path() + "/other").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+  ASSERT_EQ(::ftruncate(other.get(), static_cast<off_t>(blob_size_)), 0);
+  ASSERT_EQ(::rename((dir_.path() + "/other").c_str(), (dir_.path() + "/blob").c_str()), 0);
+  Status st = Mount();
+  if (st.code() == Status::Code::kUnsupported) {
+    GTEST_SKIP() << st.ToString();
+  }
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectTree(t_, mnt_, false, 0, 0);
+}
+
+TEST_F(ImageMount, RefusesWhatTheJobUserCouldHaveSwappedOrLiedAbout) {
+  auto refused = [&](const std::string& why, const std::string& says) {
+    Status st = MountTree(req_);
+    EXPECT_FALSE(st.ok()) << why;
+    EXPECT_NE(st.message().find(says), std::string::npos) << why << ": " << st.ToString();
+    EXPECT_NE(::umount2(mnt_.c_str(), MNT_DETACH), 0) << why << ": it was mounted";
+  };
+  req_.owner = 4321;  // the blob and the tree are root's, not the job user's
+  refused("another user's files", "belongs to uid 0");
+  req_.owner = 0;
+  UniqueFD d(::open(dir_.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  req_.blob_fd = d.get();
+  refused("a directory for a blob", "not a regular file");
+  req_.blob_fd = blob_.get();
+  ASSERT_EQ(::ftruncate(blob_.get(), static_cast<off_t>(blob_size_ - 1)), 0);
+  refused("a blob short of its files", "short of its files");
+  ASSERT_EQ(::ftruncate(blob_.get(), static_cast<off_t>(blob_size_)), 0);
+  UniqueFD lie = TreeFileOf(dir_.path() + "/lie", TreeBytes(t_, order_, blob_size_ + 512));
+  req_.tree_fd = lie.get();
+  refused("a tree whose blob size is not its files'", "not the");
+  Tree hostile = Sample();
+  hostile.nodes[3].name = "../../etc";
+  UniqueFD bad = TreeFileOf(dir_.path() + "/bad", TreeBytes(hostile, order_, blob_size_));
+  req_.tree_fd = bad.get();
+  refused("a name with a slash", "not a valid file name");
 }
 
 }  // namespace

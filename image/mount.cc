@@ -1,0 +1,159 @@
+#include "image/mount.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/io.h"
+
+namespace fanstore::image {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the tree file is little-endian");
+
+constexpr char kTreeMagic[8] = {'F', 'S', 'T', 'R', 'E', 'E', '0', '1'};
+constexpr size_t kHeaderBytes = 32, kRecordBytes = 32;
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+template <typename T>
+T Get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+Status Regular(int fd, uid_t owner, const char* what, struct stat* st) {
+  if (::fstat(fd, st) != 0) return Status::FromErrno(std::string("image: ") + what, errno);
+  if (!S_ISREG(st->st_mode))
+    return Status::Permission(std::string("image: the ") + what + " is not a regular file");
+  if (st->st_uid != owner)
+    return Status::Permission(std::string("image: the ") + what + " belongs to uid " +
+                              std::to_string(st->st_uid) + ", not the job user's " +
+                              std::to_string(owner));
+  return Status::OK();
+}
+
+}  // namespace
+
+Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint32_t>& blob_order,
+                 uint64_t blob_size) {
+  std::string out(kTreeMagic, sizeof kTreeMagic);
+  uint64_t strings = 0;
+  for (const Node& n : nodes) strings += n.name.size() + n.target.size();
+  Put(&out, static_cast<uint32_t>(nodes.size()));
+  Put(&out, static_cast<uint32_t>(blob_order.size()));
+  Put(&out, strings);
+  Put(&out, blob_size);
+  out.reserve(kHeaderBytes + nodes.size() * kRecordBytes + blob_order.size() * 4);
+  for (const Node& n : nodes) {
+    if (n.name.size() > 0xffff || n.target.size() > 0xffff)
+      return Status::InvalidArgument("image: a name or symlink target too long for the tree");
+    Put(&out, n.parent);
+    Put(&out, n.mode);
+    Put(&out, n.size);
+    Put(&out, n.mtime_ns);
+    Put(&out, n.link);
+    Put(&out, static_cast<uint16_t>(n.name.size()));
+    Put(&out, static_cast<uint16_t>(n.target.size()));
+  }
+  for (uint32_t i : blob_order) Put(&out, i);
+  for (const Node& n : nodes) {
+    out.append(n.name);
+    out.append(n.target);
+    if (out.size() >= (1u << 20)) {
+      FS_RETURN_IF_ERROR(WriteFull(fd, out.data(), out.size(), "image: the tree"));
+      out.clear();
+    }
+  }
+  return WriteFull(fd, out.data(), out.size(), "image: the tree");
+}
+
+Result<Tree> ReadTree(int fd, uint64_t max_bytes) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Status::FromErrno("image: the tree", errno);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < kHeaderBytes || size > max_bytes)
+    return Status::Corruption("image: the tree file's " + std::to_string(size) +
+                              " bytes are not between a header's and " +
+                              std::to_string(max_bytes));
+  Tree t;
+  t.bytes.resize(size);
+  FS_RETURN_IF_ERROR(PreadFull(fd, t.bytes.data(), size, 0, "image: the tree"));
+  const char* p = t.bytes.data();
+  if (std::memcmp(p, kTreeMagic, sizeof kTreeMagic) != 0)
+    return Status::Corruption("image: not a tree file");
+  const uint64_t nodes = Get<uint32_t>(p + 8), order = Get<uint32_t>(p + 12);
+  const uint64_t strings = Get<uint64_t>(p + 16);
+  t.blob_size = Get<uint64_t>(p + 24);
+  // Each term is below 2^38, so the sum cannot wrap.
+  if (strings > max_bytes ||
+      kHeaderBytes + nodes * kRecordBytes + order * 4 + strings != size)
+    return Status::Corruption("image: the tree file's size does not match its header");
+  t.nodes.resize(nodes);
+  t.blob_order.resize(order);
+  const char* rec = p + kHeaderBytes;
+  const char* str = rec + nodes * kRecordBytes + order * 4;
+  const char* end = p + size;
+  for (uint64_t i = 0; i < nodes; i++, rec += kRecordBytes) {
+    Node& n = t.nodes[i];
+    n.parent = Get<uint32_t>(rec);
+    n.mode = Get<uint32_t>(rec + 4);
+    n.size = Get<uint64_t>(rec + 8);
+    n.mtime_ns = Get<int64_t>(rec + 16);
+    n.link = Get<uint32_t>(rec + 24);
+    const size_t name = Get<uint16_t>(rec + 28), target = Get<uint16_t>(rec + 30);
+    if (static_cast<size_t>(end - str) < name + target)
+      return Status::Corruption("image: the tree's names run past its end");
+    n.name = std::string_view(str, name);
+    n.target = std::string_view(str + name, target);
+    str += name + target;
+  }
+  if (str != end) return Status::Corruption("image: the tree's names do not fill its strings");
+  std::memcpy(t.blob_order.data(), p + kHeaderBytes + nodes * kRecordBytes, order * 4);
+  return t;
+}
+
+Status MountTree(const MountRequest& req) {
+  struct stat tree_st, blob_st;
+  FS_RETURN_IF_ERROR(Regular(req.tree_fd, req.owner, "tree file", &tree_st));
+  FS_RETURN_IF_ERROR(Regular(req.blob_fd, req.owner, "blob", &blob_st));
+  auto tree = ReadTree(req.tree_fd);
+  if (!tree.ok()) return tree.status();
+  Options opts;
+  opts.uid = req.owner;
+  opts.gid = req.group;
+  auto img = ErofsImage::Plan(std::move(tree->nodes), opts, tree->blob_order);
+  if (!img.ok()) return img.status();
+  if (img->blob_size() != tree->blob_size)
+    return Status::Corruption("image: the tree's files take " + std::to_string(img->blob_size()) +
+                              " bytes of blob, not the " + std::to_string(tree->blob_size) +
+                              " it says");
+  if (static_cast<uint64_t>(blob_st.st_size) < img->blob_size())
+    return Status::Corruption("image: the blob holds " + std::to_string(blob_st.st_size) +
+                              " bytes, short of its files' " + std::to_string(img->blob_size()));
+  struct statfs fs;
+  if (::fstatfs(req.blob_fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC)
+    return Status::Unsupported("image: the blob is on tmpfs, from which the kernel mounts nothing");
+  UniqueFD meta(::open(req.meta_dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!meta.valid())
+    return Status::FromErrno("image: an unnamed file for the metadata in " + req.meta_dir, errno);
+  FS_RETURN_IF_ERROR(img->WriteMeta(meta.get()));
+  // Through the descriptors: the kernel reads this metadata and the blob just checked, whatever
+  // the paths name by then.
+  const std::string source = "/proc/self/fd/" + std::to_string(meta.get());
+  const std::string options = "device=/proc/self/fd/" + std::to_string(req.blob_fd);
+  if (::mount(source.c_str(), req.target.c_str(), "erofs", MS_RDONLY | MS_NOSUID | MS_NODEV,
+              options.c_str()) != 0)
+    return Status::FromErrno("image: mount it on " + req.target, errno);
+  return Status::OK();
+}
+
+}  // namespace fanstore::image

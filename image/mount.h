@@ -1,0 +1,57 @@
+// The kernel-native read path's split of trust (issue 31): the job user's agent writes the blob
+// (the files' bytes) and a tree file (what the image holds: names, modes, sizes, mtimes, the
+// blob's order); root reads the tree file as hostile input, plans the image itself
+// (ErofsImage::Plan checks the tree), writes the metadata into an unnamed file of its own, checks
+// the blob, and mounts the two. The kernel parses no byte that root did not write; the blob's
+// bytes it only copies.
+//
+// Tree file, little-endian, its size exactly the sum of its parts:
+//   header (32 B): "FSTREE01", u32 nodes, u32 order entries, u64 string bytes, u64 blob bytes
+//   nodes × 32 B: u32 parent, u32 mode, u64 size, i64 mtime_ns, u32 link, u16 name, u16 target
+//   order entries × u32 (node ids: the blob's order, image/erofs.h)
+//   strings: each node's name, then its symlink target
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "image/erofs.h"
+
+namespace fanstore::image {
+
+// What root reads at most, and so allocates: 2 GiB, about 30M names with their paths' last
+// components (14.2M take about 1 GB).
+inline constexpr uint64_t kMaxTreeBytes = uint64_t{2} << 30;
+
+// The agent's side: the tree and blob order it planned (ErofsImage::Plan with the same
+// arguments), into fd (an empty regular file) from offset 0.
+Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint32_t>& blob_order,
+                 uint64_t blob_size);
+
+// A tree file read back: the nodes' names and targets point into `bytes`, a private copy (the
+// writer may change the file meanwhile: what was checked is what is used).
+struct Tree {
+  std::vector<char> bytes;
+  std::vector<Node> nodes;
+  std::vector<uint32_t> blob_order;
+  uint64_t blob_size = 0;
+};
+Result<Tree> ReadTree(int fd, uint64_t max_bytes = kMaxTreeBytes);
+
+struct MountRequest {
+  int tree_fd = -1;  // the tree file and the blob, both opened by the caller without following
+  int blob_fd = -1;  // links; regular files of `owner`, which must not be tmpfs for the blob
+  uid_t owner = 0;   // the job user: the files' owner and every inode's
+  gid_t group = 0;
+  std::string meta_dir;  // where the metadata's unnamed file goes: a directory of root's, on disk
+  std::string target;    // the mount point (a path, /proc/self/fd/N among them)
+};
+// Reads and checks the tree, plans and writes the metadata, checks the blob against it, and
+// mounts the image read-only, nosuid, nodev on the target.
+Status MountTree(const MountRequest& req);
+
+}  // namespace fanstore::image
