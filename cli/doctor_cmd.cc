@@ -217,13 +217,15 @@ std::optional<std::string> ExpandLocalDir(const std::string& tmpl, Report* r) {
   return spank::ExpandTemplate(spank::TemplateBeforeJob(resolved.local_dir), id);
 }
 
-void CheckLocalDir(const std::string& tmpl, Report* r) {
+// The local directory, expanded, when it is one that jobs can use.
+std::optional<std::string> CheckLocalDir(const std::string& tmpl, Report* r) {
   const std::optional<std::string> expanded = ExpandLocalDir(tmpl, r);
-  if (!expanded) return;
+  if (!expanded) return std::nullopt;
   const std::string& dir = *expanded;
   const bool per_job = spank::TemplateBeforeJob(tmpl) != tmpl;
   const std::string name = dir == tmpl ? dir : dir + " (from " + tmpl + ")";
   struct stat st;
+  bool usable = false;
   std::string probe_dir = dir;  // the directory whose file system is measured
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     while (probe_dir != "/" && !Exists(probe_dir)) probe_dir = Dirname(probe_dir);
@@ -257,6 +259,7 @@ void CheckLocalDir(const std::string& tmpl, Report* r) {
                   " and others cannot write to it: jobs of other users fail there",
               "chown root " + dir + ", or chmod 1777 " + dir);
     } else {
+      usable = true;
       r->Ok("local-dir",
             "the local directory " + name + " is writable" +
                 (per_job ? " (each job's directory under it is made at job start)" : ""));
@@ -265,7 +268,7 @@ void CheckLocalDir(const std::string& tmpl, Report* r) {
   struct statfs fs;
   if (::statfs(probe_dir.c_str(), &fs) != 0) {
     r->Warn("local-fs", "cannot statfs " + probe_dir + ": " + std::strerror(errno), "check it");
-    return;
+    return std::nullopt;
   }
   if (const char* net = NetworkFsName(fs.f_type); net && tmpl.find("%n") == std::string::npos)
     r->Warn("local-fs",
@@ -295,6 +298,7 @@ void CheckLocalDir(const std::string& tmpl, Report* r) {
             "free space in " + probe_dir + ", or point local_dir= at a larger disk");
   else
     r->Ok("local-space", figures);
+  return usable ? std::optional<std::string>(dir) : std::nullopt;
 }
 
 // ---- kernel features and limits -------------------------------------------------------------
@@ -404,7 +408,7 @@ namespace fanstore::cli {
 int CmdDoctor(int argc, char** argv) {
   CLI::App app(
       "Checks that this node can run FanStore jobs: the SPANK plugin, MUNGE, PMIx, the local "
-      "directory, /dev/fuse and namespaces, and the limits. Each check prints one line: ok, warn "
+      "directory and the read path a job gets there, /dev/fuse and namespaces, and the limits. Each check prints one line: ok, warn "
       "or FAIL, and for a problem what is wrong and what to do. Run it as root and as a user.",
       "fanstore doctor");
   Configure(app);
@@ -429,7 +433,8 @@ int CmdDoctor(int argc, char** argv) {
   doctor::CheckPlugin(o.plugstack, &r, &settings);
   doctor::CheckMunge(o, &r);
   doctor::CheckPmix(settings.srun, &r);
-  doctor::CheckLocalDir(o.local_dir.empty() ? settings.local_dir : o.local_dir, &r);
+  const auto local = doctor::CheckLocalDir(o.local_dir.empty() ? settings.local_dir : o.local_dir, &r);
+  if (local) doctor::CheckReadPath(*local, &r);
   doctor::CheckKernel(settings, &r);
   doctor::CheckLimits(&r);
   r.Print(o.json, o.quiet);

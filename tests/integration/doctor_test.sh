@@ -49,6 +49,17 @@ check "its arguments parse" has "^ok +plugin-args +arguments parse; agent $B/bin
 check "the local directory comes from local_dir=" has "^ok +local-dir +the local directory $T/local is writable"
 check "free space and inodes are printed" has "^(ok|warn) +local-space +$T/local has [0-9.]+ [KMGT]?i?B free and [0-9]+ free inodes"
 check "the local file system is named node-local" has "^ok +local-fs +$T/local is on a node-local file system"
+if [[ $(stat -f -c %T "$T/local") == tmpfs ]]; then
+  check "the read path on tmpfs: files, no image" has "^ok +read-path +jobs under Slurm keep a file per dataset file in $T/local \(tmpfs.*no EROFS image"
+elif [[ $EUID -eq 0 ]]; then
+  # A real mount of a one-file image, as the agent makes it (image/mount.h), in a child's own
+  # mount namespace; a kernel without file-backed EROFS is a warning that says so.
+  check "the read path on disk, as root: an EROFS image probed, or the kernel's refusal" \
+    has "^(ok +read-path +.*fanstore run as root keeps an EROFS image instead, mounted from the file \(Linux [^)]+\): probed, it mounts and reads back|warn +read-path +.*the kernel refused an EROFS image)"
+  check "the probe leaves nothing in the local directory" test -z "$(ls -A "$T/local")"
+else
+  check "the read path on disk, as a user: files, an image needs root" has "^ok +read-path +.*mounting an EROFS image needs root"
+fi
 check "PMIx is the agent's" has "^ok +pmix +.*PMIx.*\(the agent was built against PMIx [0-9]"
 check "open files are reported" has "^(ok|warn) +nofile +open files: soft [0-9a-z]+, hard [0-9a-z]+"
 check "memlock is reported" has "^ok +memlock +locked memory: soft"
