@@ -41,6 +41,8 @@ struct Tree {
   uint64_t blob_size = 0;
 };
 Result<Tree> ReadTree(int fd, uint64_t max_bytes = kMaxTreeBytes);
+// The same from bytes already read (the fuzz target's entry).
+Result<Tree> ParseTree(std::vector<char> bytes);
 
 struct MountRequest {
   int tree_fd = -1;  // the tree file and the blob, both opened by the caller without following

@@ -39,7 +39,7 @@ if [[ $asan -eq 1 ]]; then
   rm -rf build-fuzz
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DFANSTORE_ENABLE_ASAN=ON \
     -DFANSTORE_ENABLE_UBSAN=ON -DFANSTORE_ENABLE_FUZZ=ON >/dev/null
-  cmake --build build-fuzz -j2 --target format_fuzz peer_fuzz fanstore 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
+  cmake --build build-fuzz -j2 --target format_fuzz peer_fuzz tree_fuzz fanstore 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
   ctest --test-dir build-fuzz --output-on-failure -L fuzz || rc=1
 fi
 if [[ $rc -ne 0 ]]; then
