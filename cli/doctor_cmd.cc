@@ -217,6 +217,45 @@ std::optional<std::string> ExpandLocalDir(const std::string& tmpl, Report* r) {
   return spank::ExpandTemplate(spank::TemplateBeforeJob(resolved.local_dir), id);
 }
 
+// The file system of the local directory (or of its nearest ancestor, `probe_dir`): node-local,
+// its free space and inodes. False when it cannot be told.
+bool CheckLocalFs(const std::string& probe_dir, const std::string& tmpl, Report* r) {
+  struct statfs fs;
+  if (::statfs(probe_dir.c_str(), &fs) != 0) {
+    r->Warn("local-fs", "cannot statfs " + probe_dir + ": " + std::strerror(errno), "check it");
+    return false;
+  }
+  if (const char* net = NetworkFsName(fs.f_type); net && tmpl.find("%n") == std::string::npos)
+    r->Warn("local-fs",
+            probe_dir + " is on " + std::string(net) +
+                ", a shared file system: staging there adds to its load instead of "
+                "taking the load off",
+            "point local_dir= at a node-local disk (or put %n in it)");
+  else
+    r->Ok("local-fs", probe_dir + " is on a node-local file system" +
+                          std::string(fs.f_type == 0x01021994 ? " (tmpfs: the staged data uses "
+                                                                "the node's memory)"
+                                                              : ""));
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_bsize;
+  const uint64_t free_inodes = fs.f_ffree;
+  const bool inodes_counted = fs.f_files != 0;  // some file systems report none
+  const std::string figures = probe_dir + " has " + HumanBytes(free_bytes) + " free and " +
+                              (inodes_counted ? std::to_string(free_inodes) : "unlimited") +
+                              " free inodes";
+  if (free_bytes == 0 || (inodes_counted && free_inodes == 0))
+    r->Fail("local-space", figures + ": it is full, stage-in fails",
+            "free space in " + probe_dir + " or point local_dir= at a larger disk");
+  else if (free_bytes < kLowSpace || (inodes_counted && free_inodes < kLowInodes))
+    r->Warn("local-space",
+            figures + ", under " + HumanBytes(kLowSpace) + " or " + std::to_string(kLowInodes) +
+                " inodes: a node holds its share of a"
+                " dataset there",
+            "free space in " + probe_dir + ", or point local_dir= at a larger disk");
+  else
+    r->Ok("local-space", figures);
+  return true;
+}
+
 // The local directory, expanded, when it is one that jobs can use.
 std::optional<std::string> CheckLocalDir(const std::string& tmpl, Report* r) {
   const std::optional<std::string> expanded = ExpandLocalDir(tmpl, r);
@@ -265,39 +304,7 @@ std::optional<std::string> CheckLocalDir(const std::string& tmpl, Report* r) {
                 (per_job ? " (each job's directory under it is made at job start)" : ""));
     }
   }
-  struct statfs fs;
-  if (::statfs(probe_dir.c_str(), &fs) != 0) {
-    r->Warn("local-fs", "cannot statfs " + probe_dir + ": " + std::strerror(errno), "check it");
-    return std::nullopt;
-  }
-  if (const char* net = NetworkFsName(fs.f_type); net && tmpl.find("%n") == std::string::npos)
-    r->Warn("local-fs",
-            probe_dir + " is on " + std::string(net) +
-                ", a shared file system: staging there adds to its load instead of "
-                "taking the load off",
-            "point local_dir= at a node-local disk (or put %n in it)");
-  else
-    r->Ok("local-fs", probe_dir + " is on a node-local file system" +
-                          std::string(fs.f_type == 0x01021994 ? " (tmpfs: the staged data uses "
-                                                                "the node's memory)"
-                                                              : ""));
-  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_bsize;
-  const uint64_t free_inodes = fs.f_ffree;
-  const bool inodes_counted = fs.f_files != 0;  // some file systems report none
-  const std::string figures = probe_dir + " has " + HumanBytes(free_bytes) + " free and " +
-                              (inodes_counted ? std::to_string(free_inodes) : "unlimited") +
-                              " free inodes";
-  if (free_bytes == 0 || (inodes_counted && free_inodes == 0))
-    r->Fail("local-space", figures + ": it is full, stage-in fails",
-            "free space in " + probe_dir + " or point local_dir= at a larger disk");
-  else if (free_bytes < kLowSpace || (inodes_counted && free_inodes < kLowInodes))
-    r->Warn("local-space",
-            figures + ", under " + HumanBytes(kLowSpace) + " or " + std::to_string(kLowInodes) +
-                " inodes: a node holds its share of a"
-                " dataset there",
-            "free space in " + probe_dir + ", or point local_dir= at a larger disk");
-  else
-    r->Ok("local-space", figures);
+  if (!CheckLocalFs(probe_dir, tmpl, r)) return std::nullopt;
   return usable ? std::optional<std::string>(dir) : std::nullopt;
 }
 
@@ -408,7 +415,8 @@ namespace fanstore::cli {
 int CmdDoctor(int argc, char** argv) {
   CLI::App app(
       "Checks that this node can run FanStore jobs: the SPANK plugin, MUNGE, PMIx, the local "
-      "directory and the read path a job gets there, /dev/fuse and namespaces, and the limits. Each check prints one line: ok, warn "
+      "directory and the read path a job gets there, /dev/fuse and namespaces, and the limits. "
+      "Each check prints one line: ok, warn "
       "or FAIL, and for a problem what is wrong and what to do. Run it as root and as a user.",
       "fanstore doctor");
   Configure(app);
@@ -433,7 +441,8 @@ int CmdDoctor(int argc, char** argv) {
   doctor::CheckPlugin(o.plugstack, &r, &settings);
   doctor::CheckMunge(o, &r);
   doctor::CheckPmix(settings.srun, &r);
-  const auto local = doctor::CheckLocalDir(o.local_dir.empty() ? settings.local_dir : o.local_dir, &r);
+  const auto local =
+      doctor::CheckLocalDir(o.local_dir.empty() ? settings.local_dir : o.local_dir, &r);
   if (local) doctor::CheckReadPath(*local, &r);
   doctor::CheckKernel(settings, &r);
   doctor::CheckLimits(&r);

@@ -39,7 +39,8 @@ std::string ProbeIn(const std::string& dir) {
   auto img = image::ErofsImage::Plan(nodes, {});
   if (!img.ok()) return img.status().ToString();
   auto create = [&](const char* name) {
-    return UniqueFD(::open((dir + "/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    return UniqueFD(
+        ::open((dir + "/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   };
   UniqueFD tree = create("tree"), blob = create("blob");
   if (!tree.valid() || !blob.valid()) return std::string("create: ") + std::strerror(errno);
@@ -88,7 +89,8 @@ std::string Probe(const std::string& local_dir) {
     if (n > 0) why.append(buf, static_cast<size_t>(n));
   ::close(p[0]);
   int ws = 0;
-  if (child < 0) why = std::string("fork: ") + std::strerror(errno);
+  if (child < 0)
+    why = std::string("fork: ") + std::strerror(errno);
   else
     while (::waitpid(child, &ws, 0) < 0 && errno == EINTR) {
     }
@@ -116,14 +118,17 @@ void CheckReadPath(const std::string& local_dir, Report* r) {
     return;
   }
   if (::geteuid() != 0) {
-    r->Ok("read-path", slurm + "; fanstore run as this user does too: mounting an EROFS image "
-                               "needs root (run fanstore doctor as root to probe it)");
+    r->Ok("read-path", slurm +
+                           "; fanstore run as this user does too: mounting an EROFS image "
+                           "needs root (run fanstore doctor as root to probe it)");
     return;
   }
   const std::string why = Probe(local_dir);
   if (why.empty())
-    r->Ok("read-path", slurm + "; fanstore run as root keeps an EROFS image instead, mounted from "
-                               "the file" + Kernel() + ": probed, it mounts and reads back");
+    r->Ok("read-path", slurm +
+                           "; fanstore run as root keeps an EROFS image instead, mounted from "
+                           "the file" +
+                           Kernel() + ": probed, it mounts and reads back");
   else
     r->Warn("read-path",
             slurm + "; fanstore run as root unpacks files too: the kernel refused an EROFS image" +

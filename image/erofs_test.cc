@@ -4,10 +4,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <linux/magic.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -306,7 +306,6 @@ TEST(ErofsImage, TheKernelMountsIt) {
   ExpectTree(t, mnt, true, 1234, 5678);
   EXPECT_EQ(::umount2(mnt.c_str(), 0), 0) << std::strerror(errno);
 }
-
 
 // The tree file: what the job user's agent hands root. Every byte of it is hostile to the reader.
 UniqueFD TreeFileOf(const std::string& path, const std::string& bytes) {

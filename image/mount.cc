@@ -82,8 +82,7 @@ Result<Tree> ReadTree(int fd, uint64_t max_bytes) {
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kHeaderBytes || size > max_bytes)
     return Status::Corruption("image: the tree file's " + std::to_string(size) +
-                              " bytes are not between a header's and " +
-                              std::to_string(max_bytes));
+                              " bytes are not between a header's and " + std::to_string(max_bytes));
   std::vector<char> bytes(size);
   FS_RETURN_IF_ERROR(PreadFull(fd, bytes.data(), size, 0, "image: the tree"));
   return ParseTree(std::move(bytes));
@@ -93,7 +92,8 @@ Result<Tree> ParseTree(std::vector<char> bytes) {
   Tree t;
   t.bytes = std::move(bytes);
   const uint64_t size = t.bytes.size();
-  if (size < kHeaderBytes) return Status::Corruption("image: the tree file is shorter than a header");
+  if (size < kHeaderBytes)
+    return Status::Corruption("image: the tree file is shorter than a header");
   const char* p = t.bytes.data();
   if (std::memcmp(p, kTreeMagic, sizeof kTreeMagic) != 0)
     return Status::Corruption("image: not a tree file");
@@ -101,8 +101,7 @@ Result<Tree> ParseTree(std::vector<char> bytes) {
   const uint64_t strings = Get<uint64_t>(p + 16);
   t.blob_size = Get<uint64_t>(p + 24);
   // Each term is below 2^38, so the sum cannot wrap.
-  if (strings > size ||
-      kHeaderBytes + nodes * kRecordBytes + order * 4 + strings != size)
+  if (strings > size || kHeaderBytes + nodes * kRecordBytes + order * 4 + strings != size)
     return Status::Corruption("image: the tree file's size does not match its header");
   t.nodes.resize(nodes);
   t.blob_order.resize(order);

@@ -51,7 +51,8 @@ std::vector<char> Repaired(const uint8_t* data, size_t size) {
       uint16_t len;
       std::memcpy(&len, rec + k, 2);
       len = static_cast<uint16_t>(std::min<uint64_t>(len, strings));
-      if (i + 1 == nodes && k == 30) len = static_cast<uint16_t>(std::min<uint64_t>(strings, 0xffff));
+      if (i + 1 == nodes && k == 30)
+        len = static_cast<uint16_t>(std::min<uint64_t>(strings, 0xffff));
       strings -= len;
       std::memcpy(rec + k, &len, 2);
     }
