@@ -231,9 +231,14 @@ Status Agent::MountImage(int tree, int blob) {
   req.blob_fd = blob;
   req.owner = ::getuid();
   req.group = ::getgid();
-  req.meta_dir = cfg_.local_dir + kImageDir;
-  req.target = data_root_;
-  FS_RETURN_IF_ERROR(image::MountTree(req));
+  const std::string dir = cfg_.local_dir + kImageDir;
+  UniqueFD meta_dir(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFD target(::open(data_root_.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!meta_dir.valid() || !target.valid())
+    return Status::FromErrno("image: open " + dir + " and " + data_root_, errno);
+  req.meta_dir_fd = meta_dir.get();
+  req.target_fd = target.get();
+  FS_RETURN_IF_ERROR(image::MountTree(req).Prefixed(data_root_));
   image_mounted_ = true;
   data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);

@@ -4,6 +4,7 @@
 // namespace of a child's own, then read back.
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -24,6 +25,7 @@ namespace fanstore::cli::doctor {
 namespace {
 
 constexpr char kProbeBytes[] = "fanstore doctor probe\n";
+constexpr unsigned kProbeSeconds = 20;
 
 // In the child, in its own mount namespace: "" when a one-file image mounted from `dir` reads
 // back, else why not.
@@ -52,13 +54,15 @@ std::string ProbeIn(const std::string& dir) {
   const std::string mnt = dir + "/mnt";
   if (st.ok() && ::mkdir(mnt.c_str(), 0700) != 0) st = Status::FromErrno("mkdir " + mnt, errno);
   if (!st.ok()) return st.ToString();
+  UniqueFD meta_dir(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFD target(::open(mnt.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   image::MountRequest req;
   req.tree_fd = tree.get();
   req.blob_fd = blob.get();
+  req.meta_dir_fd = meta_dir.get();
+  req.target_fd = target.get();
   req.owner = ::getuid();
   req.group = ::getgid();
-  req.meta_dir = dir;
-  req.target = mnt;
   st = image::MountTree(req);
   if (!st.ok()) return st.message();
   auto back = ReadSmallFile(mnt + "/probe", 4096);
@@ -73,27 +77,39 @@ std::string Probe(const std::string& local_dir) {
   if (::mkdtemp(dir.data()) == nullptr)
     return "cannot create a directory in " + local_dir + ": " + std::strerror(errno);
   int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return std::string("pipe: ") + std::strerror(errno);
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    const int err = errno;
+    (void)RemoveTree(dir);
+    return std::string("pipe: ") + std::strerror(err);
+  }
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(p[0]);
+    ::alarm(kProbeSeconds);  // a probe that hangs is killed, and says so below
     const std::string why = ProbeIn(dir);
-    (void)!::write(p[1], why.data(), why.size());
+    const std::string said = why.empty() ? "ok" : why;
+    (void)!::write(p[1], said.data(), said.size());
     ::_exit(0);
   }
   ::close(p[1]);
-  std::string why;
+  std::string said;
   char buf[512];
   ssize_t n;
   while ((n = ::read(p[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) why.append(buf, static_cast<size_t>(n));
+    if (n > 0) said.append(buf, static_cast<size_t>(n));
   ::close(p[0]);
   int ws = 0;
+  while (child > 0 && ::waitpid(child, &ws, 0) < 0 && errno == EINTR) {
+  }
+  std::string why = said == "ok" ? "" : said;
   if (child < 0)
-    why = std::string("fork: ") + std::strerror(errno);
-  else
-    while (::waitpid(child, &ws, 0) < 0 && errno == EINTR) {
-    }
+    why = "fork failed";
+  else if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+    why = WIFSIGNALED(ws) && WTERMSIG(ws) == SIGALRM
+              ? "the probe did not finish in " + std::to_string(kProbeSeconds) + " s"
+              : "the probe ended abnormally (status " + std::to_string(ws) + ")";
+  else if (said.empty())
+    why = "the probe said nothing";
   (void)RemoveTree(dir);
   return why;
 }

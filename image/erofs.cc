@@ -39,6 +39,8 @@ uint64_t Blocks(uint64_t bytes, unsigned bits) {
   return (bytes + (uint64_t{1} << bits) - 1) >> bits;
 }
 
+uint64_t SatAdd(uint64_t a, uint64_t b) { return a > ~uint64_t{0} - b ? ~uint64_t{0} : a + b; }
+
 bool IsRegular(const Node& n) { return S_ISREG(n.mode) && n.link == kNone; }
 
 // Packs a directory's sorted entries into blocks of `bsize`: dirents first, then the names.
@@ -99,6 +101,8 @@ Result<ErofsImage> ErofsImage::Plan(std::vector<Node> nodes, const Options& opts
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
   img.Layout(blob_order);
+  if (img.meta_blocks_ >= kNone)  // directories and symlinks' blocks are 32-bit numbers too
+    return Status::InvalidArgument("erofs image: more metadata than an image can address");
   return img;
 }
 
@@ -132,7 +136,7 @@ Status ErofsImage::Check() {
     } else if (S_ISREG(x.mode)) {
       if (x.size > (uint64_t{1} << (12 + kMaxChunkBits)))
         return Status::InvalidArgument(what + ": too large");
-      blocks9 += Blocks(x.size, 9);
+      blocks9 = SatAdd(blocks9, Blocks(x.size, 9));
     } else if (S_ISDIR(x.mode)) {
       subdirs_[x.parent]++;
     } else {
@@ -143,10 +147,17 @@ Status ErofsImage::Check() {
   block_bits_ = opts_.block_bits ? opts_.block_bits : (blocks9 < kNone ? 9 : 12);
   if (block_bits_ != 9 && block_bits_ != 12)
     return Status::InvalidArgument("block size must be 512 B or 4 KiB");
-  for (uint32_t i = 1; i < n; i++)
-    if (IsRegular(nodes_[i]) && nodes_[i].size > (uint64_t{1} << (block_bits_ + kMaxChunkBits)))
+  uint64_t blocks = 0;
+  for (uint32_t i = 1; i < n; i++) {
+    if (!IsRegular(nodes_[i])) continue;
+    if (nodes_[i].size > (uint64_t{1} << (block_bits_ + kMaxChunkBits)))
       return Status::InvalidArgument("name " + std::to_string(i) +
                                      ": too large for the block size");
+    blocks = SatAdd(blocks, Blocks(nodes_[i].size, block_bits_));
+  }
+  // A chunk's start and the device's size are 32-bit block numbers.
+  if (blocks >= kNone)
+    return Status::InvalidArgument("the files take more blocks than an image can address");
   // Children by parent, sorted by name; a name twice in a directory is refused.
   for (size_t i = 1; i <= n; i++) count[i] += count[i - 1];
   child_start_ = count;

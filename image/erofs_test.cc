@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -261,6 +262,16 @@ TEST(ErofsImage, RefusesTreesTheKernelMustNotSee) {
     t.nodes.back().size = uint64_t{1} << 50;
     refused(t, "a file past the chunk size");
   }
+  {
+    Tree t;  // 24 TiB of files: past 2^32 blocks of 4 KiB, which an image can address
+    t.Add(0, "", S_IFDIR | 0755);
+    for (int i = 0; i < 3; i++) {
+      t.Add(0, "", S_IFREG);
+      t.nodes.back().name = t.Keep("big" + std::to_string(i));
+      t.nodes.back().size = uint64_t{1} << 43;
+    }
+    refused(t, "more blocks than an image addresses");
+  }
 }
 
 // erofs-utils' own checker reads the image as the kernel would and extracts it (4 KiB blocks:
@@ -402,12 +413,14 @@ class ImageMount : public ::testing::Test {
     blob_ = UniqueFD(::open((dir_.path() + "/blob").c_str(), O_RDWR | O_CLOEXEC));
     tree_ = TreeFileOf(dir_.path() + "/tree", TreeBytes(t_, order_, blob_size_));
     ASSERT_EQ(::mkdir(mnt_.c_str(), 0700), 0);
+    meta_dir_ = UniqueFD(::open(dir_.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    target_ = UniqueFD(::open(mnt_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     req_.tree_fd = tree_.get();
     req_.blob_fd = blob_.get();
+    req_.meta_dir_fd = meta_dir_.get();
+    req_.target_fd = target_.get();
     req_.owner = 0;
     req_.group = 0;
-    req_.meta_dir = dir_.path();
-    req_.target = mnt_;
   }
   void TearDown() override { (void)::umount2(mnt_.c_str(), MNT_DETACH); }
   Status Mount() {
@@ -423,7 +436,7 @@ class ImageMount : public ::testing::Test {
   Tree t_ = Sample();
   const std::vector<uint32_t> order_ = {4, 2};
   uint64_t blob_size_ = 0;
-  UniqueFD blob_, tree_;
+  UniqueFD blob_, tree_, meta_dir_, target_;
   MountRequest req_;
 };
 
@@ -477,6 +490,38 @@ TEST_F(ImageMount, RefusesWhatTheJobUserCouldHaveSwappedOrLiedAbout) {
   UniqueFD bad = TreeFileOf(dir_.path() + "/bad", TreeBytes(hostile, order_, blob_size_));
   req_.tree_fd = bad.get();
   refused("a name with a slash", "not a valid file name");
+  req_.tree_fd = tree_.get();
+  req_.owner = kNoOwner;
+  refused("no owner given", "no owner");
+  req_.owner = 0;
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0777), 0);
+  refused("a metadata directory others may write", "only root may write");
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0700), 0);
+  UniqueFD on_tmpfs(::memfd_create("tree", MFD_CLOEXEC));  // memory: tmpfs, as /dev/shm
+  const std::string bytes = TreeBytes(t_, order_, blob_size_);
+  ASSERT_TRUE(WriteFull(on_tmpfs.get(), bytes.data(), bytes.size(), "memfd").ok());
+  req_.tree_fd = on_tmpfs.get();
+  refused("a tree on tmpfs", "tmpfs");
+}
+
+// Directories cost a block of metadata each, and one huge (sparse) file makes the blocks 4 KiB:
+// metadata out of proportion to the tree is refused before root writes any.
+TEST_F(ImageMount, RefusesMetadataOutOfProportionToTheTree) {
+  Tree t;
+  t.Add(0, "", S_IFDIR | 0755);
+  t.Add(0, "", S_IFREG);  // set below: Add would fill its content
+  t.nodes.back().name = t.Keep("huge");
+  t.nodes.back().size = uint64_t{1} << 42;
+  for (int i = 0; i < 30000; i++) t.Add(0, "d" + std::to_string(i), S_IFDIR | 0755);
+  auto img = ErofsImage::Plan(t.nodes, {});
+  ASSERT_TRUE(img.ok()) << img.status().ToString();
+  ASSERT_EQ(img->BlockSize(), 4096u);
+  ASSERT_EQ(::ftruncate(blob_.get(), static_cast<off_t>(img->blob_size())), 0);
+  UniqueFD tree = TreeFileOf(dir_.path() + "/wide", TreeBytes(t, {}, img->blob_size()));
+  req_.tree_fd = tree.get();
+  Status st = MountTree(req_);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("for a tree of its size"), std::string::npos) << st.ToString();
 }
 
 }  // namespace

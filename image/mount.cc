@@ -7,6 +7,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "common/io.h"
@@ -30,6 +31,31 @@ T Get(const char* p) {
   return v;
 }
 
+// Local disk file systems: no user serves their bytes (FUSE), none is shared, none is a
+// pseudo file system whose files read otherwise than their size says.
+Status LocalDisk(int fd, const char* what) {
+  struct statfs fs;
+  if (::fstatfs(fd, &fs) != 0) return Status::FromErrno(std::string("image: the ") + what, errno);
+  switch (static_cast<uint32_t>(fs.f_type)) {
+    case EXT4_SUPER_MAGIC:  // ext2, ext3 and ext4
+    case XFS_SUPER_MAGIC:
+    case BTRFS_SUPER_MAGIC:
+    case F2FS_SUPER_MAGIC:
+    case 0x2fc12fc1:  // ZFS
+      return Status::OK();
+    case TMPFS_MAGIC:
+      return Status::Unsupported(std::string("image: the ") + what +
+                                 " is on tmpfs, from which the kernel mounts nothing");
+    default: {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "0x%lx", static_cast<unsigned long>(fs.f_type));
+      return Status::Unsupported(std::string("image: the ") + what +
+                                 " is on a file system FanStore mounts no image from (type " + hex +
+                                 "): a local disk's (ext4, XFS, Btrfs, F2FS, ZFS) only");
+    }
+  }
+}
+
 Status Regular(int fd, uid_t owner, const char* what, struct stat* st) {
   if (::fstat(fd, st) != 0) return Status::FromErrno(std::string("image: ") + what, errno);
   if (!S_ISREG(st->st_mode))
@@ -38,7 +64,16 @@ Status Regular(int fd, uid_t owner, const char* what, struct stat* st) {
     return Status::Permission(std::string("image: the ") + what + " belongs to uid " +
                               std::to_string(st->st_uid) + ", not the job user's " +
                               std::to_string(owner));
-  return Status::OK();
+  return LocalDisk(fd, what);
+}
+
+Status RootsDirectory(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return Status::FromErrno("image: the metadata's directory", errno);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0)
+    return Status::Permission(
+        "image: the metadata's directory is not a directory of root's that only root may write");
+  return LocalDisk(fd, "metadata's directory");
 }
 
 }  // namespace
@@ -98,6 +133,9 @@ Result<Tree> ParseTree(std::vector<char> bytes) {
   if (std::memcmp(p, kTreeMagic, sizeof kTreeMagic) != 0)
     return Status::Corruption("image: not a tree file");
   const uint64_t nodes = Get<uint32_t>(p + 8), order = Get<uint32_t>(p + 12);
+  if (nodes > kMaxTreeNodes)
+    return Status::Corruption("image: the tree has " + std::to_string(nodes) +
+                              " names, more than " + std::to_string(kMaxTreeNodes));
   const uint64_t strings = Get<uint64_t>(p + 16);
   t.blob_size = Get<uint64_t>(p + 24);
   // Each term is below 2^38, so the sum cannot wrap.
@@ -129,9 +167,11 @@ Result<Tree> ParseTree(std::vector<char> bytes) {
 }
 
 Status MountTree(const MountRequest& req) {
+  if (req.owner == kNoOwner) return Status::InvalidArgument("image: no owner given");
   struct stat tree_st, blob_st;
   FS_RETURN_IF_ERROR(Regular(req.tree_fd, req.owner, "tree file", &tree_st));
   FS_RETURN_IF_ERROR(Regular(req.blob_fd, req.owner, "blob", &blob_st));
+  FS_RETURN_IF_ERROR(RootsDirectory(req.meta_dir_fd));
   auto tree = ReadTree(req.tree_fd);
   if (!tree.ok()) return tree.status();
   Options opts;
@@ -146,20 +186,29 @@ Status MountTree(const MountRequest& req) {
   if (static_cast<uint64_t>(blob_st.st_size) < img->blob_size())
     return Status::Corruption("image: the blob holds " + std::to_string(blob_st.st_size) +
                               " bytes, short of its files' " + std::to_string(img->blob_size()));
+  // A name costs a block of metadata at most when it is a directory or a symlink: bounded by the
+  // tree's size, and by what the job could have written there itself.
+  const uint64_t bound = (uint64_t{64} << 20) + 24 * tree->bytes.size();
   struct statfs fs;
-  if (::fstatfs(req.blob_fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC)
-    return Status::Unsupported("image: the blob is on tmpfs, from which the kernel mounts nothing");
-  UniqueFD meta(::open(req.meta_dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-  if (!meta.valid())
-    return Status::FromErrno("image: an unnamed file for the metadata in " + req.meta_dir, errno);
+  if (img->meta_size() > bound)
+    return Status::InvalidArgument("image: its metadata would take " +
+                                   std::to_string(img->meta_size()) + " bytes, over " +
+                                   std::to_string(bound) + " for a tree of its size");
+  if (::fstatfs(req.meta_dir_fd, &fs) == 0 &&
+      img->meta_size() > static_cast<uint64_t>(fs.f_bavail) * fs.f_bsize)
+    return Status::NoSpace("image: its metadata (" + std::to_string(img->meta_size()) +
+                           " bytes) would not fit the space left to users");
+  UniqueFD meta(::openat(req.meta_dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!meta.valid()) return Status::FromErrno("image: an unnamed file for the metadata", errno);
   FS_RETURN_IF_ERROR(img->WriteMeta(meta.get()));
   // Through the descriptors: the kernel reads this metadata and the blob just checked, whatever
-  // the paths name by then.
+  // the paths name by then, and mounts on the directory the caller opened.
   const std::string source = "/proc/self/fd/" + std::to_string(meta.get());
   const std::string options = "device=/proc/self/fd/" + std::to_string(req.blob_fd);
-  if (::mount(source.c_str(), req.target.c_str(), "erofs", MS_RDONLY | MS_NOSUID | MS_NODEV,
+  const std::string target = "/proc/self/fd/" + std::to_string(req.target_fd);
+  if (::mount(source.c_str(), target.c_str(), "erofs", MS_RDONLY | MS_NOSUID | MS_NODEV,
               options.c_str()) != 0)
-    return Status::FromErrno("image: mount it on " + req.target, errno);
+    return Status::FromErrno("image: mount it", errno);
   return Status::OK();
 }
 

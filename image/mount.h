@@ -23,9 +23,11 @@
 
 namespace fanstore::image {
 
-// What root reads at most, and so allocates: 2 GiB, about 30M names with their paths' last
-// components (14.2M take about 1 GB).
+// What root takes at most from the job user's agent: a tree file of 2 GiB and 32M names (14.2M
+// names take about 0.8 GB). Root's memory while it plans is about 120 B a name besides the file:
+// 3.8 GB at the cap, 1.7 GB at 14.2M.
 inline constexpr uint64_t kMaxTreeBytes = uint64_t{2} << 30;
+inline constexpr uint64_t kMaxTreeNodes = uint64_t{32} << 20;
 
 // The agent's side: the tree and blob order it planned (ErofsImage::Plan with the same
 // arguments), into fd (an empty regular file) from offset 0.
@@ -44,16 +46,23 @@ Result<Tree> ReadTree(int fd, uint64_t max_bytes = kMaxTreeBytes);
 // The same from bytes already read (the fuzz target's entry).
 Result<Tree> ParseTree(std::vector<char> bytes);
 
+inline constexpr uid_t kNoOwner = static_cast<uid_t>(-1);
+
 struct MountRequest {
-  int tree_fd = -1;  // the tree file and the blob, both opened by the caller without following
-  int blob_fd = -1;  // links; regular files of `owner`, which must not be tmpfs for the blob
-  uid_t owner = 0;   // the job user: the files' owner and every inode's
+  // Each a descriptor the caller opened without following links (O_NOFOLLOW, or O_PATH of a
+  // directory it resolved safely).
+  int tree_fd = -1;        // the tree file and the blob: regular files of `owner`, on a local disk
+  int blob_fd = -1;        // file system (ext2/3/4, XFS, Btrfs, F2FS, ZFS)
+  int meta_dir_fd = -1;    // a directory of root's that nobody else may write, on such a disk:
+                           // the metadata's unnamed file goes there
+  int target_fd = -1;      // the mount point
+  uid_t owner = kNoOwner;  // the job user: the files' owner and every inode's (none: refused)
   gid_t group = 0;
-  std::string meta_dir;  // where the metadata's unnamed file goes: a directory of root's, on disk
-  std::string target;    // the mount point (a path, /proc/self/fd/N among them)
 };
 // Reads and checks the tree, plans and writes the metadata, checks the blob against it, and
-// mounts the image read-only, nosuid, nodev on the target.
+// mounts the image read-only, nosuid, nodev on the target. Refused besides: metadata of more
+// than 64 MiB + 24 bytes for each byte of the tree, or more than the space others could use in
+// the metadata's directory (root's reserve is not the job's).
 Status MountTree(const MountRequest& req);
 
 }  // namespace fanstore::image
