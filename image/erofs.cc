@@ -106,6 +106,25 @@ Result<ErofsImage> ErofsImage::Plan(std::vector<Node> nodes, const Options& opts
   return img;
 }
 
+// The block size (512 B unless the files take 2^32 of them), and whether the files fit it.
+Status ErofsImage::ChooseBlockSize(uint64_t blocks9) {
+  block_bits_ = opts_.block_bits ? opts_.block_bits : (blocks9 < kNone ? 9 : 12);
+  if (block_bits_ != 9 && block_bits_ != 12)
+    return Status::InvalidArgument("block size must be 512 B or 4 KiB");
+  uint64_t blocks = 0;
+  for (uint32_t i = 1; i < nodes_.size(); i++) {
+    if (!IsRegular(nodes_[i])) continue;
+    if (nodes_[i].size > (uint64_t{1} << (block_bits_ + kMaxChunkBits)))
+      return Status::InvalidArgument("name " + std::to_string(i) +
+                                     ": too large for the block size");
+    blocks = SatAdd(blocks, Blocks(nodes_[i].size, block_bits_));
+  }
+  // A chunk's start and the device's size are 32-bit block numbers.
+  if (blocks >= kNone)
+    return Status::InvalidArgument("the files take more blocks than an image can address");
+  return Status::OK();
+}
+
 Status ErofsImage::Check() {
   const size_t n = nodes_.size();
   if (n == 0 || n >= kNone) return Status::InvalidArgument("no root, or too many names");
@@ -144,20 +163,7 @@ Status ErofsImage::Check() {
     }
     count[x.parent + 1]++;
   }
-  block_bits_ = opts_.block_bits ? opts_.block_bits : (blocks9 < kNone ? 9 : 12);
-  if (block_bits_ != 9 && block_bits_ != 12)
-    return Status::InvalidArgument("block size must be 512 B or 4 KiB");
-  uint64_t blocks = 0;
-  for (uint32_t i = 1; i < n; i++) {
-    if (!IsRegular(nodes_[i])) continue;
-    if (nodes_[i].size > (uint64_t{1} << (block_bits_ + kMaxChunkBits)))
-      return Status::InvalidArgument("name " + std::to_string(i) +
-                                     ": too large for the block size");
-    blocks = SatAdd(blocks, Blocks(nodes_[i].size, block_bits_));
-  }
-  // A chunk's start and the device's size are 32-bit block numbers.
-  if (blocks >= kNone)
-    return Status::InvalidArgument("the files take more blocks than an image can address");
+  FS_RETURN_IF_ERROR(ChooseBlockSize(blocks9));
   // Children by parent, sorted by name; a name twice in a directory is refused.
   for (size_t i = 1; i <= n; i++) count[i] += count[i - 1];
   child_start_ = count;

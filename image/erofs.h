@@ -78,6 +78,7 @@ class ErofsImage {
  private:
   ErofsImage() = default;
   Status Check();
+  Status ChooseBlockSize(uint64_t blocks9);  // blocks9: the files' blocks of 512 B
   void Layout(const std::vector<uint32_t>& blob_order);
   uint32_t Target(uint32_t n) const { return nodes_[n].link == kNone ? n : nodes_[n].link; }
   // A directory's entries, "." and ".." among them, sorted by name: (name, node).
