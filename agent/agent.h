@@ -62,6 +62,7 @@ struct Config {
   uint32_t prefetch_streams = 0;  // shards streamed at once; 0: one per 8 usable CPUs, 1-2
   std::string unpack = "auto";    // auto|eager|lazy, see --unpack
   std::string image = "auto";     // auto|yes|no: the share as a mounted EROFS image, see --image
+  int mount_service = -1;  // not root: the plugin's mount service (image/mount_service.h), if any
   std::string job_id;             // the Slurm job id, with the PMIx namespace the job's identity
   std::string peer_addr;          // address or interface for the peer service; "" picks one
   // The job's output (issue 29): output_dir, node-local, drained to `output`; empty: none.

@@ -229,6 +229,16 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
 
 // What the launcher left unsaid: the job id and the node's name from the environment.
 void FillDefaults(Config* cfg) {
+  // The plugin's mount service: a socket inherited at this number, kept from the job's programs.
+  if (const char* fd = std::getenv(env::kMountService); fd && *fd) {
+    char* end = nullptr;
+    const long n = std::strtol(fd, &end, 10);
+    struct stat st;
+    if (*end == '\0' && n > 2 && n < 1024 && ::fstat(static_cast<int>(n), &st) == 0 &&
+        S_ISSOCK(st.st_mode) && ::fcntl(static_cast<int>(n), F_SETFD, FD_CLOEXEC) == 0)
+      cfg->mount_service = static_cast<int>(n);
+    ::unsetenv(env::kMountService);
+  }
   if (const char* job = std::getenv(env::kSlurmJobId); cfg->job_id.empty() && job)
     cfg->job_id = job;
   if (cfg->node_name.empty()) {

@@ -20,6 +20,7 @@
 #include "common/text.h"
 #include "image/dataset_image.h"
 #include "image/mount.h"
+#include "image/mount_service.h"
 
 namespace fanstore::agent {
 namespace {
@@ -83,8 +84,8 @@ void Agent::ChooseImage() {
   struct statfs fs;
   if (cfg_.image == "auto" && cfg_.unpack != "auto")
     why = "--unpack " + cfg_.unpack + " asks for files";
-  else if (::geteuid() != 0)
-    why = "mounting it needs root";
+  else if (::geteuid() != 0 && cfg_.mount_service < 0)
+    why = "mounting it needs root (or the plugin's mount service)";
   else if (::statfs(cfg_.local_dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC)
     why = "the local directory is tmpfs, from which the kernel mounts no EROFS image";
   if (why.empty()) {
@@ -224,21 +225,26 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
 }
 
 Status Agent::MountImage(int tree, int blob) {
-  // Root's side of the split (image/mount.h), as the plugin does it for an agent of the job
-  // user's: the metadata planned again from the tree file, and written by the mounter.
-  image::MountRequest req;
-  req.tree_fd = tree;
-  req.blob_fd = blob;
-  req.owner = ::getuid();
-  req.group = ::getgid();
-  const std::string dir = cfg_.local_dir + kImageDir;
-  UniqueFD meta_dir(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  UniqueFD target(::open(data_root_.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!meta_dir.valid() || !target.valid())
-    return Status::FromErrno("image: open " + dir + " and " + data_root_, errno);
-  req.meta_dir_fd = meta_dir.get();
-  req.target_fd = target.get();
-  FS_RETURN_IF_ERROR(image::MountTree(req).Prefixed(data_root_));
+  if (::geteuid() != 0) {
+    // Under Slurm: the plugin's mount service, root, does root's side (image/mount_service.h).
+    FS_RETURN_IF_ERROR(image::AskMount(cfg_.mount_service, tree, blob).Prefixed(data_root_));
+  } else {
+    // Root's side of the split (image/mount.h) here, as the service does it for an agent of
+    // the job user's: the metadata planned again from the tree file, written by the mounter.
+    image::MountRequest req;
+    req.tree_fd = tree;
+    req.blob_fd = blob;
+    req.owner = ::getuid();
+    req.group = ::getgid();
+    const std::string dir = cfg_.local_dir + kImageDir;
+    UniqueFD meta_dir(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    UniqueFD target(::open(data_root_.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!meta_dir.valid() || !target.valid())
+      return Status::FromErrno("image: open " + dir + " and " + data_root_, errno);
+    req.meta_dir_fd = meta_dir.get();
+    req.target_fd = target.get();
+    FS_RETURN_IF_ERROR(image::MountTree(req).Prefixed(data_root_));
+  }
   image_mounted_ = true;
   data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
@@ -276,10 +282,15 @@ void Agent::UnmountImage() {
   // Detached at once, never busy. The kernel then frees every inode and dentry of the image
   // (about 6-10 s for 1.33M files, one core) when the last reference goes: here a detached
   // grandchild's descriptor, so that the job's end does not wait for it. Nothing stays visible.
+  image_mounted_ = false;
+  if (::geteuid() != 0) {  // the service detaches it, and the kernel's cleanup runs there
+    Status st = image::AskUnmount(cfg_.mount_service);
+    if (!st.ok()) LOG_ERROR("image: unmount %s: %s", data_root_.c_str(), st.ToString().c_str());
+    return;
+  }
   UniqueFD release = HandOffUnmountCleanup(data_root_);
   if (::umount2(data_root_.c_str(), MNT_DETACH) != 0)
     LOG_ERROR("image: unmount %s: %s", data_root_.c_str(), std::strerror(errno));
-  image_mounted_ = false;
 }
 
 }  // namespace fanstore::agent

@@ -27,6 +27,9 @@ inline constexpr char kAgentLocalDir[] = "FANSTORE_AGENT_LOCAL_DIR";  // per nod
 inline constexpr char kAgentRunDir[] = "FANSTORE_AGENT_RUN_DIR";      // per node, in the agent step
 inline constexpr char kAgentOutputDir[] =
     "FANSTORE_AGENT_OUTPUT_DIR";  // per node, in the agent step
+// In the agent step, when the plugin started a mount service for the agent's image
+// (image/mount_service.h): the descriptor of its socket.
+inline constexpr char kMountService[] = "FANSTORE_MOUNT_SERVICE_FD";
 // In each task: "on" when the dataset is also mounted at FANSTORE_MOUNT for the kernel (FUSE),
 // else "off: <why>".
 inline constexpr char kKernelView[] = "FANSTORE_KERNEL_VIEW";

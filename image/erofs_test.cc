@@ -1,5 +1,6 @@
 #include "image/erofs.h"
 #include "image/mount.h"
+#include "image/mount_service.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -522,6 +524,54 @@ TEST_F(ImageMount, RefusesMetadataOutOfProportionToTheTree) {
   Status st = MountTree(req_);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("for a tree of its size"), std::string::npos) << st.ToString();
+}
+
+// Under Slurm: the agent (here this process) asks the plugin's mount service (a forked child)
+// for the mount on local_dir/data, and for the unmount; the epilog detaches what a killed
+// service left.
+TEST_F(ImageMount, TheServiceMountsOnTheDataRootOnceAndDetaches) {
+  const std::string data = dir_.path() + "/data";
+  ASSERT_EQ(::mkdir(data.c_str(), 0700), 0);
+  auto sock = StartMountService(dir_.path(), 0, 0);
+  ASSERT_TRUE(sock.ok()) << sock.status().ToString();
+  Status st = AskMount(sock->get(), tree_.get(), blob_.get());
+  if (!st.ok() && st.message().find("No such device") != std::string::npos) {
+    GTEST_SKIP() << st.ToString();
+  }
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectTree(t_, data, true, 0, 0);
+  EXPECT_NE(::access((dir_.path() + "/" + kMetaDirName).c_str(), F_OK), 0);  // gone
+  st = AskMount(sock->get(), tree_.get(), blob_.get());
+  EXPECT_NE(st.message().find("mounted already"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(AskUnmount(sock->get()).ok());
+  EXPECT_NE(::access((data + "/a").c_str(), F_OK), 0);  // the plain directory again
+  while (::waitpid(-1, nullptr, 0) > 0) {
+  }
+  // A metadata directory planted first, or data/ a symlink: refused, nothing mounted.
+  ASSERT_EQ(::mkdir((dir_.path() + "/" + kMetaDirName).c_str(), 0700), 0);
+  sock = StartMountService(dir_.path(), 0, 0);
+  st = AskMount(sock->get(), tree_.get(), blob_.get());
+  EXPECT_NE(st.message().find(kMetaDirName), std::string::npos) << st.ToString();
+  ASSERT_EQ(::rmdir((dir_.path() + "/" + kMetaDirName).c_str()), 0);
+  ASSERT_EQ(::rename(data.c_str(), (dir_.path() + "/elsewhere").c_str()), 0);
+  ASSERT_EQ(::symlink("elsewhere", data.c_str()), 0);
+  st = AskMount(sock->get(), tree_.get(), blob_.get());
+  EXPECT_NE(st.message().find("not a directory of the job user's"), std::string::npos)
+      << st.ToString();
+  sock->Reset();  // the service sees the end and exits
+  while (::waitpid(-1, nullptr, 0) > 0) {
+  }
+  // A service killed with its image mounted: the epilog's DetachImage.
+  ASSERT_EQ(::unlink(data.c_str()), 0);
+  ASSERT_EQ(::rename((dir_.path() + "/elsewhere").c_str(), data.c_str()), 0);
+  UniqueFD on(::open(data.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  req_.target_fd = on.get();
+  ASSERT_TRUE(MountTree(req_).ok());
+  bool detached = false;
+  EXPECT_TRUE(DetachImage(dir_.path(), 0, &detached).ok());
+  EXPECT_TRUE(detached);
+  EXPECT_TRUE(DetachImage(dir_.path(), 0, &detached).ok());
+  EXPECT_FALSE(detached);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The prolog's and the epilog's work on a node (see cleanup.h).
 #include "spank-plugin/cleanup.h"
 
+#include "image/mount_service.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -130,6 +132,12 @@ Status CleanJobOnNode(const CleanupRequest& req, const CleanupLog& log) {
   const std::string job = std::to_string(req.id.job), local = LocalDir(req.config, req.id);
   // A fork that fails for lack of processes or memory (a fork bomb in another job) is tried
   // again for a few seconds before the node is said to be at fault.
+  // An agent's image still mounted (its mount service was killed): detached first, as root, so
+  // that the removal below reaches the files under it.
+  bool detached = false;
+  if (Status st = image::DetachImage(local, req.creds.uid, &detached); !st.ok())
+    log.error(st.message());
+  if (detached) log.verbose("detached the agent's image at " + local + "/data");
   Result<int> rc = Status::IOError("not started");
   for (int attempt = 0; attempt < 5; attempt++) {
     if (attempt > 0) ::sleep(1);

@@ -15,7 +15,7 @@ namespace {
 
 constexpr const char* kKnownKeys =
     "agent, preload, srun, local_dir, run_dir, mount_prefix, stagein_timeout, replicas, "
-    "cache_size, kernel_view, local_fs, drain_timeout";
+    "cache_size, kernel_view, local_fs, drain_timeout, image";
 
 }  // namespace
 
@@ -99,6 +99,10 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
       if (value != "yes" && value != "no")
         return Status::InvalidArgument("kernel_view='" + value + "': must be yes or no");
       c.kernel_view = value == "yes";
+    } else if (key == "image") {
+      if (value != "auto" && value != "no")
+        return Status::InvalidArgument("image='" + value + "': must be auto or no");
+      c.image = value == "auto";
     } else if (key == "drain_timeout") {
       const auto timeout = ParseInt(value, 0, kMaxDrainTimeout);
       if (!timeout)

@@ -33,6 +33,9 @@ struct Config {
   // local_fs= : auto (default) gives each job a tmpfs of its own at its local directory when
   // local_dir is on tmpfs (dirs.h MountJobFs); dir: always a plain directory
   bool job_fs = true;
+  // image= : auto (default) lets the agent keep its share as an EROFS image on a disk local
+  // directory, mounted by a small service of root's (image/mount_service.h); no: files
+  bool image = true;
   std::string cache_size;  // cache_size= : the agents' --cache-size (default empty: half the free
                            // space left in the local directory after stage-in)
   // drain_timeout= : seconds the end of a job with --fanstore-output waits at most for its

@@ -17,7 +17,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -34,6 +36,7 @@
 #include "common/run_dir.h"
 #include "common/text.h"
 #include "common/unique_fd.h"
+#include "image/mount_service.h"
 #include "output/drainer.h"
 #include "spank-plugin/agent_wait.h"
 #include "spank-plugin/dirs.h"
@@ -62,7 +65,13 @@ std::string SqueuePath(const Config& config) {
 }
 
 Status PrepareAgentStep(spank_t sp, const JobIdentity& id) {
-  const Config& c = State().config;
+  PluginState& s = State();
+  const Config& c = s.config;
+  s.local_dir = LocalDir(c, id);  // for the mount service, in task_init_privileged
+  s.uid = id.uid;
+  auto creds = GetJobCredentials(sp);
+  if (!creds.ok()) return creds.status();
+  s.gid = creds->gid;
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvAgentLocalDir, LocalDir(c, id)));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kAgentOutputDir, OutputDir(c, id)));
   return SetTaskEnv(sp, kEnvAgentRunDir, RunDir(c, id));
@@ -277,6 +286,30 @@ Status HandOverAsUser(const std::string& socket, int dev, uid_t uid, gid_t gid) 
   return st;
 }
 
+// The agent step's task, still root: the agent's image (issue 31) is mounted by a service of
+// root's that it inherits a socket to (image/mount_service.h), when the administrator allows it
+// (image=auto) and the local directory is on a disk (the kernel mounts no image from tmpfs; the
+// job's own tmpfs is dropped whole anyway). Without it the agent keeps files, as before.
+int StartImageService(spank_t sp) {
+  PluginState& s = State();
+  struct statfs fs;
+  if (!s.config.image || s.local_dir.empty() || ::statfs(s.local_dir.c_str(), &fs) != 0 ||
+      fs.f_type == TMPFS_MAGIC)
+    return 0;
+  auto sock = image::StartMountService(s.local_dir, s.uid, s.gid);
+  if (!sock.ok()) {
+    LogError("task_init", "no image for the agent: " + sock.status().message());
+    return 0;
+  }
+  const std::string fd = std::to_string(sock->get());
+  if (spank_setenv(sp, env::kMountService, fd.c_str(), 1) != ESPANK_SUCCESS) {
+    LogError("task_init", std::string("cannot set ") + env::kMountService);
+    return 0;
+  }
+  (void)sock->Release();  // the agent's, across its exec
+  return 0;
+}
+
 }  // namespace
 
 int StepdInit(spank_t sp, int ac, char** av) {
@@ -311,14 +344,15 @@ int StepdUserInit(spank_t sp, int /*ac*/, char** /*av*/) {
   return 0;
 }
 
-int StepdTaskInitPrivileged(spank_t /*sp*/, int /*ac*/, char** /*av*/) {
+int StepdTaskInitPrivileged(spank_t sp, int /*ac*/, char** /*av*/) {
   PluginState& s = State();
   if (!s.enabled) return 0;
   if (!s.deferred_error.empty()) {
     LogError("task_init", s.deferred_error);
     return -1;
   }
-  if (s.agent_step || s.local_dir.empty()) return 0;
+  if (s.agent_step) return StartImageService(sp);
+  if (s.local_dir.empty()) return 0;
   // Neither view is a condition of serving: a node that cannot make them still serves.
   Status st = PrivateMountNamespace();
   if (!st.ok()) {
