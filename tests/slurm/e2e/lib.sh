@@ -102,6 +102,11 @@ leftovers() {
   find /dev/shm -maxdepth 1 -name "fanstore.$uid.$j*" -user "$TUSER" -printf 'shm %p\n' 2>/dev/null
   find "/dev/shm/fanstore.$uid" -maxdepth 1 -name "$j.launch*" -printf 'shm %p\n' 2>/dev/null
   find "$BASE"/nodes/*/local -maxdepth 1 \( -name "fanstore.$uid.$j" -o -name "fanstore.$uid.$j.output" \) -user "$TUSER" -printf 'local %p\n' 2>/dev/null
+  # The agents' images (issue 31), and their mount services (root's processes).
+  grep -F "/fanstore.$uid.$j/" /proc/self/mountinfo 2>/dev/null | awk '{ print "mount " $5 " (" $9 ")" }'
+  for p in $(pgrep -x fanstore-mount); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$j" && echo "process $p: fanstore-mount"
+  done
   # -xdev and a timeout: other mounts (a hung FUSE mount in /tmp, say) must not stall the check.
   timeout 20 find /dev/shm "$BASE/nodes" -xdev -user "$TUSER" -type s -path "*fanstore.$uid.$j*" -printf 'socket %p\n' 2>/dev/null
 }
@@ -113,7 +118,7 @@ check_clean() {
     st=$(asroot squeue -h -t all -j "$j" -o %T 2>/dev/null || true)
     if [[ $st != COMPLETING && $st != RUNNING ]]; then
       left=$(leftovers "$j")
-      [[ -z $left ]] && { ok "job $j left nothing on any node (no process, /dev/shm entry, local dir or socket)"; return 0; }
+      [[ -z $left ]] && { ok "job $j left nothing on any node (no process, /dev/shm entry, local dir, mount or socket)"; return 0; }
     fi
     sleep 0.5
   done

@@ -29,6 +29,8 @@ srun -N2 --ntasks-per-node=1 bash -c '
   cd "$FANSTORE_MOUNT" || exit 1
   while read -r sum f; do md5sum "$f"; done < "$JD/expected" > "$JD/md5.$SLURMD_NODENAME"
   find . | LC_ALL=C sort > "$JD/names.$SLURMD_NODENAME"
+  fanstore stats > "$JD/stats.$SLURMD_NODENAME" 2>&1
+  grep -F " - erofs " /proc/self/mountinfo | cut -d" " -f5 | grep "/data$" > "$JD/erofs.$SLURMD_NODENAME"
   echo "task on $SLURMD_NODENAME: LD_PRELOAD=$LD_PRELOAD"'
 EOF
   chmod 0755 "$jd/job.sh"
@@ -54,6 +56,11 @@ EOF
     else
       bad "$n: md5 mismatch or missing:"$'\n'"$(diff -u "$jd/expected" "$jd/md5.$n" 2>&1 | head -20)"
     fi
+    # The local directory is on a disk (ext4 here): the share is an EROFS image (issue 31), mounted
+    # by the plugin's mount service on the agent's data root.
+    grep -q "as an EROFS image" "$jd/stats.$n" 2>/dev/null && [[ -s $jd/erofs.$n ]] \
+      && ok "$n: the agent's share is an EROFS image, mounted at $(head -1 "$jd/erofs.$n")" \
+      || bad "$n: no EROFS image: $(head -2 "$jd/stats.$n" 2>&1) / $(cat "$jd/erofs.$n" 2>&1)"
     if [[ -s $jd/names.$n ]] && diff -u "$jd/expected.names" "$jd/names.$n" >/dev/null; then
       ok "$n: find lists the same $(wc -l <"$jd/expected.names") names as the source"
     else
