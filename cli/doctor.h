@@ -52,7 +52,8 @@ std::optional<std::string> Output(const std::vector<std::string>& argv);
 void CheckPlugin(const std::string& plugstack, Report* r, spank::Config* config);
 
 // Which way a job keeps and reads its local copy in `local_dir` (doctor_image.cc): files or an
-// EROFS image, and why; as root, an image is mounted for real to prove it.
-void CheckReadPath(const std::string& local_dir, Report* r);
+// EROFS image (the plugin's image=, `image`), and why; as root, an image is mounted for real to
+// prove it.
+void CheckReadPath(const std::string& local_dir, bool image, Report* r);
 
 }  // namespace fanstore::cli::doctor

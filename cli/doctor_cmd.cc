@@ -443,7 +443,7 @@ int CmdDoctor(int argc, char** argv) {
   doctor::CheckPmix(settings.srun, &r);
   const auto local =
       doctor::CheckLocalDir(o.local_dir.empty() ? settings.local_dir : o.local_dir, &r);
-  if (local) doctor::CheckReadPath(*local, &r);
+  if (local) doctor::CheckReadPath(*local, settings.image, &r);
   doctor::CheckKernel(settings, &r);
   doctor::CheckLimits(&r);
   r.Print(o.json, o.quiet);

@@ -121,33 +121,37 @@ std::string Kernel() {
 
 }  // namespace
 
-void CheckReadPath(const std::string& local_dir, Report* r) {
+void CheckReadPath(const std::string& local_dir, bool image, Report* r) {
   struct statfs fs;
   if (::statfs(local_dir.c_str(), &fs) != 0) return;  // CheckLocalDir said why
-  const std::string slurm =
-      "jobs under Slurm keep a file per dataset file in " + local_dir +
-      (fs.f_type == 0x01021994 ? " (tmpfs: the job's own, dropped whole at its end)"
-                               : " (the plugin mounts no images yet: a create and an unlink "
-                                 "per file on this disk)");
+  const std::string files = "jobs keep a file per dataset file in " + local_dir;
   if (fs.f_type == 0x01021994) {
-    r->Ok("read-path", slurm + "; no EROFS image: the kernel mounts none from tmpfs");
+    r->Ok("read-path", files + " (tmpfs: the job's own, dropped whole at its end); no EROFS "
+                               "image: the kernel mounts none from tmpfs");
+    return;
+  }
+  if (!image) {
+    r->Ok("read-path", files + " (image=no: a create and an unlink per file on this disk)");
     return;
   }
   if (::geteuid() != 0) {
-    r->Ok("read-path", slurm +
-                           "; fanstore run as this user does too: mounting an EROFS image "
-                           "needs root (run fanstore doctor as root to probe it)");
+    r->Ok("read-path", "jobs keep their share in " + local_dir +
+                           " as an EROFS image where the kernel mounts one from a file" +
+                           Kernel() +
+                           ", else a file per dataset file (run fanstore doctor as root to "
+                           "probe it); fanstore run as this user keeps files (mounting needs root)");
     return;
   }
   const std::string why = Probe(local_dir);
   if (why.empty())
-    r->Ok("read-path", slurm +
-                           "; fanstore run as root keeps an EROFS image instead, mounted from "
-                           "the file" +
-                           Kernel() + ": probed, it mounts and reads back");
+    r->Ok("read-path", "jobs keep their share in " + local_dir +
+                           " as an EROFS image, mounted by the plugin's mount service (and by "
+                           "fanstore run as root)" +
+                           Kernel() + ": probed, it mounts from a file and reads back");
   else
     r->Warn("read-path",
-            slurm + "; fanstore run as root unpacks files too: the kernel refused an EROFS image" +
+            files + " (a create and an unlink per file on this disk): the kernel refused an "
+                    "EROFS image" +
                 Kernel() + ": " + why,
             "a kernel with EROFS and file-backed mounts (Linux 6.12+, "
             "CONFIG_EROFS_FS_BACKED_BY_FILE) stages and tears down on disk in seconds");

@@ -50,6 +50,11 @@ TEST(ConfigTest, EveryKey) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("cache_size='lots'"), std::string::npos)
       << bad.status().message();
+  EXPECT_TRUE(c->image);  // auto: an EROFS image where the local directory allows one
+  auto files = ParseConfig({"image=no"});
+  ASSERT_TRUE(files.ok());
+  EXPECT_FALSE(files->image);
+  EXPECT_FALSE(ParseConfig({"image=yes"}).ok());  // auto falls back by itself; yes could not
 }
 
 TEST(ConfigTest, UnknownKeyIsAHardErrorListingTheKnownOnes) {

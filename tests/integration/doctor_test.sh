@@ -50,15 +50,19 @@ check "the local directory comes from local_dir=" has "^ok +local-dir +the local
 check "free space and inodes are printed" has "^(ok|warn) +local-space +$T/local has [0-9.]+ [KMGT]?i?B free and [0-9]+ free inodes"
 check "the local file system is named node-local" has "^ok +local-fs +$T/local is on a node-local file system"
 if [[ $(stat -f -c %T "$T/local") == tmpfs ]]; then
-  check "the read path on tmpfs: files, no image" has "^ok +read-path +jobs under Slurm keep a file per dataset file in $T/local \(tmpfs.*no EROFS image"
+  check "the read path on tmpfs: files, no image" has "^ok +read-path +jobs keep a file per dataset file in $T/local \(tmpfs.*no EROFS image"
 elif [[ $EUID -eq 0 ]]; then
-  # A real mount of a one-file image, as the agent makes it (image/mount.h), in a child's own
-  # mount namespace; a kernel without file-backed EROFS is a warning that says so.
+  # A real mount of a one-file image, as the plugin's mount service makes it (image/mount.h), in
+  # a child's own mount namespace; a kernel without file-backed EROFS is a warning that says so.
   check "the read path on disk, as root: an EROFS image probed, or the kernel's refusal" \
-    has "^(ok +read-path +.*fanstore run as root keeps an EROFS image instead, mounted from the file \(Linux [^)]+\): probed, it mounts and reads back|warn +read-path +.*the kernel refused an EROFS image)"
+    has "^(ok +read-path +jobs keep their share in $T/local as an EROFS image, mounted by the plugin's mount service.*\(Linux [^)]+\): probed, it mounts from a file and reads back|warn +read-path +.*the kernel refused an EROFS image)"
   check "the probe leaves nothing in the local directory" test -z "$(ls -A "$T/local")"
+  conf noimage.conf "required $SO $PROGS local_dir=$T/local image=no"
+  doctor --plugstack noimage.conf
+  check "image=no: files, and why" has "^ok +read-path +jobs keep a file per dataset file in $T/local \(image=no"
+  doctor --plugstack good.conf  # the checks below read the good setup's output
 else
-  check "the read path on disk, as a user: files, an image needs root" has "^ok +read-path +.*mounting an EROFS image needs root"
+  check "the read path on disk, as a user: an image where the kernel allows, probed as root" has "^ok +read-path +.*as an EROFS image where the kernel mounts one from a file"
 fi
 check "PMIx is the agent's" has "^ok +pmix +.*PMIx.*\(the agent was built against PMIx [0-9]"
 check "open files are reported" has "^(ok|warn) +nofile +open files: soft [0-9a-z]+, hard [0-9a-z]+"
