@@ -63,8 +63,8 @@ struct Config {
   std::string unpack = "auto";    // auto|eager|lazy, see --unpack
   std::string image = "auto";     // auto|yes|no: the share as a mounted EROFS image, see --image
   int mount_service = -1;  // not root: the plugin's mount service (image/mount_service.h), if any
-  std::string job_id;             // the Slurm job id, with the PMIx namespace the job's identity
-  std::string peer_addr;          // address or interface for the peer service; "" picks one
+  std::string job_id;      // the Slurm job id, with the PMIx namespace the job's identity
+  std::string peer_addr;   // address or interface for the peer service; "" picks one
   // The job's output (issue 29): output_dir, node-local, drained to `output`; empty: none.
   std::string output;
   std::string output_dir;        // created, private; removed once everything in it drained

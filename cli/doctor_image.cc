@@ -126,8 +126,9 @@ void CheckReadPath(const std::string& local_dir, bool image, Report* r) {
   if (::statfs(local_dir.c_str(), &fs) != 0) return;  // CheckLocalDir said why
   const std::string files = "jobs keep a file per dataset file in " + local_dir;
   if (fs.f_type == 0x01021994) {
-    r->Ok("read-path", files + " (tmpfs: the job's own, dropped whole at its end); no EROFS "
-                               "image: the kernel mounts none from tmpfs");
+    r->Ok("read-path", files +
+                           " (tmpfs: the job's own, dropped whole at its end); no EROFS "
+                           "image: the kernel mounts none from tmpfs");
     return;
   }
   if (!image) {
@@ -135,11 +136,11 @@ void CheckReadPath(const std::string& local_dir, bool image, Report* r) {
     return;
   }
   if (::geteuid() != 0) {
-    r->Ok("read-path", "jobs keep their share in " + local_dir +
-                           " as an EROFS image where the kernel mounts one from a file" +
-                           Kernel() +
-                           ", else a file per dataset file (run fanstore doctor as root to "
-                           "probe it); fanstore run as this user keeps files (mounting needs root)");
+    r->Ok("read-path",
+          "jobs keep their share in " + local_dir +
+              " as an EROFS image where the kernel mounts one from a file" + Kernel() +
+              ", else a file per dataset file (run fanstore doctor as root to "
+              "probe it); fanstore run as this user keeps files (mounting needs root)");
     return;
   }
   const std::string why = Probe(local_dir);
@@ -150,8 +151,9 @@ void CheckReadPath(const std::string& local_dir, bool image, Report* r) {
                            Kernel() + ": probed, it mounts from a file and reads back");
   else
     r->Warn("read-path",
-            files + " (a create and an unlink per file on this disk): the kernel refused an "
-                    "EROFS image" +
+            files +
+                " (a create and an unlink per file on this disk): the kernel refused an "
+                "EROFS image" +
                 Kernel() + ": " + why,
             "a kernel with EROFS and file-backed mounts (Linux 6.12+, "
             "CONFIG_EROFS_FS_BACKED_BY_FILE) stages and tears down on disk in seconds");

@@ -14,10 +14,10 @@
 // (https://bugs.schedmd.com/show_bug.cgi?id=7573), so user_init records them and
 // task_init_privileged reports them, as NVIDIA/pyxis does.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>

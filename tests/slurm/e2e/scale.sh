@@ -4,7 +4,8 @@
 # --fanstore-replicas=1 and once with all. A task on each node reads every file in random order;
 # counts, bytes and a content checksum agree between the nodes and the two jobs, about 10 sampled files
 # match `fanstore cat`; J1 and the teardown (job end to a clean node) are reported; nothing is
-# left. Node-local directories are 10 GB tmpfs mounts (the cluster's own are on disk).
+# left. Node-local directories are 10 GB tmpfs mounts, or with SCALE_LOCAL=disk the cluster's own,
+# on disk (ext4 under /var/tmp here: each node's share is then an EROFS image, issue 31).
 #
 # Usage: scale.sh BUILD_DIR ARCHIVE.tar (mkimagenet.py 1k), with the cluster up (start.sh BUILD_DIR
 # ports). Prints one JSON line per job ("scale-result: {...}") for scale.py.
@@ -13,6 +14,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ARCHIVE=$(realpath "$2")
 JOB_TIMEOUT=900
+SCALE_LOCAL=${SCALE_LOCAL:-tmpfs}
 
 readall() {
   cat <<'EOF'
@@ -60,9 +62,9 @@ one_job() {  # one_job DS REPLICAS JOBDIR
   stage=$(grep -h "fanstore: user_init: job $j " "$BASE"/log/slurmd.*.log 2>/dev/null |
     sed -n 's/.*step batch on node1: agent ready after \([0-9.]*\) s.*/\1/p' | head -1)
   first=$(awk -v t0="$(date -d "$start" +%s.%N)" 'NR == 2 { printf "%.3f", $1 - t0 }' "$jd/first_read.$j" 2>/dev/null)
-  "$PY" - "$r" "$j" "$jd" "${first:-null}" "${stage:-null}" "$t_end" "${clean_at:-0}" <<'PY'
+  "$PY" - "$r" "$j" "$jd" "${first:-null}" "${stage:-null}" "$t_end" "${clean_at:-0}" "$SCALE_LOCAL" <<'PY'
 import json, sys
-r, j, jd, first, stage, t_end, clean = sys.argv[1:8]
+r, j, jd, first, stage, t_end, clean, local = sys.argv[1:9]
 nodes = {}
 for n in ("node1", "node2"):
     try:
@@ -70,7 +72,9 @@ for n in ("node1", "node2"):
     except OSError:
         pass
 print("scale-result: " + json.dumps({
-    "replicas": r, "job": j, "j1_seconds": json.loads(first), "stage_in_seconds": json.loads(stage),
+    "replicas": r, "job": j, "local": local,
+    "copy": {n: ("image" if "as an EROFS image" in open(f"{jd}/stats.{n}.{j}").read() else "files")
+             for n in nodes}, "j1_seconds": json.loads(first), "stage_in_seconds": json.loads(stage),
     "teardown_seconds": (float(clean) - float(t_end)) if float(clean) else None,
     "pass_seconds": {n: v["seconds"] for n, v in nodes.items()},
     "files": {n: v["files"] for n, v in nodes.items()}, "bytes": {n: v["bytes"] for n, v in nodes.items()},
@@ -98,20 +102,25 @@ date +%s.%N > "$JD/first_read.$SLURM_JOB_ID"
 head -c 1 "$FANSTORE_MOUNT/val/ILSVRC2012_val_00000001.JPEG" > /dev/null
 date +%s.%N >> "$JD/first_read.$SLURM_JOB_ID"
 srun -N2 --ntasks-per-node=1 bash -c \
-  '/usr/bin/python3 "$JD/readall.py" "$FANSTORE_MOUNT" "$JD/files.list" "$JD/sum.$SLURMD_NODENAME.$SLURM_JOB_ID"'
+  'fanstore stats > "$JD/stats.$SLURMD_NODENAME.$SLURM_JOB_ID" 2>&1
+   /usr/bin/python3 "$JD/readall.py" "$FANSTORE_MOUNT" "$JD/files.list" "$JD/sum.$SLURMD_NODENAME.$SLURM_JOB_ID"'
 date +%s.%N > "$JD/end.$SLURM_JOB_ID"
 EOF
   chmod 0755 "$jd/job.sh"
   chown -R "$TUSER:" "$jd"
-  small_local node1 10G && small_local node2 10G || { bad "tmpfs node-local directories"; finish; exit 1; }
+  if [[ $SCALE_LOCAL == tmpfs ]]; then
+    small_local node1 10G && small_local node2 10G || { bad "tmpfs node-local directories"; finish; exit 1; }
+  fi
   for r in 1 all; do
     out=$(one_job "$ds" "$r" "$jd")
     echo "$out" | grep -v '^scale-result: ' | sed 's/^/  /'
     grep '^scale-result: ' <<<"$out"
     sums+=$'\n'"$(grep '^scale-result: ' <<<"$out" | sed 's/^scale-result: //')"
   done
-  restore_local node1
-  restore_local node2
+  if [[ $SCALE_LOCAL == tmpfs ]]; then
+    restore_local node1
+    restore_local node2
+  fi
   # Every node of both jobs read every file, the same bytes; sampled files match the dataset.
   "$PY" - "$files" "$bytes" "$sums" <<'PY' && ok "both jobs, both nodes: $files files, $bytes bytes, one checksum" || bad "results differ: $sums"
 import json, sys
