@@ -280,7 +280,7 @@ Status KernelViewForCommand(const std::string& mount, const std::string& local_d
   // The agent mounted the whole dataset as an EROFS image (`fanstore run` is one agent, which
   // holds every shard): the kernel serves the view from it, no FUSE.
   auto status = run_dir::ReadStatus(socket.substr(0, socket.rfind('/')));
-  if (::geteuid() == 0 && status.ok() && status->image)
+  if (::geteuid() == 0 && status.ok() && status->image && status->whole)
     return BindKernelView(mount, local_dir + "/data");
   auto dev = MountKernelView(mount, uid, gid);
   if (!dev.ok()) return dev.status();

@@ -71,6 +71,8 @@ Result<RunStatus> ParseStatus(const std::string& text) {
   st.state = *parsed;
   const auto copy = j.find("local_copy");
   st.image = copy != j.end() && copy->is_string() && copy->get_ref<const std::string&>() == "image";
+  const auto whole = j.find("whole");
+  st.whole = whole != j.end() && whole->is_boolean() && whole->get<bool>();
   if (st.state == AgentState::kFailed && st.error.empty())
     st.error = "the agent failed without a message";
   return st;

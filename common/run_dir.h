@@ -42,6 +42,7 @@ struct RunStatus {
   std::string error;   // why it failed; never empty when state is kFailed
   bool alive = false;  // an agent held the directory's lock when the file was read
   bool image = false;  // "local_copy": "image": the node's share is a mounted EROFS image
+  bool whole = false;  // "whole": the node holds every shard
   // A live state with no agent behind it: the agent died (killed, crashed) without a word.
   bool Dead() const { return !alive && state != AgentState::kFailed; }
 };

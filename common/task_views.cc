@@ -173,12 +173,16 @@ Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid)
 Status BindKernelView(const std::string& mount, const std::string& dir) {
   UniqueFD src(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!src.valid()) return Status::FromErrno("open " + dir, errno);
+  return BindKernelView(mount, src.get()).Prefixed(dir);
+}
+
+Status BindKernelView(const std::string& mount, int dir) {
   auto at = ViewMountPoint(mount);
   if (!at.ok()) return at.status();
-  const std::string from = "/proc/self/fd/" + std::to_string(src.get());
+  const std::string from = "/proc/self/fd/" + std::to_string(dir);
   const std::string to = "/proc/self/fd/" + std::to_string(at->get());
   if (::mount(from.c_str(), to.c_str(), nullptr, MS_BIND, nullptr) != 0)
-    return Status::FromErrno("bind " + dir + " on " + mount, errno);
+    return Status::FromErrno("bind on " + mount, errno);
   if (::mount(nullptr, mount.c_str(), nullptr,
               MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
     return Status::FromErrno("make " + mount + " read-only", errno);

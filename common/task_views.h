@@ -47,6 +47,8 @@ Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid)
 // dataset) at `mount`, made as MountKernelView makes its mount point. The kernel then serves the
 // view itself, with no FUSE round trip. `dir` is opened without following a symlink.
 Status BindKernelView(const std::string& mount, const std::string& dir);
+// The same from a descriptor of the directory, opened (O_PATH) however the caller trusts it.
+Status BindKernelView(const std::string& mount, int dir);
 
 // Hands the view's /dev/fuse descriptor to the agent at `socket` (proto kServeView) and waits
 // until it serves it. The caller then closes its own copy.

@@ -30,6 +30,7 @@ struct PluginState {
   uint32_t gid = 0;
   std::string mount;         // where the tasks see the dataset
   std::string socket;        // this node's agent
+  std::string run_dir;       // its run directory
   std::string view_error;    // why the task has none
   int agent_srun = -1;       // batch step: a pidfd of the agent step's srun, stopped in task_exit
   pid_t agent_srun_pid = 0;  // its pid, to check that the descriptor is still that pidfd

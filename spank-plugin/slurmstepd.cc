@@ -32,6 +32,7 @@
 
 #include "common/env.h"
 #include "common/io.h"
+#include "common/private_dir.h"
 #include "common/proto.h"
 #include "common/run_dir.h"
 #include "common/text.h"
@@ -253,6 +254,7 @@ Status ServeStep(spank_t sp) {
   const std::string step = stepid == SLURM_BATCH_SCRIPT ? "batch" : std::to_string(stepid);
   LogInfo(kPhase, "job " + std::to_string(id->job) + " step " + step + " on " + id->node +
                       ": agent ready after " + secs + " s");
+  s.run_dir = wait.run_dir;
   s.socket = wait.run_dir + "/" + run_dir::kSocketName;
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kSocket, s.socket));  // `fanstore stats` asks it
   if (!s.options.output.empty())
@@ -284,6 +286,24 @@ Status HandOverAsUser(const std::string& socket, int dev, uid_t uid, gid_t gid) 
   if (::seteuid(0) != 0 || ::setegid(0) != 0)
     LogError("task_init", std::string("cannot take root's ids back: ") + std::strerror(errno));
   return st;
+}
+
+// In the task's namespace, as root: the agent's EROFS image bound at the task's mount when the
+// node holds every shard (status.json: local_copy "image", whole). The image is found again
+// through a walk that follows no symlink to the job's local directory, and must be an EROFS
+// root there: only root mounts one, so it is the mount service's. NotFound when there is no such
+// image (the FUSE view then serves).
+Status BindImageView(const PluginState& s) {
+  auto status = run_dir::ReadStatus(s.run_dir);
+  if (!status.ok() || !status->image || !status->whole)
+    return Status::NotFound("no image of the whole dataset");
+  auto local = OpenTrustedDir(s.local_dir, s.uid);
+  if (!local.ok()) return local.status();
+  UniqueFD data(::openat(local->get(), "data", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct statfs fs;
+  if (!data.valid() || ::fstatfs(data.get(), &fs) != 0 || fs.f_type != EROFS_SUPER_MAGIC_V1)
+    return Status::NotFound("no image mounted at " + s.local_dir + "/data");
+  return BindKernelView(s.mount, data.get());
 }
 
 // The agent step's task, still root: the agent's image (issue 31) is mounted by a service of
@@ -369,6 +389,12 @@ int StepdTaskInitPrivileged(spank_t sp, int /*ac*/, char** /*av*/) {
   if (Status ok = KernelViewAllowed(s.mount, s.config.mount_prefix); !ok.ok()) {
     s.view_error = ok.message();
     return 0;
+  }
+  // The node's EROFS image, when it holds the whole dataset: the kernel serves the view itself.
+  if (Status bound = BindImageView(s); bound.ok()) {
+    return 0;
+  } else if (bound.code() != Status::Code::kNotFound) {
+    LogError("task_init", "the image could not be the view, FUSE serves it: " + bound.message());
   }
   auto view = MountKernelView(s.mount, s.uid, s.gid);
   if (!view.ok()) {

@@ -138,7 +138,7 @@ EOF
   cat >"$jd/job3.sh" <<'EOF'
 #!/bin/bash
 echo "want=$FANSTORE_MOUNT/data" > "$JD/inside"
-cd "$FANSTORE_MOUNT/data" && timeout 60 srun -N1 -n1 bash -c 'echo "pwd=$(/bin/pwd)"; /bin/busybox ls | wc -l' >> "$JD/inside" 2>&1
+cd "$FANSTORE_MOUNT/data" && timeout 60 srun -N1 -n1 bash -c 'echo "pwd=$(/bin/pwd)"; /bin/busybox ls | wc -l; grep -F " $FANSTORE_MOUNT " /proc/self/mountinfo | sed -n "s/.* - \([^ ]*\) .*/fstype=\1/p"' >> "$JD/inside" 2>&1
 echo "rc=$?" >> "$JD/inside"
 EOF
   chmod 0755 "$jd/job3.sh" && chown "$TUSER:" "$jd/job3.sh"
@@ -152,6 +152,10 @@ EOF
   [[ -n $want ]] && grep -qx "pwd=$want" "$jd/inside" \
     && ok "the step starts in its working directory inside the mount" \
     || bad "the step's working directory: $(cat "$jd/inside" 2>&1)"
+  # One node holds every shard, on the cluster's disk: its EROFS image is the view itself, bound
+  # by the plugin (issue 31), with no FUSE between the kernel and the files.
+  grep -qx "fstype=erofs" "$jd/inside" && ok "a one-node job's view is the node's EROFS image (no FUSE)" \
+    || bad "a one-node job's view: $(grep fstype "$jd/inside" 2>&1)"
   check_clean "$j"
   # A mount outside mount_prefix (here an existing directory of the user's) gets no kernel view:
   # anywhere else a user could lay a dataset over /etc for setuid programs. The library still
