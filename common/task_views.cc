@@ -173,7 +173,7 @@ Result<UniqueFD> MountKernelView(const std::string& mount, uid_t uid, gid_t gid)
 Status BindKernelView(const std::string& mount, const std::string& dir) {
   UniqueFD src(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!src.valid()) return Status::FromErrno("open " + dir, errno);
-  return BindKernelView(mount, src.get()).Prefixed(dir);
+  return BindKernelView(mount, src.get());
 }
 
 Status BindKernelView(const std::string& mount, int dir) {

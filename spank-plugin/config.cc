@@ -36,6 +36,22 @@ bool IsValidReplicas(const std::string& value) {
   return value == "all" || ParseInt(value, 1, 65535).has_value();
 }
 
+// local_dir= is a template: checked as a path with its % sequences left in place.
+static Status CheckLocalDirTemplate(const std::string& value) {
+  if (!IsCleanAbsolutePath(value))
+    return Status::InvalidArgument("local_dir='" + value +
+                                   "': must be a clean absolute path template");
+  for (size_t i = 0; i < value.size(); i++) {
+    if (value[i] != '%') continue;
+    const char n = i + 1 < value.size() ? value[i + 1] : '\0';
+    if (n != 'n' && n != 'j' && n != 'u' && n != '%')
+      return Status::InvalidArgument("local_dir='" + value + "': unknown sequence '%" +
+                                     std::string(1, n) + "' (use %n, %j, %u or %%)");
+    i++;
+  }
+  return Status::OK();
+}
+
 Result<Config> ParseConfig(const std::vector<std::string>& args) {
   Config c = DefaultConfig();
   std::vector<std::string> seen;
@@ -55,6 +71,13 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
       *field = value;
       return Status::OK();
     };
+    // A choice of two words: *field is whether it is the first.
+    auto choice = [&](const char* on, const char* off, bool* field) -> Status {
+      if (value != on && value != off)
+        return Status::InvalidArgument(key + "='" + value + "': must be " + on + " or " + off);
+      *field = value == on;
+      return Status::OK();
+    };
     if (key == "agent") {
       FS_RETURN_IF_ERROR(path(&c.agent));
     } else if (key == "preload") {
@@ -66,18 +89,7 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
     } else if (key == "mount_prefix") {
       FS_RETURN_IF_ERROR(path(&c.mount_prefix));
     } else if (key == "local_dir") {
-      // A template: checked as a path with its % sequences left in place.
-      if (!IsCleanAbsolutePath(value))
-        return Status::InvalidArgument("local_dir='" + value +
-                                       "': must be a clean absolute path template");
-      for (size_t i = 0; i < value.size(); i++) {
-        if (value[i] != '%') continue;
-        const char n = i + 1 < value.size() ? value[i + 1] : '\0';
-        if (n != 'n' && n != 'j' && n != 'u' && n != '%')
-          return Status::InvalidArgument("local_dir='" + value + "': unknown sequence '%" +
-                                         std::string(1, n) + "' (use %n, %j, %u or %%)");
-        i++;
-      }
+      FS_RETURN_IF_ERROR(CheckLocalDirTemplate(value));
       c.local_dir = value;
     } else if (key == "stagein_timeout") {
       const auto timeout = ParseInt(value, 1, 7 * 24 * 3600);
@@ -96,13 +108,9 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
                                        "': must be a size such as 20G, 512M or 1T");
       c.cache_size = value;
     } else if (key == "kernel_view") {
-      if (value != "yes" && value != "no")
-        return Status::InvalidArgument("kernel_view='" + value + "': must be yes or no");
-      c.kernel_view = value == "yes";
+      FS_RETURN_IF_ERROR(choice("yes", "no", &c.kernel_view));
     } else if (key == "image") {
-      if (value != "auto" && value != "no")
-        return Status::InvalidArgument("image='" + value + "': must be auto or no");
-      c.image = value == "auto";
+      FS_RETURN_IF_ERROR(choice("auto", "no", &c.image));
     } else if (key == "drain_timeout") {
       const auto timeout = ParseInt(value, 0, kMaxDrainTimeout);
       if (!timeout)
@@ -110,9 +118,7 @@ Result<Config> ParseConfig(const std::vector<std::string>& args) {
                                        std::to_string(kMaxDrainTimeout));
       c.drain_timeout = static_cast<int>(*timeout);
     } else if (key == "local_fs") {
-      if (value != "auto" && value != "dir")
-        return Status::InvalidArgument("local_fs='" + value + "': must be auto or dir");
-      c.job_fs = value == "auto";
+      FS_RETURN_IF_ERROR(choice("auto", "dir", &c.job_fs));
     } else {
       return Status::InvalidArgument("unknown key '" + key + "' (known keys: " + kKnownKeys + ")");
     }
