@@ -90,6 +90,23 @@ Status Mount(int tree, int blob, const std::string& local_dir, uid_t uid, gid_t 
   return Status::OK();
 }
 
+// One command byte with room for the two descriptors of 'M', as both ends send and receive it.
+struct Message {
+  char cmd = 0;
+  int fds[2] = {-1, -1};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
+  struct iovec iov = {&cmd, 1};
+  struct msghdr msg = {};
+  Message() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  Message(const Message&) = delete;  // iov and msg point into it
+  Message& operator=(const Message&) = delete;
+};
+
 volatile sig_atomic_t g_stop = 0;
 void OnTerm(int) { g_stop = 1; }
 
@@ -100,18 +117,12 @@ void ServeMounts(int sock, const std::string& local_dir, uid_t uid, gid_t gid) {
   while (!g_stop) {
     struct pollfd p = {sock, POLLIN, 0};
     if (::poll(&p, 1, -1) < 0) continue;  // EINTR: SIGTERM, looked at above
-    char cmd = 0;
-    int fds[2] = {-1, -1};
-    char control[CMSG_SPACE(sizeof fds)] = {};
-    struct iovec iov = {&cmd, 1};
-    struct msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    Message m;
+    int* fds = m.fds;
+    const ssize_t n = ::recvmsg(sock, &m.msg, MSG_CMSG_CLOEXEC);
     if (n < 0 && errno == EINTR) continue;
-    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    const char cmd = m.cmd;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&m.msg); c; c = CMSG_NXTHDR(&m.msg, c))
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
         const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         std::memcpy(fds, CMSG_DATA(c), std::min(count, size_t{2}) * sizeof(int));
@@ -165,21 +176,15 @@ Result<UniqueFD> StartMountService(const std::string& local_dir, uid_t uid, gid_
 }
 
 Status AskMount(int sock, int tree_fd, int blob_fd) {
-  char cmd = 'M';
-  int fds[2] = {tree_fd, blob_fd};
-  char control[CMSG_SPACE(sizeof fds)] = {};
-  struct iovec iov = {&cmd, 1};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  Message m;
+  m.cmd = 'M';
+  const int fds[2] = {tree_fd, blob_fd};
+  struct cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof fds);
   std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-  if (::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0)
+  if (::sendmsg(sock, &m.msg, MSG_NOSIGNAL) < 0)
     return Status::FromErrno("image: ask the mount service", errno);
   return Answer(sock, "the mount");
 }

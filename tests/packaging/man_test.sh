@@ -68,7 +68,7 @@ if [[ -f $M/spank_fanstore.8 ]]; then
   # The list may be split over several string literals.
   keys=$(sed -n '/kKnownKeys =/,/;/p' "$SRC/spank-plugin/config.cc" | grep -oE '"[^"]*"' | tr -d '"\n')
   IFS=', ' read -r -a keys <<<"$keys"
-  check "config.cc knows 12 keys" test "${#keys[@]}" -eq 12
+  check "config.cc knows 13 keys" test "${#keys[@]}" -eq 13
   missing=()
   for k in "${keys[@]}"; do grep -qF "\\fB$k=\\fR" "$M/spank_fanstore.8" || missing+=("$k="); done
   check "spank_fanstore.8 documents every plugstack.conf key${missing:+ (missing: ${missing[*]})}" \
