@@ -178,9 +178,7 @@ class Agent {
   Status BuildTable();
   table::BuildOptions TableOptions() const;
   // Bytes for files fetched from peers: none when every shard is held here.
-  uint64_t CacheCapacity() const {
-    return mine_.size() == manifest_.shards.size() ? 0 : cache_capacity_;
-  }
+  uint64_t CacheCapacity() const { return HoldsEveryShard() ? 0 : cache_capacity_; }
 
   // Serving (serve.cc): the local service's requests, and peers' requests for local files.
   Reply Handle(proto::Op op, const std::string& payload, UniqueFD passed);
@@ -215,7 +213,8 @@ class Agent {
   format::Manifest manifest_;
   format::Dictionary dict_;
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<uint32_t> mine_;     // shards staged here
+  std::vector<uint32_t> mine_;  // shards staged here
+  bool HoldsEveryShard() const { return mine_.size() == manifest_.shards.size(); }
   std::vector<bool> local_shard_;  // by shard
   uint32_t replicas_ = 1;          // copies of each shard among the agents
   uint64_t free_bytes_ = 0;        // in the local directory, before stage-in

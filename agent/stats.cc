@@ -105,7 +105,7 @@ std::string Agent::StatusJson() const {
   j["unpacked"] = unpacker_.done();
   j["local_copy"] =
       image_mounted_ ? "image" : "files";  // the kernel-native path (issue 31), or not
-  j["whole"] = mine_.size() == manifest_.shards.size();  // every shard staged here
+  j["whole"] = HoldsEveryShard();
   j["node"] = cfg_.node_name;
   j["rank"] = boot_ ? boot_->rank() : 0;
   j["size"] = boot_ ? boot_->size() : 0;

@@ -196,11 +196,14 @@ Status AskUnmount(int sock) {
   return Answer(sock, "the unmount");
 }
 
+UniqueFD FindImage(const std::string& local_dir, uid_t uid) {
+  auto local = OpenTrustedDir(local_dir, uid);
+  return local.ok() ? MountedRoot(local->get()) : UniqueFD();  // none, or nowhere root may work
+}
+
 Status DetachImage(const std::string& local_dir, uid_t uid, bool* detached) {
   *detached = false;
-  auto local = OpenTrustedDir(local_dir, uid);
-  if (!local.ok()) return Status::OK();  // nothing there, or nothing root may work in
-  UniqueFD root = MountedRoot(local->get());
+  UniqueFD root = FindImage(local_dir, uid);
   if (!root.valid()) return Status::OK();
   FS_RETURN_IF_ERROR(Detach(root.get()));
   *detached = true;

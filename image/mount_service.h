@@ -37,6 +37,11 @@ void ServeMounts(int sock, const std::string& local_dir, uid_t uid, gid_t gid);
 Status AskMount(int sock, int tree_fd, int blob_fd);
 Status AskUnmount(int sock);
 
+// The root of the image mounted on local_dir/data, found by a walk that follows no symlink
+// (OpenTrustedDir for uid) and checked to be an EROFS root, which only root can have mounted; an
+// invalid descriptor when there is none.
+UniqueFD FindImage(const std::string& local_dir, uid_t uid);
+
 // The epilog's: an image still mounted on local_dir/data (its service was killed) is detached.
 // *detached says whether one was.
 Status DetachImage(const std::string& local_dir, uid_t uid, bool* detached);

@@ -32,7 +32,6 @@
 
 #include "common/env.h"
 #include "common/io.h"
-#include "common/private_dir.h"
 #include "common/proto.h"
 #include "common/run_dir.h"
 #include "common/text.h"
@@ -73,7 +72,7 @@ Status PrepareAgentStep(spank_t sp, const JobIdentity& id) {
   auto creds = GetJobCredentials(sp);
   if (!creds.ok()) return creds.status();
   s.gid = creds->gid;
-  FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvAgentLocalDir, LocalDir(c, id)));
+  FS_RETURN_IF_ERROR(SetTaskEnv(sp, kEnvAgentLocalDir, s.local_dir));
   FS_RETURN_IF_ERROR(SetTaskEnv(sp, env::kAgentOutputDir, OutputDir(c, id)));
   return SetTaskEnv(sp, kEnvAgentRunDir, RunDir(c, id));
 }
@@ -297,12 +296,8 @@ Status BindImageView(const PluginState& s) {
   auto status = run_dir::ReadStatus(s.run_dir);
   if (!status.ok() || !status->image || !status->whole)
     return Status::NotFound("no image of the whole dataset");
-  auto local = OpenTrustedDir(s.local_dir, s.uid);
-  if (!local.ok()) return local.status();
-  UniqueFD data(::openat(local->get(), "data", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  struct statfs fs;
-  if (!data.valid() || ::fstatfs(data.get(), &fs) != 0 || fs.f_type != EROFS_SUPER_MAGIC_V1)
-    return Status::NotFound("no image mounted at " + s.local_dir + "/data");
+  const UniqueFD data = image::FindImage(s.local_dir, s.uid);
+  if (!data.valid()) return Status::NotFound("no image mounted at " + s.local_dir + "/data");
   return BindKernelView(s.mount, data.get());
 }
 
