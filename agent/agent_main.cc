@@ -18,6 +18,7 @@
 #include "agent/read_entry.h"
 #include "common/args.h"
 #include "common/env.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "common/run_dir.h"
 #include "common/unique_fd.h"
@@ -26,6 +27,34 @@ namespace fanstore::agent {
 namespace {
 
 constexpr int kExitUndrained = 3;
+
+// The --read-entry mode (argv[0] is "--read-entry"): writes the file to stdout. Exit status 0, or
+// with the cause on stderr: 3 the dataset cannot be read (gone, unreachable), 4 its bytes are
+// damaged, 2 bad arguments.
+int ReadEntryMain(int argc, char** argv) {
+  CLI::App app("Writes one file of the dataset to standard output, checked against its hash.",
+               "fanstore-agent --read-entry");
+  args::Configure(app);
+  app.footer(
+      "Exit status: 0 written, 2 usage error, 3 the dataset cannot be read, 4 its bytes are\n"
+      "damaged (what was written must then be discarded).");
+  std::string dataset;
+  uint32_t shard = 0, index = 0;
+  app.add_option("DATASET", dataset, "the dataset directory")->required();
+  app.add_option("SHARD", shard, "the shard's number in the manifest")
+      ->required()
+      ->check(args::IntRange(0, UINT32_MAX));
+  app.add_option("INDEX", index, "the file's index in the shard")
+      ->required()
+      ->check(args::IntRange(0, UINT32_MAX));
+  if (int rc = args::Parse(app, argc, argv); rc >= 0) return rc;
+  Status st = ReadEntry(dataset, shard, index, [](std::string_view piece) {
+    return WriteFull(STDOUT_FILENO, piece.data(), piece.size(), "stdout");
+  });
+  if (st.ok()) return 0;
+  std::fprintf(stderr, "fanstore: %s\n", st.ToString().c_str());
+  return st.code() == Status::Code::kCorruption ? 4 : 3;
+}
 
 // One write with O_APPEND: the lines of several nodes appending to one shared file do not mix.
 // The name is predictable and the directory may be shared: the file is created private, and

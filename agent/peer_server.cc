@@ -63,6 +63,10 @@ Status PeerServer::Start(const std::string& addr, PeerIdentity me, LocalFileFn l
   sa.sin_family = AF_INET;
   if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1)
     return Status::InvalidArgument("peer service: address " + addr);
+  // The connections of an agent that died do not hold its port for a minute: any process may
+  // take it at once, as it may any free port. The peers' proofs, not the port, say who is who.
+  const int one = 1;
+  ::setsockopt(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
       ::listen(listen_fd_.get(), 256) != 0)
     return Status::FromErrno("peer service: bind/listen on " + addr, errno);

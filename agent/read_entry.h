@@ -15,9 +15,4 @@ namespace fanstore::agent {
 Status ReadEntry(const std::string& dataset, uint32_t shard, uint32_t index,
                  const std::function<Status(std::string_view)>& sink);
 
-// The --read-entry mode (argv[0] is "--read-entry"): writes the file to stdout. Exit status 0, or
-// with the cause on stderr: 3 the dataset cannot be read (gone, unreachable), 4 its bytes are
-// damaged, 2 bad arguments.
-int ReadEntryMain(int argc, char** argv);
-
 }  // namespace fanstore::agent

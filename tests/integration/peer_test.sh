@@ -139,9 +139,10 @@ check "with the peer dead, every other file still reads correctly (from the data
   diff <(hashes src | grep -v "$vpath") <(client 0 bash -c "$(declare -f hashes); hashes $M" | grep -v "$vpath")
 s0=$(stats 0)
 check "those reads were fallbacks ($(field "$s0" "['opens']"))" test "$(field "$s0" "['opens']['fallback']")" -gt 0
-# F1: fsbob takes over the dead agent's endpoint (once the kernel lets go of the port: its closed
-# connections hold it up to a minute, longer than agent 0's 10 s down window).
+# F1: fsbob takes over the dead agent's endpoint, once agent 0's down window for it (10 s after
+# the last failure, agent/peer_io.h kDownFor) is over, so that agent 0 dials it again.
 # Agent 0 dials it, gets fsbob's credential as the proof, refuses it, and sends none of its own.
+sleep 10.5
 runuser -u fsbob -- $PY attack.py --listen "$ep" 8 >fake.out 2>&1 &
 fake=$!
 for _ in $(seq 300); do grep -q "bound" fake.out && break; sleep 0.2; done
