@@ -52,7 +52,10 @@ Result<std::string> PeerListenAddress(const std::string& want);
 
 class PeerServer {
  public:
-  // Limits against a flood of connections that never authenticate.
+  // Limits against a flood of connections that never authenticate. At kMaxConnections a new
+  // connection closes the authenticated one idle the longest (its client dials again when it
+  // next needs this node), so that at thousands of nodes a reader is never turned away because
+  // others keep connections they do not use; only kMaxConnections requests at once are refused.
   static constexpr int kMaxUnauthenticated = 64;
   static constexpr int kMaxConnections = 512;
   static constexpr int kHandshakeMs = 5000;  // from accept to the end of the handshake
@@ -74,6 +77,8 @@ class PeerServer {
   void Stop();
   std::string Endpoint() const;  // "addr:port"; "" before Start
   uint64_t refused() const { return refused_.load(); }
+  uint64_t evicted() const { return evicted_.load(); }  // idle connections closed for new ones
+  void SetMaxConnectionsForTest(int n) { max_conns_ = n; }
 
  private:
   struct Conn;
@@ -87,6 +92,7 @@ class PeerServer {
   void Refuse(Conn* c, const std::string& why);
   void Rearm(Conn* c);
   void Drop(int fd);
+  void EvictIdleLocked();  // mu_ held
   bool SendFile(Conn* c, uint32_t op, uint32_t entry, int fd, uint64_t size);
 
   PeerIdentity me_;
@@ -106,6 +112,8 @@ class PeerServer {
   std::unordered_map<int, std::unique_ptr<Conn>> conns_;
   std::atomic<int> busy_{0};
   std::atomic<uint64_t> refused_{0};
+  std::atomic<uint64_t> evicted_{0};
+  std::atomic<int> max_conns_{kMaxConnections};
 };
 
 // Connections to the other agents, kept open between requests.

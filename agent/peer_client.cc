@@ -125,11 +125,17 @@ Status PeerClient::Handshake(Session* s, uint32_t rank) {
 Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
-      if (it->first != rank) continue;
+    for (auto it = idle_.begin(); it != idle_.end();) {
+      if (it->first != rank) {
+        ++it;
+        continue;
+      }
       auto s = std::move(it->second);
-      idle_.erase(it);
-      return s;
+      it = idle_.erase(it);
+      // An idle session has nothing to read: if it has (the end the server sent when it closed
+      // the connection to make room for another), it is dropped, and the peer is not down.
+      struct pollfd p = {s->fd.get(), POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 0) return s;
     }
   }
   if (rank >= endpoints_.size() || endpoints_[rank].empty())

@@ -38,7 +38,8 @@ struct PeerServer::Conn {
   wire::Phase phase = wire::Phase::kHello;
   std::string in;  // the request being received; never more than its checked size
   Clock::time_point deadline = Clock::time_point::max();
-  bool busy = false;  // on the pool
+  bool busy = false;                      // on the pool
+  Clock::time_point used = Clock::now();  // accepted, or its last request answered
   uint32_t client_rank = 0;
   wire::Nonce nonce_c{}, nonce_s{};
   wire::Key share_s{};
@@ -170,7 +171,9 @@ void PeerServer::Accept() {
     std::lock_guard<std::mutex> l(mu_);
     int unauth = 0;
     for (auto& [cfd, o] : conns_) unauth += o->phase != wire::Phase::kReady;
-    if (unauth >= kMaxUnauthenticated || static_cast<int>(conns_.size()) >= kMaxConnections) {
+    if (unauth < kMaxUnauthenticated && static_cast<int>(conns_.size()) >= max_conns_.load())
+      EvictIdleLocked();
+    if (unauth >= kMaxUnauthenticated || static_cast<int>(conns_.size()) >= max_conns_.load()) {
       refused_++;  // c closes the connection: nothing is read from it
       continue;
     }
@@ -181,6 +184,21 @@ void PeerServer::Accept() {
     ev.data.fd = fd;
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) == 0) conns_.emplace(fd, std::move(c));
   }
+}
+
+// Closes the authenticated connection that has waited longest for a request (none while one is
+// being read or served). Runs on the loop's thread, which alone reads `in`.
+void PeerServer::EvictIdleLocked() {
+  auto oldest = conns_.end();
+  for (auto it = conns_.begin(); it != conns_.end(); ++it) {
+    const Conn& c = *it->second;
+    if (c.phase != wire::Phase::kReady || c.busy || !c.in.empty()) continue;
+    if (oldest == conns_.end() || c.used < oldest->second->used) oldest = it;
+  }
+  if (oldest == conns_.end()) return;
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, oldest->first, nullptr);
+  conns_.erase(oldest);
+  evicted_++;
 }
 
 // Reads what has arrived of the connection's request, never more than its checked size, and
@@ -241,6 +259,7 @@ void PeerServer::Rearm(Conn* c) {
     // Under the lock: once not busy, the loop may drop (and close) it at its deadline.
     std::lock_guard<std::mutex> l(mu_);
     c->busy = false;
+    c->used = Clock::now();
     armed = ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, fd, &ev) == 0;
   }
   if (!armed) Drop(fd);

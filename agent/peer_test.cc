@@ -259,6 +259,32 @@ TEST_F(PeerTest, SlowAndFloodingClientsHoldNoThreadAndTimeOut) {
   EXPECT_GE(server_->refused(), static_cast<uint64_t>(PeerServer::kMaxUnauthenticated + 20));
 }
 
+// Scale-out: at the connection cap a new reader is not turned away; the connection idle the
+// longest closes, and its client, finding it closed, dials again without taking the peer for
+// down.
+TEST_F(PeerTest, AtTheCapTheLongestIdleConnectionMakesRoom) {
+  StartServer();
+  constexpr int kCap = 4;
+  server_->SetMaxConnectionsForTest(kCap);
+  std::vector<std::unique_ptr<PeerClient>> clients;
+  std::string got;
+  for (int i = 0; i <= kCap; i++) {  // one more reader than the cap, each keeping its session
+    clients.push_back(Client());
+    ASSERT_TRUE(FetchInto(*clients.back(), static_cast<uint32_t>(i), &got).ok()) << i;
+    EXPECT_EQ(got, Content(0, static_cast<uint32_t>(i)));
+  }
+  EXPECT_EQ(server_->refused(), 0u);
+  EXPECT_EQ(server_->evicted(), 1u);
+  // The first client's session was the one closed: its next read dials again and succeeds, and
+  // so does the one after (the peer was not marked down).
+  for (int round = 0; round < 2; round++) {
+    Status st = FetchInto(*clients[0], 6, &got);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ(got, Content(0, 6));
+  }
+  EXPECT_EQ(server_->refused(), 0u);
+}
+
 // Issue 30, finding 5: a hello costs the server a MUNGE credential, and anyone may send one.
 // Handshakes run on a pool of their own: with every serving thread busy, a hello is still
 // answered, so a flood of hellos never takes the serving threads either.
