@@ -27,7 +27,8 @@ if ((${#scripts[@]} == 0)); then
   exit 1
 fi
 cd "$root" || exit 1
-if shellcheck --color=never "${scripts[@]}"; then
+# Two at a time (a script and the ones it sources are checked together, so halves cost ~60 % each).
+if printf '%s\0' "${scripts[@]}" | xargs -0 -P2 -n $(((${#scripts[@]} + 1) / 2)) shellcheck --color=never; then
   echo "lint_shellcheck: ${#scripts[@]} scripts clean ($(shellcheck --version | sed -n 's/^version: //p'))"
 else
   echo "lint_shellcheck: FAIL: shellcheck findings above, in ${#scripts[@]} scripts (fix them, or add a" \
