@@ -52,10 +52,11 @@ Result<std::string> PeerListenAddress(const std::string& want);
 
 class PeerServer {
  public:
-  // Limits against a flood of connections that never authenticate. At kMaxConnections a new
-  // connection closes the authenticated one idle the longest (its client dials again when it
-  // next needs this node), so that at thousands of nodes a reader is never turned away because
-  // others keep connections they do not use; only kMaxConnections requests at once are refused.
+  // Limits against a flood of connections that never authenticate: at most 64 at once (a new
+  // one closes the oldest that has sent nothing). Past kMaxConnections authenticated ones, the
+  // one idle the longest closes (its client dials again when it next needs this node), so that
+  // at thousands of nodes a reader is not turned away because others keep sessions they do not
+  // use; only when none has been idle for a second are newcomers refused.
   static constexpr int kMaxUnauthenticated = 64;
   static constexpr int kMaxConnections = 512;
   static constexpr int kHandshakeMs = 5000;  // from accept to the end of the handshake
@@ -92,7 +93,10 @@ class PeerServer {
   void Refuse(Conn* c, const std::string& why);
   void Rearm(Conn* c);
   void Drop(int fd);
-  void EvictIdleLocked();  // mu_ held
+  template <typename Want, typename Key>
+  bool DropOldestLocked(Want want, Key key);  // mu_ held
+  bool DropSilentLocked();                    // mu_ held
+  void EvictIdle();
   bool SendFile(Conn* c, uint32_t op, uint32_t entry, int fd, uint64_t size);
 
   PeerIdentity me_;
@@ -140,9 +144,25 @@ class PeerClient {
 
  private:
   struct Session;
-  // An idle connection to `rank`, or a new authenticated one; failures mark the peer down.
-  Result<std::unique_ptr<Session>> Connect(uint32_t rank);
-  Result<std::unique_ptr<Session>> Dial(uint32_t rank);
+  // An idle connection to `rank` (unless `fresh`), or a new authenticated one; failures mark
+  // the peer down.
+  Result<std::unique_ptr<Session>> Connect(uint32_t rank, bool fresh = false);
+  Result<std::unique_ptr<Session>> Dial(uint32_t rank, bool fresh);
+  // A request on an idle session that the peer closed meanwhile (at its connection cap it
+  // closes the one idle the longest) fails before any byte of the reply, and sets *stale
+  // instead of marking the peer down: the request then goes once more, on a new connection.
+  template <typename Once>
+  Status Retrying(Once once) {
+    bool stale = false;
+    Status st = once(false, &stale);
+    return stale ? once(true, &stale) : st;
+  }
+  Status FetchOnce(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
+                   const std::function<Status(std::string_view)>& sink, bool fresh, bool* stale);
+  Status FetchShardOnce(uint32_t rank, uint32_t shard,
+                        const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
+                        const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn,
+                        bool fresh, bool* stale);
   Status Handshake(Session* s, uint32_t rank);
   void Release(uint32_t rank, std::unique_ptr<Session> s);
   void MarkDown(uint32_t rank);

@@ -38,7 +38,18 @@ using wire::Header;
 struct PeerClient::Session {
   UniqueFD fd;
   wire::Mac tx, rx;
+  bool reused = false;  // taken from the idle sessions
 };
+
+namespace {
+
+// Whether the peer closed the connection (its end or a reset has arrived), rather than stalled.
+bool ClosedByPeer(int fd) {
+  struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
 
 PeerClient::PeerClient() = default;
 PeerClient::~PeerClient() = default;
@@ -122,8 +133,8 @@ Status PeerClient::Handshake(Session* s, uint32_t rank) {
   return Status::OK();
 }
 
-Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
-  {
+Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank, bool fresh) {
+  if (!fresh) {
     std::lock_guard<std::mutex> l(mu_);
     for (auto it = idle_.begin(); it != idle_.end();) {
       if (it->first != rank) {
@@ -135,7 +146,10 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
       // An idle session has nothing to read: if it has (the end the server sent when it closed
       // the connection to make room for another), it is dropped, and the peer is not down.
       struct pollfd p = {s->fd.get(), POLLIN | POLLRDHUP, 0};
-      if (::poll(&p, 1, 0) == 0) return s;
+      if (::poll(&p, 1, 0) == 0) {
+        s->reused = true;
+        return s;
+      }
     }
   }
   if (rank >= endpoints_.size() || endpoints_[rank].empty())
@@ -170,9 +184,9 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank) {
   return s;
 }
 
-Result<std::unique_ptr<PeerClient::Session>> PeerClient::Connect(uint32_t rank) {
+Result<std::unique_ptr<PeerClient::Session>> PeerClient::Connect(uint32_t rank, bool fresh) {
   if (IsDown(rank)) return Status::IOError(Rank(rank) + " is marked down");
-  auto s = Dial(rank);
+  auto s = Dial(rank, fresh);
   if (!s.ok()) {
     if (s.status().code() == Status::Code::kPermission)
       LOG_WARN("%s", s.status().ToString().c_str());
@@ -183,7 +197,15 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Connect(uint32_t rank) 
 
 Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
                          const std::function<Status(std::string_view)>& sink) {
-  auto c = Connect(rank);
+  return Retrying([&](bool fresh, bool* stale) {
+    return FetchOnce(rank, shard, entry, size, sink, fresh, stale);
+  });
+}
+
+Status PeerClient::FetchOnce(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
+                             const std::function<Status(std::string_view)>& sink, bool fresh,
+                             bool* stale) {
+  auto c = Connect(rank, fresh);
   if (!c.ok()) return c.status();
   std::unique_ptr<Session> s = std::move(c).value();
   const int fd = s->fd.get();
@@ -193,8 +215,12 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
   wire::Tag tag = s->tx.Finish();
   struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
   Header rp;
-  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp) || rp.magic != wire::kMagic ||
-      rp.op != wire::kGet || rp.b != entry) {
+  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp)) {
+    *stale = s->reused && ClosedByPeer(fd);
+    if (!*stale) MarkDown(rank);
+    return Status::IOError(who + ": connection lost");
+  }
+  if (rp.magic != wire::kMagic || rp.op != wire::kGet || rp.b != entry) {
     MarkDown(rank);
     return Status::IOError(who + ": connection lost");
   }
@@ -245,7 +271,15 @@ Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t
 Status PeerClient::FetchShard(uint32_t rank, uint32_t shard,
                               const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
                               const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn) {
-  auto c = Connect(rank);
+  return Retrying([&](bool fresh, bool* stale) {
+    return FetchShardOnce(rank, shard, size_of, fn, fresh, stale);
+  });
+}
+
+Status PeerClient::FetchShardOnce(
+    uint32_t rank, uint32_t shard, const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
+    const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn, bool fresh, bool* stale) {
+  auto c = Connect(rank, fresh);
   if (!c.ok()) return c.status();
   std::unique_ptr<Session> s = std::move(c).value();
   const std::string who = Rank(rank);
@@ -253,20 +287,24 @@ Status PeerClient::FetchShard(uint32_t rank, uint32_t shard,
   s->tx.Begin(rq);
   wire::Tag tag = s->tx.Finish();
   struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
-  if (!SendIov(s->fd.get(), iov, 2)) {
-    MarkDown(rank);
-    return Status::IOError(who + ": connection lost");
-  }
   auto fail = [&](Status st) {
     MarkDown(rank);
     return st;
   };
+  // Nothing of the reply yet: a reused session the peer closed is stale, not a peer down.
+  auto lost_before_reply = [&] {
+    *stale = s->reused && ClosedByPeer(s->fd.get());
+    if (!*stale) MarkDown(rank);
+    return Status::IOError(who + ": connection lost");
+  };
+  if (!SendIov(s->fd.get(), iov, 2)) return lost_before_reply();
   // Headers and files are taken from one large buffer, refilled with whatever the socket has:
   // a few receives per megabyte instead of two or three per file.
   RecvBuffer in(s->fd.get());
-  while (true) {
+  for (bool first = true;; first = false) {
     Header rp;
     const char* hdr = in.Take(sizeof rp);
+    if (!hdr && first) return lost_before_reply();
     if (hdr) std::memcpy(&rp, hdr, sizeof rp);
     if (!hdr || rp.magic != wire::kMagic || rp.op != wire::kGetShard)
       return fail(Status::IOError(who + ": connection lost during a shard transfer"));

@@ -35,7 +35,8 @@ using wire::Header;
 
 struct PeerServer::Conn {
   UniqueFD fd;
-  wire::Phase phase = wire::Phase::kHello;
+  // Written by the handshake's thread, read by the loop's (which counts and picks connections).
+  std::atomic<wire::Phase> phase{wire::Phase::kHello};
   std::string in;  // the request being received; never more than its checked size
   Clock::time_point deadline = Clock::time_point::max();
   bool busy = false;                      // on the pool
@@ -58,19 +59,25 @@ Status PeerServer::Start(const std::string& addr, PeerIdentity me, LocalFileFn l
   streams_ = streams ? streams : pool;
   handshakes_ = std::make_unique<ThreadPool>(kHandshakeThreads);
   addr_ = addr;
-  listen_fd_.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!listen_fd_.valid()) return Status::FromErrno("peer service: socket", errno);
   struct sockaddr_in sa = {};
   sa.sin_family = AF_INET;
   if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1)
     return Status::InvalidArgument("peer service: address " + addr);
   // The connections of an agent that died do not hold its port for a minute: any process may
   // take it at once, as it may any free port. The peers' proofs, not the port, say who is who.
-  const int one = 1;
-  ::setsockopt(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
-      ::listen(listen_fd_.get(), 256) != 0)
-    return Status::FromErrno("peer service: bind/listen on " + addr, errno);
+  // Another process may also take the port between bind and listen: then a new one is drawn.
+  for (int attempt = 0;; attempt++) {
+    listen_fd_.Reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!listen_fd_.valid()) return Status::FromErrno("peer service: socket", errno);
+    const int one = 1;
+    if (::setsockopt(listen_fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0)
+      return Status::FromErrno("peer service: SO_REUSEADDR", errno);
+    if (::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+        ::listen(listen_fd_.get(), 256) == 0)
+      break;
+    if (errno != EADDRINUSE || attempt == 4)
+      return Status::FromErrno("peer service: bind/listen on " + addr, errno);
+  }
   socklen_t len = sizeof sa;
   ::getsockname(listen_fd_.get(), reinterpret_cast<sockaddr*>(&sa), &len);
   port_ = ntohs(sa.sin_port);
@@ -129,6 +136,7 @@ void PeerServer::Loop() {
       else
         OnReadable(fd);
     }
+    EvictIdle();
     const auto now = Clock::now();
     if (accept_paused_ && now >= accept_resume_) {
       struct epoll_event ev = {};
@@ -171,9 +179,12 @@ void PeerServer::Accept() {
     std::lock_guard<std::mutex> l(mu_);
     int unauth = 0;
     for (auto& [cfd, o] : conns_) unauth += o->phase != wire::Phase::kReady;
-    if (unauth < kMaxUnauthenticated && static_cast<int>(conns_.size()) >= max_conns_.load())
-      EvictIdleLocked();
-    if (unauth >= kMaxUnauthenticated || static_cast<int>(conns_.size()) >= max_conns_.load()) {
+    // At the cap of connections not yet authenticated, the oldest one that has sent nothing
+    // (a client sends its hello at once) makes room: a flood of silent connections cannot hold
+    // the slots that the job's peers need for their handshakes.
+    if (unauth >= kMaxUnauthenticated && DropSilentLocked()) unauth--;
+    if (unauth >= kMaxUnauthenticated ||
+        static_cast<int>(conns_.size()) >= max_conns_.load() + kMaxUnauthenticated) {
       refused_++;  // c closes the connection: nothing is read from it
       continue;
     }
@@ -186,19 +197,46 @@ void PeerServer::Accept() {
   }
 }
 
-// Closes the authenticated connection that has waited longest for a request (none while one is
-// being read or served). Runs on the loop's thread, which alone reads `in`.
-void PeerServer::EvictIdleLocked() {
+// The connection, among those not on the pool and with nothing of a request read, that is the
+// oldest by `key` and passes `want`; erased (and closed). Runs on the loop's thread, which alone
+// reads `in` of a connection not on the pool.
+template <typename Want, typename Key>
+bool PeerServer::DropOldestLocked(Want want, Key key) {
   auto oldest = conns_.end();
   for (auto it = conns_.begin(); it != conns_.end(); ++it) {
     const Conn& c = *it->second;
-    if (c.phase != wire::Phase::kReady || c.busy || !c.in.empty()) continue;
-    if (oldest == conns_.end() || c.used < oldest->second->used) oldest = it;
+    if (c.busy || !c.in.empty() || !want(c)) continue;
+    if (oldest == conns_.end() || key(c) < key(*oldest->second)) oldest = it;
   }
-  if (oldest == conns_.end()) return;
+  if (oldest == conns_.end()) return false;
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, oldest->first, nullptr);
   conns_.erase(oldest);
-  evicted_++;
+  return true;
+}
+
+bool PeerServer::DropSilentLocked() {
+  const bool dropped =
+      DropOldestLocked([](const Conn& c) { return c.phase == wire::Phase::kHello; },
+                       [](const Conn& c) { return c.deadline; });
+  refused_ += dropped;
+  return dropped;
+}
+
+// Past kMaxConnections authenticated connections, the ones idle the longest close (their clients
+// dial again when they next need this node); not one used in the last second, so that more
+// readers than the cap shed load instead of churning handshakes.
+void PeerServer::EvictIdle() {
+  std::lock_guard<std::mutex> l(mu_);
+  int ready = 0;
+  for (auto& [fd, c] : conns_) ready += c->phase == wire::Phase::kReady;
+  const auto recent = Clock::now() - std::chrono::seconds(1);
+  while (ready > max_conns_.load() &&
+         DropOldestLocked(
+             [recent](const Conn& c) { return c.phase == wire::Phase::kReady && c.used < recent; },
+             [](const Conn& c) { return c.used; })) {
+    ready--;
+    evicted_++;
+  }
 }
 
 // Reads what has arrived of the connection's request, never more than its checked size, and

@@ -259,30 +259,65 @@ TEST_F(PeerTest, SlowAndFloodingClientsHoldNoThreadAndTimeOut) {
   EXPECT_GE(server_->refused(), static_cast<uint64_t>(PeerServer::kMaxUnauthenticated + 20));
 }
 
-// Scale-out: at the connection cap a new reader is not turned away; the connection idle the
-// longest closes, and its client, finding it closed, dials again without taking the peer for
-// down.
-TEST_F(PeerTest, AtTheCapTheLongestIdleConnectionMakesRoom) {
+// Scale-out: past the connection cap the authenticated connection idle the longest closes, and
+// its client, finding it closed, dials again without taking the peer for down; connections that
+// have not authenticated never make room.
+TEST_F(PeerTest, PastTheCapTheLongestIdleConnectionMakesRoom) {
   StartServer();
   constexpr int kCap = 4;
   server_->SetMaxConnectionsForTest(kCap);
   std::vector<std::unique_ptr<PeerClient>> clients;
   std::string got;
-  for (int i = 0; i <= kCap; i++) {  // one more reader than the cap, each keeping its session
+  auto fetch = [&](size_t client, uint32_t entry) {
+    Status st = FetchInto(*clients[client], entry, &got);
+    EXPECT_TRUE(st.ok()) << client << ": " << st.ToString();
+    EXPECT_EQ(got, Content(0, entry));
+  };
+  for (size_t i = 0; i < kCap; i++) {  // the cap's worth of readers, each keeping its session
     clients.push_back(Client());
-    ASSERT_TRUE(FetchInto(*clients.back(), static_cast<uint32_t>(i), &got).ok()) << i;
-    EXPECT_EQ(got, Content(0, static_cast<uint32_t>(i)));
+    fetch(i, static_cast<uint32_t>(i));
   }
-  EXPECT_EQ(server_->refused(), 0u);
+  // Raw connections that never authenticate, up to the cap: nothing authenticated closes.
+  std::vector<UniqueFD> raw;
+  for (int i = 0; i < kCap; i++) raw.push_back(Raw(server_->Endpoint()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // every session idle for 1 s
+  for (size_t i = 0; i < kCap; i++) fetch(i, 5);  // each session still there, in this order
+  EXPECT_EQ(server_->evicted(), 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  // One reader more: the session used the longest ago (client 0's) closes for it.
+  clients.push_back(Client());
+  fetch(kCap, 6);
   EXPECT_EQ(server_->evicted(), 1u);
-  // The first client's session was the one closed: its next read dials again and succeeds, and
-  // so does the one after (the peer was not marked down).
-  for (int round = 0; round < 2; round++) {
-    Status st = FetchInto(*clients[0], 6, &got);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-    EXPECT_EQ(got, Content(0, 6));
-  }
+  fetch(kCap, 7);  // the newest session is kept
+  EXPECT_EQ(server_->evicted(), 1u);
+  // Client 0 finds its session closed, dials again (closing client 1's, idle the longest now),
+  // and reads; the peer was not marked down, so the next read works as well.
+  fetch(0, 6);
+  EXPECT_EQ(server_->evicted(), 2u);
+  fetch(0, 7);
+  EXPECT_FALSE(clients[0]->IsDown(1));
   EXPECT_EQ(server_->refused(), 0u);
+}
+
+// Connections that send nothing, as many as the cap of unauthenticated ones: the job's client
+// still gets in at once (the oldest silent one makes room), without waiting for their deadline.
+TEST_F(PeerTest, SilentConnectionsDoNotHoldTheHandshakeSlots) {
+  StartServer();
+  std::vector<UniqueFD> silent;
+  for (int i = 0; i < PeerServer::kMaxUnauthenticated; i++) {
+    silent.push_back(Raw(server_->Endpoint()));
+    ASSERT_TRUE(silent.back().valid());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // all accepted
+  auto c = Client();
+  std::string got;
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = FetchInto(*c, 2, &got);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(got, Content(0, 2));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0,
+            std::chrono::milliseconds(PeerServer::kHandshakeMs / 2));
+  EXPECT_GE(server_->refused(), 1u);  // the silent one that made room
 }
 
 // Issue 30, finding 5: a hello costs the server a MUNGE credential, and anyone may send one.

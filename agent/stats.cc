@@ -161,7 +161,9 @@ std::string Agent::StatsJson(bool series) const {
   const auto served = ServedBytes();
   j["bytes"] = {
       {"local", served[0]}, {"remote", served[1]}, {"cached", served[2]}, {"fallback", served[3]}};
-  j["peers"] = {{"fetch_errors", r.peer_errors}, {"refused_connections", peer_server_.refused()}};
+  j["peers"] = {{"fetch_errors", r.peer_errors},
+                {"refused_connections", peer_server_.refused()},
+                {"evicted_connections", peer_server_.evicted()}};
   j["source_reads"] = {{"in_flight_peak", r.source_peak}, {"limit", RemoteFiles::kMaxSourceReads}};
   j["cache"] = {{"used", remote_.cache().used()},
                 {"capacity", remote_.cache().capacity()},

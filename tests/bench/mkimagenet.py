@@ -6,6 +6,10 @@
       (1,281,167 in all), each file 200-3,000 random bytes (JPEGs do not compress either; sizes
       scaled down from ~110 KiB so that the tree fits this machine), plus val/ with 50,000 files.
       --scale K divides the file counts by K (tests).
+  mkimagenet.py sizes OUT.tar [--seed N] [--scale K]
+      100,000 files at ImageNet's real sizes (issue 28: F1 where `auto` unpacks eagerly): 100 class
+      directories of 1,000 files each, log-normal sizes of mean ~110 KiB (median ~94 KiB, 1 KiB to
+      8 MiB), random bytes; about 11 GB, as a plain tar of the tree.
   mkimagenet.py 22k-meta - [--seed N] [--scale K]
       ImageNet-22k's namespace: 14,197,122 empty files in 21,841 class directories, as a tar
       stream (headers only) on standard output, for `fanstore pack -`; never written to disk.
@@ -25,6 +29,12 @@ IMAGENET_1K_VAL = 50_000
 IMAGENET_22K_FILES = 14_197_122
 IMAGENET_22K_CLASSES = 21_841
 MTIME = 1_356_998_400  # 2013-01-01
+# The sizes dataset: ImageNet-1k's train set is 1,281,167 JPEGs in ~140 GB, a mean of ~110 KiB;
+# log-normal with sigma 0.55 and that mean.
+SIZES_FILES = 100_000
+SIZES_CLASSES = 100
+SIZES_SIGMA = 0.55
+SIZES_MU = 11.63 - SIZES_SIGMA ** 2 / 2  # ln(112,640 B) - sigma^2 / 2
 
 
 def class_counts(rng, total, classes, lo, hi):
@@ -70,6 +80,22 @@ def write_1k(out, seed, scale):
         for k in range(IMAGENET_1K_VAL // scale):
             data = blob(rng, 200, 3000)
             outer.addfile(member(f"val/ILSVRC2012_val_{k + 1:08d}.JPEG", data), io.BytesIO(data))
+    os.rename(tmp, out)
+
+
+def write_sizes(out, seed, scale):
+    rng = random.Random(seed)
+    classes, per_class = SIZES_CLASSES, SIZES_FILES // SIZES_CLASSES // scale
+    tmp = out + f".tmp-{os.getpid()}"
+    with tarfile.open(tmp, "w", format=tarfile.USTAR_FORMAT) as t:
+        for c in range(classes):
+            wnid = f"n{1440764 + c * 7919:08d}"
+            for k in range(per_class):
+                n = int(min(8 << 20, max(1024, rng.lognormvariate(SIZES_MU, SIZES_SIGMA))))
+                data = rng.randbytes(n)
+                t.addfile(member(f"train/{wnid}/{wnid}_{k}.JPEG", data), io.BytesIO(data))
+            if c % 10 == 9:
+                print(f"mkimagenet: {c + 1} classes", file=sys.stderr, flush=True)
     os.rename(tmp, out)
 
 
@@ -120,12 +146,12 @@ def write_22k_meta(out, seed, scale):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kind", choices=("1k", "22k-meta"))
+    ap.add_argument("kind", choices=("1k", "sizes", "22k-meta"))
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=2012)
     ap.add_argument("--scale", type=int, default=1)
     a = ap.parse_args()
-    (write_1k if a.kind == "1k" else write_22k_meta)(a.out, a.seed, a.scale)
+    {"1k": write_1k, "sizes": write_sizes, "22k-meta": write_22k_meta}[a.kind](a.out, a.seed, a.scale)
 
 
 if __name__ == "__main__":

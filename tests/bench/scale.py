@@ -97,6 +97,13 @@ class Scale:
             sh([PY, os.path.join(HERE, "mkimagenet.py"), "1k", path, "--scale", str(self.a.divisor)])
         return path
 
+    def tar_sizes(self):
+        path = os.path.join(self.cache, f"imagenet-sizes-d{self.a.divisor}-{gen_key()}.tar")
+        if not os.path.exists(path):
+            log(f"generating {path}")
+            sh([PY, os.path.join(HERE, "mkimagenet.py"), "sizes", path, "--scale", str(self.a.divisor)])
+        return path
+
     def meta_22k(self):
         path = os.path.join(self.cache, f"imagenet22k-meta-d{self.a.divisor}-{packer_key(self.fanstore)}.fs")
         if not os.path.isdir(path):
@@ -243,7 +250,7 @@ class Scale:
 
     # --- issue 31's disk arm: the local directory on the node's disk -------------------------------
 
-    def disk_session(self, ds, lst, native, nfiles):
+    def disk_session(self, ds, lst, native, nfiles, tag="", what_files=""):
         """F1-F3 with the local directory on the node's disk (ext4 here, where GPU nodes have NVMe),
         the default mode (as root there: the share as one EROFS image) beside the per-file path
         (`--image no`), one session each; against the same tree extracted to the same disk and read
@@ -281,24 +288,25 @@ class Scale:
             arms[arm] = dict(f1=t["t_pass1_end"] - t0, ready=t["t_cmd_start"] - t0, pass1=r["pass1"]["seconds"],
                              steady=sum(r[k]["files"] / r[k]["seconds"] for k in ("pass2", "pass3")) / 2,
                              teardown=t_end - t["t_cmd_end"], left=os.listdir(local),
-                             local_copy=(stats[-1] if stats else {}).get("local_copy"))
+                             local_copy=(stats[-1] if stats else {}).get("local_copy"),
+                             unpack=(stats[-1] if stats else {}).get("unpack", {}).get("mode"))
             drop(out)
-        self.res["phases"]["disk"] = dict(cat_seconds=t_cat, native_warm_seconds=warm["seconds"],
+        self.res["phases"]["disk" + tag] = dict(cat_seconds=t_cat, native_warm_seconds=warm["seconds"],
                                           native_cold_seconds=cold["seconds"], arms=arms, local=self.disk_work)
         nat = warm["files"] / warm["seconds"]
         for arm, a in arms.items():
-            tag = "" if arm == "image" else "-files"
+            tag_arm = tag + ("" if arm == "image" else "-files")
             what = "default mode (as root: an EROFS image)" if arm == "image" else "`--image no` (a file per file)"
-            self.row(f"F1-disk{tag}", f"first epoch from `fanstore run` start, local directory on ext4, {what}, "
-                     f"{nfiles:,} files", tmin_cold, a["f1"], "s", "T_min_cold / T ≥ 0.8", tmin_cold / a["f1"],
+            self.row(f"F1-disk{tag_arm}", f"first epoch from `fanstore run` start, local directory on ext4, {what}, "
+                     f"{nfiles:,}{what_files} files", tmin_cold, a["f1"], "s", "T_min_cold / T ≥ 0.8", tmin_cold / a["f1"],
                      tmin_cold / a["f1"] >= 0.8,
-                     f"local copy: {a['local_copy']}; ready {a['ready']:.1f} s + pass {a['pass1']:.1f} s; T_min_cold = "
+                     f"local copy: {a['local_copy']}, unpack {a['unpack']}; ready {a['ready']:.1f} s + pass {a['pass1']:.1f} s; T_min_cold = "
                      f"cat {t_cat:.1f} s + native pass with dentries dropped {cold['seconds']:.1f} s; against the warm "
                      f"T_min ({tmin:.1f} s): {tmin / a['f1']:.2f}")
-            self.row(f"F2-disk{tag}", f"second and third pass, local directory on ext4, {what}", nat, a["steady"],
+            self.row(f"F2-disk{tag_arm}", f"second and third pass, local directory on ext4, {what}", nat, a["steady"],
                      "files/s", "≥ 0.95× warm native", a["steady"] / nat, a["steady"] / nat >= 0.95,
                      "FanStore's 2nd and 3rd passes (mean rate) against a warm native pass of the tree on the same disk")
-            self.row(f"F3-disk{tag}", f"teardown, local directory on ext4, {what}, {nfiles:,} files", None,
+            self.row(f"F3-disk{tag_arm}", f"teardown, local directory on ext4, {what}, {nfiles:,} files", None,
                      a["teardown"], "s", "≤ 10 s, nothing left", None, a["teardown"] <= 10 and not a["left"],
                      f"left in the local directory: {a['left'] or 'nothing'}")
 
@@ -415,10 +423,11 @@ class Scale:
             self.row(f"F3-slurm-{tag}", f"Slurm job teardown, --fanstore-replicas={r['replicas']}, {where} (job end "
                      f"to clean nodes)", None, td, "s", "≤ 10 s, nothing left", None, td is not None and td <= 10)
 
-    def run_disk(self):
-        """--only disk: the disk arm alone (the dataset packed once, untimed)."""
+    def run_disk(self, sizes=False):
+        """--only disk: the disk arm alone (the dataset packed once, untimed). --only sizes: the
+        same on 100,000 files of ImageNet's real sizes (issue 28), where `auto` unpacks eagerly."""
         try:
-            tar = self.tar_1k()
+            tar = self.tar_sizes() if sizes else self.tar_1k()
             ds = os.path.join(self.disk_work, "imagenet1k.fs")
             sh([self.fanstore, "pack", "-q", tar, ds])
             native = os.path.join(self.disk_work, "native")
@@ -428,15 +437,20 @@ class Scale:
             lst = os.path.join(self.work, "files.list")
             with open(lst, "w") as f:
                 f.write("\n".join(files) + "\n")
-            self.disk_session(ds, lst, native, len(files))
+            if sizes:
+                info = self.info(ds)
+                mean = info["raw_bytes"] / max(1, info["files"])
+                self.disk_session(ds, lst, native, len(files), "-110k", f" (mean {mean / 1024:.0f} KiB)")
+            else:
+                self.disk_session(ds, lst, native, len(files))
         finally:
             drop(self.work)
             drop(self.disk_work)
         return self.res
 
     def run(self):
-        if self.a.only == "disk":
-            return self.run_disk()
+        if self.a.only in ("disk", "sizes"):
+            return self.run_disk(self.a.only == "sizes")
         if self.a.only == "slurm":
             try:
                 self.slurm_job(self.tar_1k())
@@ -481,8 +495,9 @@ def main():
     ap.add_argument("--divisor", type=int, default=1, help="divide the file counts (tests of this script)")
     ap.add_argument("--skip-22k", action="store_true")
     ap.add_argument("--skip-slurm", action="store_true")
-    ap.add_argument("--only", choices=("all", "disk", "slurm"), default="all",
+    ap.add_argument("--only", choices=("all", "disk", "sizes", "slurm"), default="all",
                     help="disk: only the disk arm (issue 31: the local directory on the node's disk); "
+                         "sizes: the disk arm on 100,000 files of ImageNet's real sizes (issue 28); "
                          "slurm: only the Slurm jobs at scale")
     a = ap.parse_args()
     res = Scale(a).run()
