@@ -90,18 +90,13 @@ class Scale:
 
     # --- datasets -------------------------------------------------------------------------------
 
-    def tar_1k(self):
-        path = os.path.join(self.cache, f"imagenet1k-d{self.a.divisor}-{gen_key()}.tar")
+    def tar(self, kind="1k"):
+        """mkimagenet.py's archive of this kind (1k, sizes), generated once per generator version."""
+        name = "imagenet1k" if kind == "1k" else f"imagenet-{kind}"
+        path = os.path.join(self.cache, f"{name}-d{self.a.divisor}-{gen_key()}.tar")
         if not os.path.exists(path):
             log(f"generating {path}")
-            sh([PY, os.path.join(HERE, "mkimagenet.py"), "1k", path, "--scale", str(self.a.divisor)])
-        return path
-
-    def tar_sizes(self):
-        path = os.path.join(self.cache, f"imagenet-sizes-d{self.a.divisor}-{gen_key()}.tar")
-        if not os.path.exists(path):
-            log(f"generating {path}")
-            sh([PY, os.path.join(HERE, "mkimagenet.py"), "sizes", path, "--scale", str(self.a.divisor)])
+            sh([PY, os.path.join(HERE, "mkimagenet.py"), kind, path, "--scale", str(self.a.divisor)])
         return path
 
     def meta_22k(self):
@@ -427,7 +422,7 @@ class Scale:
         """--only disk: the disk arm alone (the dataset packed once, untimed). --only sizes: the
         same on 100,000 files of ImageNet's real sizes (issue 28), where `auto` unpacks eagerly."""
         try:
-            tar = self.tar_sizes() if sizes else self.tar_1k()
+            tar = self.tar("sizes" if sizes else "1k")
             ds = os.path.join(self.disk_work, "imagenet1k.fs")
             sh([self.fanstore, "pack", "-q", tar, ds])
             native = os.path.join(self.disk_work, "native")
@@ -453,13 +448,13 @@ class Scale:
             return self.run_disk(self.a.only == "sizes")
         if self.a.only == "slurm":
             try:
-                self.slurm_job(self.tar_1k())
+                self.slurm_job(self.tar())
             finally:
                 drop(self.work)
                 drop(self.disk_work)
             return self.res
         try:
-            tar = self.tar_1k()
+            tar = self.tar()
             ds, tree = self.pack(tar)
             files = []
             for root, _, names in os.walk(tree):
