@@ -157,6 +157,9 @@ class PeerClient {
     Status st = once(false, &stale);
     return stale ? once(true, &stale) : st;
   }
+  // The request or the reply's header was lost, before any byte of the reply: *stale (see
+  // above), or the peer is marked down.
+  Status LostBeforeReply(uint32_t rank, const Session& s, bool* stale);
   Status FetchOnce(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
                    const std::function<Status(std::string_view)>& sink, bool fresh, bool* stale);
   Status FetchShardOnce(uint32_t rank, uint32_t shard,

@@ -43,10 +43,12 @@ struct PeerClient::Session {
 
 namespace {
 
-// Whether the peer closed the connection (its end or a reset has arrived), rather than stalled.
-bool ClosedByPeer(int fd) {
+// What a session has pending now, without waiting: 0 when nothing (no byte, no end, no error),
+// which is all an idle session may have; POLLNVAL when poll itself fails.
+short Pending(int fd) {
   struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  const int n = ::poll(&p, 1, 0);
+  return n < 0 ? POLLNVAL : n == 1 ? p.revents : 0;
 }
 
 }  // namespace
@@ -145,8 +147,7 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Dial(uint32_t rank, boo
       it = idle_.erase(it);
       // An idle session has nothing to read: if it has (the end the server sent when it closed
       // the connection to make room for another), it is dropped, and the peer is not down.
-      struct pollfd p = {s->fd.get(), POLLIN | POLLRDHUP, 0};
-      if (::poll(&p, 1, 0) == 0) {
+      if (Pending(s->fd.get()) == 0) {
         s->reused = true;
         return s;
       }
@@ -195,6 +196,14 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Connect(uint32_t rank, 
   return s;
 }
 
+Status PeerClient::LostBeforeReply(uint32_t rank, const Session& s, bool* stale) {
+  // A reused session that the peer closed (its end or a reset has arrived, where a stalled peer
+  // sends nothing) is stale; anything else marks the peer down.
+  *stale = s.reused && (Pending(s.fd.get()) & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  if (!*stale) MarkDown(rank);
+  return Status::IOError(Rank(rank) + ": connection lost");
+}
+
 Status PeerClient::Fetch(uint32_t rank, uint32_t shard, uint32_t entry, uint64_t size,
                          const std::function<Status(std::string_view)>& sink) {
   return Retrying([&](bool fresh, bool* stale) {
@@ -215,11 +224,7 @@ Status PeerClient::FetchOnce(uint32_t rank, uint32_t shard, uint32_t entry, uint
   wire::Tag tag = s->tx.Finish();
   struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
   Header rp;
-  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp)) {
-    *stale = s->reused && ClosedByPeer(fd);
-    if (!*stale) MarkDown(rank);
-    return Status::IOError(who + ": connection lost");
-  }
+  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp)) return LostBeforeReply(rank, *s, stale);
   if (rp.magic != wire::kMagic || rp.op != wire::kGet || rp.b != entry) {
     MarkDown(rank);
     return Status::IOError(who + ": connection lost");
@@ -291,20 +296,14 @@ Status PeerClient::FetchShardOnce(
     MarkDown(rank);
     return st;
   };
-  // Nothing of the reply yet: a reused session the peer closed is stale, not a peer down.
-  auto lost_before_reply = [&] {
-    *stale = s->reused && ClosedByPeer(s->fd.get());
-    if (!*stale) MarkDown(rank);
-    return Status::IOError(who + ": connection lost");
-  };
-  if (!SendIov(s->fd.get(), iov, 2)) return lost_before_reply();
+  if (!SendIov(s->fd.get(), iov, 2)) return LostBeforeReply(rank, *s, stale);
   // Headers and files are taken from one large buffer, refilled with whatever the socket has:
   // a few receives per megabyte instead of two or three per file.
   RecvBuffer in(s->fd.get());
   for (bool first = true;; first = false) {
     Header rp;
     const char* hdr = in.Take(sizeof rp);
-    if (!hdr && first) return lost_before_reply();
+    if (!hdr && first) return LostBeforeReply(rank, *s, stale);
     if (hdr) std::memcpy(&rp, hdr, sizeof rp);
     if (!hdr || rp.magic != wire::kMagic || rp.op != wire::kGetShard)
       return fail(Status::IOError(who + ": connection lost during a shard transfer"));

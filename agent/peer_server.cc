@@ -227,6 +227,7 @@ bool PeerServer::DropSilentLocked() {
 // readers than the cap shed load instead of churning handshakes.
 void PeerServer::EvictIdle() {
   std::lock_guard<std::mutex> l(mu_);
+  if (static_cast<int>(conns_.size()) <= max_conns_.load()) return;  // the usual case: no scan
   int ready = 0;
   for (auto& [fd, c] : conns_) ready += c->phase == wire::Phase::kReady;
   const auto recent = Clock::now() - std::chrono::seconds(1);
