@@ -163,10 +163,17 @@ class Agent {
   Status MakeDataDirs();  // every directory of the table under the data root
   Status StageImage(const Shards& shards);
   Status WriteAndMountImage(const Shards& shards);
+  // Whether the image also holds the files of other nodes' shards, fetched into it as they
+  // arrive: when they fit where the cache would have had room (CacheCapacity).
+  bool ImageTakesRemoteFiles() const;
   // The image's tree from the table; node_of_entry: each table entry's node (image::kNone: not
-  // in the image, a file of another node's shards).
-  Result<image::ErofsImage> PlanImage(const Shards& shards, std::vector<uint32_t>* node_of_entry,
+  // in the image, a file of another node's shards unless with_remote).
+  Result<image::ErofsImage> PlanImage(const Shards& shards, bool with_remote,
+                                      std::vector<uint32_t>* node_of_entry,
                                       std::vector<uint32_t>* blob_order);
+  // Hands the remote files' extents of the mounted image, and its blob, to remote_.
+  void KeepRemoteFilesInImage(const image::ErofsImage& img, const std::vector<uint32_t>& node_of,
+                              UniqueFD blob);
   Status MountImage(int tree, int blob);  // on the data root, read-only, then the warm walk
   void UnmountImage();
   // Looks up every name of the mounted image once, in the background on a low-priority thread,
@@ -223,6 +230,10 @@ class Agent {
   bool lazy_ = false;   // unpack the shard copies in the background once ready
   bool image_ = false;  // write the share as an EROFS image, mounted on the data root
   std::atomic<bool> image_mounted_{false};
+  // With the other nodes' files in the image: the blob, and each table entry's extent in it
+  // (RemoteFiles::kNoExtent: none).
+  UniqueFD image_blob_;
+  std::vector<uint64_t> image_extent_;
   std::string data_root_;  // <local_dir>/data: staged files
   UniqueFD data_root_fd_;
   std::string copy_dir_;  // <local_dir>/shards: lazy mode's shard copies

@@ -119,18 +119,34 @@ Status Agent::StageImage(const Shards& shards) {
   return st;
 }
 
-Result<image::ErofsImage> Agent::PlanImage(const Shards& shards,
+bool Agent::ImageTakesRemoteFiles() const {
+  if (HoldsEveryShard()) return false;
+  // What the cache would have had: the blob grows as files arrive, up to their sum.
+  uint64_t need = 0;
+  for (uint32_t s = 0; s < index_.size(); s++)
+    if (!local_shard_[s])
+      for (uint32_t i = 0; i < index_.count(s); i++)
+        if (index_.IsFile(s, i)) need += (index_.Size(s, i) + 4095) / 4096 * 4096;
+  if (need <= CacheCapacity()) return true;
+  LOG_INFO("image: files of other nodes' shards (%s) go to the cache: the image may take %s",
+           HumanBytes(need).c_str(), HumanBytes(CacheCapacity()).c_str());
+  return false;
+}
+
+Result<image::ErofsImage> Agent::PlanImage(const Shards& shards, bool with_remote,
                                            std::vector<uint32_t>* node_of_entry,
                                            std::vector<uint32_t>* blob_order) {
   // The image's tree: every directory and symlink of the table, this node's files and their
-  // other names. Names point into the table, which outlives the image.
+  // other names, and with_remote every other file too. Names point into the table, which
+  // outlives the image.
   const uint32_t n = view_.size();
   std::vector<uint32_t>& node_of = *node_of_entry;
   node_of.assign(n, image::kNone);
   uint32_t count = 0;
   for (uint32_t i = 0; i < n; i++) {
     const table::Entry& t = view_.Target(view_.at(i));
-    if (table::IsReg(t) && !(t.aux < local_shard_.size() && local_shard_[t.aux])) continue;
+    if (!with_remote && table::IsReg(t) && !(t.aux < local_shard_.size() && local_shard_[t.aux]))
+      continue;
     node_of[i] = count++;
   }
   std::vector<image::Node> nodes(count);
@@ -151,13 +167,19 @@ Result<image::ErofsImage> Agent::PlanImage(const Shards& shards,
       x.size = e.size;
     }
   }
-  // The blob in the scan's order: shard by shard, each in its index's order.
+  // The blob in the scan's order: shard by shard, each in its index's order; then the other
+  // shards, each in the order in which a holder streams it.
   std::vector<uint32_t>& order = *blob_order;
   order.clear();
   auto node_of_path = [&](const std::string& path) { return NodeOfPath(view_, node_of, path); };
   for (const auto& sh : shards)
     for (const auto& e : sh->entries)
       if (e.type == format::EntryType::kFile) order.push_back(node_of_path(e.path));
+  if (with_remote)
+    for (uint32_t s = 0; s < index_.size(); s++)
+      if (!local_shard_[s])
+        for (uint32_t i = 0; i < index_.count(s); i++)
+          if (index_.IsFile(s, i)) order.push_back(node_of[index_.TableEntry(s, i)]);
   image::Options io;
   io.uid = view_.header().uid;
   io.gid = view_.header().gid;
@@ -166,7 +188,8 @@ Result<image::ErofsImage> Agent::PlanImage(const Shards& shards,
 
 Status Agent::WriteAndMountImage(const Shards& shards) {
   std::vector<uint32_t> node_of, order;
-  auto img = PlanImage(shards, &node_of, &order);
+  const bool with_remote = ImageTakesRemoteFiles();
+  auto img = PlanImage(shards, with_remote, &node_of, &order);
   if (!img.ok()) return img.status();
   auto node_of_path = [&](const std::string& path) { return NodeOfPath(view_, node_of, path); };
 
@@ -217,11 +240,39 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
   const auto t0 = std::chrono::steady_clock::now();
   FS_RETURN_IF_ERROR(image::WriteTree(tree->get(), img->nodes(), order, img->blob_size()));
   FS_RETURN_IF_ERROR(MountImage(tree->get(), blob->get()));
-  LOG_INFO("image: %s of metadata and %s of data, mounted on %s (tree to mount: %.2f s)",
+  LOG_INFO("image: %s of metadata and %s of data%s, mounted on %s (tree to mount: %.2f s)",
            HumanBytes(img->meta_size()).c_str(), HumanBytes(img->blob_size()).c_str(),
-           data_root_.c_str(),
+           with_remote ? " (other nodes' files to be fetched into it)" : "", data_root_.c_str(),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (with_remote) KeepRemoteFilesInImage(*img, node_of, std::move(blob).value());
   return Status::OK();
+}
+
+void Agent::KeepRemoteFilesInImage(const image::ErofsImage& img,
+                                   const std::vector<uint32_t>& node_of, UniqueFD blob) {
+  image_extent_.assign(view_.size(), RemoteFiles::kNoExtent);
+  for (uint32_t s = 0; s < index_.size(); s++)
+    if (!local_shard_[s])
+      for (uint32_t i = 0; i < index_.count(s); i++)
+        if (index_.IsFile(s, i)) {
+          const uint32_t te = index_.TableEntry(s, i);
+          image_extent_[te] = img.BlobOffset(node_of[te]);
+        }
+  image_blob_ = std::move(blob);
+  RemoteFiles::ImageExtents x;
+  x.blob = image_blob_.get();
+  x.extent = [this](uint32_t s, uint32_t i) { return image_extent_[index_.TableEntry(s, i)]; };
+  x.kept = [this](uint32_t s, uint32_t i) {
+    return (table::EntryFlagsOf(index_.Meta(s, i)) & table::kLocal) != 0;
+  };
+  x.keep = [this](uint32_t s, uint32_t i) { alive_.MarkLocal(index_.TableEntry(s, i)); };
+  x.open = [this](uint32_t s, uint32_t i) -> Result<int> {
+    const int fd = ::openat(data_root_fd_.get(), std::string(index_.Path(s, i)).c_str(),
+                            O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return Status::FromErrno("open " + std::string(index_.Path(s, i)), errno);
+    return fd;
+  };
+  remote_.UseImage(std::move(x));
 }
 
 Status Agent::MountImage(int tree, int blob) {
@@ -279,6 +330,7 @@ void Agent::UnmountImage() {
   }
   if (!image_mounted_) return;
   data_root_fd_.Reset();
+  image_blob_.Reset();
   // Detached at once, never busy. The kernel then frees every inode and dentry of the image
   // (about 6-10 s for 1.33M files, one core) when the last reference goes: here a detached
   // grandchild's descriptor, so that the job's end does not wait for it. Nothing stays visible.

@@ -54,18 +54,48 @@ void RemoteFiles::Stop() {
   for (auto& t : threads) t.join();
 }
 
+std::shared_ptr<RemoteFiles::Inflight> RemoteFiles::TryClaim(uint64_t key) {
+  std::lock_guard<std::mutex> l(inflight_mu_);
+  auto [it, fresh] = inflight_.emplace(key, nullptr);
+  if (!fresh) return nullptr;
+  return it->second = std::make_shared<Inflight>();
+}
+
+void RemoteFiles::Release(uint64_t key, std::shared_ptr<Inflight>* mine) {
+  if (!*mine) return;
+  {
+    std::lock_guard<std::mutex> l(inflight_mu_);
+    inflight_.erase(key);
+  }
+  {
+    std::lock_guard<std::mutex> l((*mine)->mu);
+    (*mine)->done = true;
+    (*mine)->cv.notify_all();
+  }
+  mine->reset();
+}
+
+Result<int> RemoteFiles::OpenKept(uint32_t shard, uint32_t entry, uint64_t key) {
+  if (ExtentOf(shard, entry) == kNoExtent) return cache_.Open(key);
+  return image_.kept(shard, entry) ? image_.open(shard, entry) : Result<int>(-1);
+}
+
 Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
   const uint64_t key = ctx_.index->Meta(shard, entry).hash;  // XXH3 of its path
   const uint64_t size = ctx_.index->Size(shard, entry);
   MaybePrefetch(shard);
-  while (true) {
-    int fd = cache_.Open(key);
-    if (fd >= 0) {
+  auto kept = [&]() -> Result<int> {
+    auto fd = OpenKept(shard, entry, key);
+    if (fd.ok() && *fd >= 0) {
       opens_cached_++;
       bytes_cached_ += size;
-      return fd;
     }
-    // One fetch per file: later openers wait for the first, then take it from the cache.
+    return fd;
+  };
+  while (true) {
+    auto fd = kept();
+    if (!fd.ok() || *fd >= 0) return fd;
+    // One fetch per file: later openers wait for the first, then take it from where it is kept.
     std::shared_ptr<Inflight> wait, mine;
     {
       std::lock_guard<std::mutex> l(inflight_mu_);
@@ -78,39 +108,44 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
     if (wait) {
       std::unique_lock<std::mutex> l(wait->mu);
       wait->cv.wait(l, [&] { return wait->done; });
-      if (cache_.capacity() > 0) continue;  // cached by the first opener, unless it failed
+      // Kept by the first opener, unless it failed.
+      if (cache_.capacity() > 0 || ExtentOf(shard, entry) != kNoExtent) continue;
     }
-    auto finish = [&] {
-      if (!mine) return;
-      {
-        std::lock_guard<std::mutex> l(inflight_mu_);
-        inflight_.erase(key);
-      }
-      std::lock_guard<std::mutex> l(mine->mu);
-      mine->done = true;
-      mine->cv.notify_all();
-    };
-    // The first opener may have cached the file and left between our look at the cache and our
-    // claim: look again before fetching it a second time.
-    if (int again = cache_.Open(key); again >= 0) {
+    auto finish = [&] { Release(key, &mine); };
+    // The first opener may have kept the file and left between our look and our claim: look
+    // again before fetching it a second time.
+    if (auto again = kept(); !again.ok() || *again >= 0) {
       finish();
-      opens_cached_++;
-      bytes_cached_ += size;
       return again;
     }
     return FetchNew(shard, entry, key, finish);
   }
 }
 
-// The file goes straight into a cache file, or, when the cache cannot hold it (or writing it
-// fails), into a sealed memfd: never whole into the agent's memory.
+// The file goes straight to its extent of the image, or into a cache file; when neither can
+// hold it (or writing it fails), into a sealed memfd: never whole into the agent's memory.
 Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
                                   const std::function<void()>& finish) {
   const IndexEntry e = ctx_.index->Entry(shard, entry);
-  FileCache::Pending pending;
-  if (cache_.Begin(key, e.size, /*evict=*/true, &pending).ok()) {
+  if (const uint64_t extent = ExtentOf(shard, entry); extent != kNoExtent) {
     bool local_error = false;
-    Status st = FetchInto(shard, entry, pending.fd.get(), &local_error);
+    Status st = FetchInto(shard, entry, image_.blob, extent, &local_error);
+    if (st.ok()) {
+      image_.keep(shard, entry);
+      finish();
+      return image_.open(shard, entry);
+    }
+    if (!local_error) {
+      finish();
+      return st;
+    }
+    LOG_WARN("%s; serving it from memory", st.ToString().c_str());
+  }
+  FileCache::Pending pending;
+  if (ExtentOf(shard, entry) == kNoExtent &&
+      cache_.Begin(key, e.size, /*evict=*/true, &pending).ok()) {
+    bool local_error = false;
+    Status st = FetchInto(shard, entry, pending.fd.get(), kNoExtent, &local_error);
     if (st.ok()) {
       auto cached = cache_.Commit(&pending, /*want_fd=*/true);
       finish();
@@ -132,7 +167,7 @@ Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
     return Status::FromErrno("memfd_create", errno);
   }
   bool local_error = false;
-  Status st = FetchInto(shard, entry, mfd.get(), &local_error);
+  Status st = FetchInto(shard, entry, mfd.get(), kNoExtent, &local_error);
   finish();
   if (!st.ok()) return st;
   ::fcntl(mfd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
@@ -140,32 +175,61 @@ Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
   return mfd.Release();
 }
 
+namespace {
+
+// Where a fetched file's bytes go: a file of its own from offset 0, its holes kept, rewound by
+// truncating it; or its extent of the image's blob, rewound by writing it again from its start
+// (a hole there until then: zeros are written as data, since a failed attempt may have left
+// other bytes in their place).
+class CopyOut {
+ public:
+  CopyOut(int fd, uint64_t extent, std::string what)
+      : fd_(fd), extent_(extent), what_(std::move(what)) {}
+  Status Write(std::string_view piece) {
+    if (extent_ == RemoteFiles::kNoExtent) {
+      if (!sparse_) sparse_.emplace(fd_, what_);
+      return sparse_->Write(piece);
+    }
+    Status st = PwriteFull(fd_, piece, extent_ + written_, what_);
+    written_ += piece.size();
+    return st;
+  }
+  // The last piece written: a file's length, a hole at its end included.
+  Status Finish() { return sparse_ ? sparse_->Finish() : Status::OK(); }
+  Status Rewind() {
+    written_ = 0;
+    if (!sparse_) return Status::OK();
+    if (::ftruncate(fd_, 0) != 0 || ::lseek(fd_, 0, SEEK_SET) != 0)
+      return Status::FromErrno("rewind " + what_, errno);
+    sparse_.reset();
+    return Status::OK();
+  }
+
+ private:
+  int fd_;
+  uint64_t extent_, written_ = 0;
+  std::string what_;
+  std::optional<SparseWriter> sparse_;  // set by an attempt's first piece
+};
+
+}  // namespace
+
 // Holders are tried in an order that spreads the load; `out` is rewound before every attempt.
-Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, bool* local_error) {
+Status RemoteFiles::FetchInto(uint32_t shard, uint32_t entry, int out, uint64_t extent,
+                              bool* local_error) {
   const IndexEntry e = ctx_.index->Entry(shard, entry);
   Status write_status;
-  // Blocks of zeros stay holes, as in the dataset's source. Set by an attempt's first piece:
-  // `out` must be emptied before the next attempt.
-  std::optional<SparseWriter> writer;
-  auto sink = [&](std::string_view piece) {
-    if (!writer) writer.emplace(out, "the copy of '" + e.path + "'");
-    write_status = writer->Write(piece);
-    return write_status;
-  };
-  // The last piece written: the file's length, a hole at its end included.
+  CopyOut copy(out, extent, "the copy of '" + e.path + "'");
+  auto sink = [&](std::string_view piece) { return write_status = copy.Write(piece); };
   auto finish = [&] {
-    write_status = writer ? writer->Finish() : Status::OK();
+    write_status = copy.Finish();
     *local_error = !write_status.ok();
     return write_status;
   };
   auto rewind = [&] {
-    if (!writer || (::ftruncate(out, 0) == 0 && ::lseek(out, 0, SEEK_SET) == 0)) {
-      writer.reset();
-      return true;
-    }
-    write_status = Status::FromErrno("rewind the copy of '" + e.path + "'", errno);
-    *local_error = true;
-    return false;
+    write_status = copy.Rewind();
+    *local_error = !write_status.ok();
+    return write_status.ok();
   };
   if (ctx_.peers && ctx_.size > 1) {
     const auto holders = Holders(shard, ctx_.size, ctx_.replicas);
@@ -248,8 +312,9 @@ void RemoteFiles::MaybePrefetch(uint32_t shard) {
   std::lock_guard<std::mutex> l(prefetch_mu_);
   if (prefetch_stop_ || prefetch_seen_[shard]) return;
   prefetch_seen_[shard] = true;
-  // Only what fits without evicting anything: prefetch must never push out files in use.
-  if (shard_raw_bytes_[shard] > cache_.free_bytes()) return;
+  // Only what fits without evicting anything: prefetch must never push out files in use. (The
+  // image's blob was sized for every file.)
+  if (image_.blob < 0 && shard_raw_bytes_[shard] > cache_.free_bytes()) return;
   prefetch_queue_.push_back(shard);
   try {
     while (prefetchers_.size() < std::max<uint32_t>(ctx_.prefetch_streams, 1))
@@ -276,7 +341,8 @@ void RemoteFiles::PrefetchLoop() {
   }
 }
 
-// One remote shard streamed into the cache from a holder, the next holder if it fails.
+// One remote shard streamed from a holder (the next holder if it fails) into the image's
+// extents or the cache.
 void RemoteFiles::PrefetchShard(uint32_t shard) {
   const Index& index = *ctx_.index;
   const auto holders = Holders(shard, ctx_.size, ctx_.replicas);
@@ -284,8 +350,13 @@ void RemoteFiles::PrefetchShard(uint32_t shard) {
     uint32_t h = holders[(ctx_.rank + shard + k) % holders.size()];
     if (h == ctx_.rank) continue;
     bool full = false, skip = false;
-    FileCache::Pending pending;  // the file being received, written as its pieces arrive
-    std::optional<SparseWriter> writer;
+    // The file being received, written as its pieces arrive: to its extent of the image, under
+    // a claim (no open's fetch writes it meanwhile, and none starts once it is kept), or to a
+    // pending cache file.
+    uint64_t key = 0, extent = kNoExtent;
+    std::shared_ptr<Inflight> claim;
+    FileCache::Pending pending;
+    std::optional<CopyOut> copy;
     Xxh3Stream hash;
     Status st = peers_.FetchShard(
         h, shard,
@@ -297,25 +368,37 @@ void RemoteFiles::PrefetchShard(uint32_t shard) {
           const uint64_t size = index.Size(shard, i);
           if (stopping_) return false;
           if (off == 0) {
-            // A file the job opened before the stream reached it is cached already: its bytes
-            // are read off the connection, not written again.
-            const uint64_t key = index.Meta(shard, i).hash;
-            if ((skip = cache_.Has(key))) return true;
+            // A file the job opened before the stream reached it is kept already (or being
+            // fetched): its bytes are read off the connection, not written again.
+            Release(key, &claim);
+            key = index.Meta(shard, i).hash;
+            extent = ExtentOf(shard, i);
+            if (extent != kNoExtent) {
+              claim = TryClaim(key);
+              if ((skip = !claim || image_.kept(shard, i))) return true;
+              copy.emplace(image_.blob, extent, "the image's blob");
+            } else {
+              if ((skip = cache_.Has(key))) return true;
+              if (!cache_.Begin(key, size, /*evict=*/false, &pending).ok()) return !(full = true);
+              copy.emplace(pending.fd.get(), kNoExtent, "the cache");
+            }
             hash = Xxh3Stream();
-            if (!cache_.Begin(key, size, /*evict=*/false, &pending).ok()) return !(full = true);
-            writer.emplace(pending.fd.get(), "cache");
           }
           if (skip) return true;
           hash.Update(piece.data(), piece.size());
-          if (!writer->Write(piece).ok()) return !(full = true);
+          if (!copy->Write(piece).ok()) return !(full = true);
           if (off + piece.size() < size) return true;
-          if (!writer->Finish().ok()) return !(full = true);
+          if (!copy->Finish().ok()) return !(full = true);
           if (hash.Digest() != index.frame(shard, i).xxh3) return false;
-          if (!cache_.Commit(&pending, /*want_fd=*/false).ok()) return !(full = true);
+          if (extent != kNoExtent)
+            image_.keep(shard, i);
+          else if (!cache_.Commit(&pending, /*want_fd=*/false).ok())
+            return !(full = true);
           prefetched_files_++;
           prefetched_bytes_ += size;
           return true;
         });
+    Release(key, &claim);
     if (pending.active) cache_.Abort(&pending);
     if (st.ok()) prefetched_shards_++;
     if (st.ok() || full || stopping_) return;

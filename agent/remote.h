@@ -1,6 +1,7 @@
-// Files held on other nodes: opened from the node's cache, else fetched from a holder (one fetch
-// for concurrent opens), else read straight from the shard in the dataset directory. Also the
-// background prefetch that warms the cache with whole remote shards.
+// Files held on other nodes: opened from where this node keeps them (the cache, or their extents
+// of the node's image), else fetched from a holder (one fetch for concurrent opens), else read
+// straight from the shard in the dataset directory. Also the background prefetch that fetches
+// whole remote shards ahead of the job.
 #pragma once
 
 #include <atomic>
@@ -54,6 +55,23 @@ class RemoteFiles {
 
   // The cache in `cache_dir` (capacity 0: none), once the indexes are known.
   void Init(Context ctx, const std::string& cache_dir, uint64_t cache_capacity);
+
+  // Where the node's EROFS image keeps the files it fetches (issue 31; agent/image_stage.cc):
+  // the image was planned with every file of the dataset and its blob sized for them all, a
+  // hole until written. A file's bytes go to its extent of the blob; once they are there and
+  // verified, `keep` makes them visible (the table's kLocal: clients open them through the
+  // mount) and `open` opens them. On a disk this costs no file per fetched file, to create or
+  // to remove. Files without an extent still go to the cache.
+  static constexpr uint64_t kNoExtent = UINT64_MAX;
+  struct ImageExtents {
+    int blob = -1;  // read-write; the caller keeps it open while this serves
+    std::function<uint64_t(uint32_t shard, uint32_t entry)> extent;  // kNoExtent: not in it
+    std::function<bool(uint32_t shard, uint32_t entry)> kept;
+    std::function<void(uint32_t shard, uint32_t entry)> keep;
+    std::function<Result<int>(uint32_t shard, uint32_t entry)> open;
+  };
+  // Before the first Open or prefetch.
+  void UseImage(ImageExtents image) { image_ = std::move(image); }
   PeerClient& peers() { return peers_; }
   const FileCache& cache() const { return cache_; }
 
@@ -67,10 +85,23 @@ class RemoteFiles {
 
  private:
   struct Inflight;
-  // Writes the file's verified content to `out`, from a holder, then from the dataset. A
-  // failure to write `out` ends the attempts and sets *local_error.
-  Status FetchInto(uint32_t shard, uint32_t entry, int out, bool* local_error);
-  // Fetches into the cache, else into a memfd; `finish` wakes the openers waiting for us.
+  // Claims the fetch of file `key` (one writer per file at a time): null when another holds it.
+  // Release wakes the openers waiting for it.
+  std::shared_ptr<Inflight> TryClaim(uint64_t key);
+  void Release(uint64_t key, std::shared_ptr<Inflight>* mine);
+  // The file's extent in the image (kNoExtent: none, or no image).
+  uint64_t ExtentOf(uint32_t shard, uint32_t entry) const {
+    return image_.blob >= 0 ? image_.extent(shard, entry) : kNoExtent;
+  }
+  // A descriptor of the file where this node keeps it (its extent of the image, or the cache);
+  // -1 when it is not kept.
+  Result<int> OpenKept(uint32_t shard, uint32_t entry, uint64_t key);
+  // Writes the file's verified content to `out` (from offset `extent`: its place in the image's
+  // blob; kNoExtent: a file of its own), from a holder, then from the dataset. A failure to
+  // write `out` ends the attempts and sets *local_error.
+  Status FetchInto(uint32_t shard, uint32_t entry, int out, uint64_t extent, bool* local_error);
+  // Fetches into the image or the cache, else into a memfd; `finish` wakes the openers waiting
+  // for us.
   Result<int> FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
                        const std::function<void()>& finish);
   Status ReadFromDataset(uint32_t shard, uint32_t entry,
@@ -80,6 +111,7 @@ class RemoteFiles {
 
   Context ctx_;
   FileCache cache_;
+  ImageExtents image_;
   PeerClient peers_;
   std::mutex inflight_mu_;
   std::unordered_map<uint64_t, std::shared_ptr<Inflight>> inflight_;

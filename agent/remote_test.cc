@@ -5,12 +5,16 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -18,6 +22,7 @@
 
 #include "agent/placement.h"
 #include "agent/testing.h"
+#include "common/io.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::agent {
@@ -159,6 +164,128 @@ TEST_F(RemoteTest, DamagedShardGivesAnErrorNeverBadBytes) {
 
 TEST_F(RemoteTest, ConcurrentOpensOfOneFileReadTheSourceOnce) {
   Init(1 << 20);
+  const FileId f = remote_files_[3];
+  constexpr int kThreads = 12;
+  std::atomic<int> ready{0}, wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++)
+    threads.emplace_back([&] {
+      ready++;
+      while (ready < kThreads) std::this_thread::yield();
+      if (OpenAndRead(f) != Expected(f)) wrong++;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong, 0);
+  const auto c = remote_.counters();
+  EXPECT_EQ(c.opens_fallback, 1u);
+  EXPECT_EQ(c.opens_cached, kThreads - 1u);
+}
+
+// The node's image keeps the files fetched for it (issue 31): each at its extent of the blob,
+// kept once verified, never a file of its own in the cache. Here the blob is a plain file and
+// "opening through the mount" reads the extent back into a memfd.
+class RemoteImageTest : public RemoteTest {
+ protected:
+  void InitImage(int blob_flags = O_RDWR) {
+    Init(1 << 20);
+    blob_path_ = ds_.tmp() + "/blob";
+    blob_.Reset(::open(blob_path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+    ASSERT_TRUE(blob_.valid());
+    uint64_t end = 0;
+    for (FileId f : remote_files_) {  // 512-byte aligned, as the image lays them out
+      extent_[Key(f)] = end;
+      end += (ds_.Entry(f.shard, f.entry).size + 511) / 512 * 512;
+    }
+    ASSERT_EQ(::ftruncate(blob_.get(), static_cast<off_t>(end)), 0);  // a hole, as the agent's
+    if (blob_flags != O_RDWR) blob_.Reset(::open(blob_path_.c_str(), blob_flags | O_CLOEXEC));
+    RemoteFiles::ImageExtents x;
+    x.blob = blob_.get();
+    x.extent = [this](uint32_t s, uint32_t i) {
+      auto it = extent_.find(Key({s, i}));
+      return it == extent_.end() ? RemoteFiles::kNoExtent : it->second;
+    };
+    x.kept = [this](uint32_t s, uint32_t i) {
+      std::lock_guard<std::mutex> l(mu_);
+      return kept_.count(Key({s, i})) != 0;
+    };
+    x.keep = [this](uint32_t s, uint32_t i) {
+      std::lock_guard<std::mutex> l(mu_);
+      kept_.insert(Key({s, i}));
+    };
+    x.open = [this](uint32_t s, uint32_t i) -> Result<int> {
+      opens_through_image_++;
+      const std::string bytes = Extent({s, i});
+      UniqueFD m(::memfd_create("extent", MFD_CLOEXEC));
+      if (!m.valid() || !PwriteFull(m.get(), bytes, 0, "memfd").ok())
+        return Status::IOError("memfd");
+      return m.Release();
+    };
+    remote_.UseImage(std::move(x));
+  }
+  static uint64_t Key(FileId f) { return uint64_t{f.shard} << 32 | f.entry; }
+  std::string Extent(FileId f) {  // what the blob holds at f's extent
+    std::string out(ds_.Entry(f.shard, f.entry).size, '\0');
+    Status st = PreadFull(blob_.get(), out.data(), out.size(), extent_[Key(f)], "blob");
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return out;
+  }
+  bool Kept(FileId f) {
+    std::lock_guard<std::mutex> l(mu_);
+    return kept_.count(Key(f)) != 0;
+  }
+
+  std::string blob_path_;
+  UniqueFD blob_;
+  std::map<uint64_t, uint64_t> extent_;
+  std::mutex mu_;
+  std::set<uint64_t> kept_;
+  std::atomic<int> opens_through_image_{0};
+};
+
+TEST_F(RemoteImageTest, FetchedFilesGoToTheirExtentsNotTheCache) {
+  InitImage();
+  for (FileId f : remote_files_) {
+    EXPECT_EQ(OpenAndRead(f), Expected(f));
+    EXPECT_TRUE(Kept(f));
+    EXPECT_EQ(Extent(f), Expected(f));
+  }
+  for (FileId f : remote_files_) EXPECT_EQ(OpenAndRead(f), Expected(f));
+  const auto c = remote_.counters();
+  EXPECT_EQ(c.opens_fallback, remote_files_.size());
+  EXPECT_EQ(c.opens_cached, remote_files_.size());  // the second opens: from the image
+  EXPECT_EQ(opens_through_image_, 2 * static_cast<int>(remote_files_.size()));
+  EXPECT_EQ(remote_.cache().used(), 0u);
+  EXPECT_EQ(::rmdir(cache_dir_.c_str()), 0) << "the cache directory is not empty";
+}
+
+TEST_F(RemoteImageTest, DamagedFileIsNeverKept) {
+  InitImage();
+  const FileId f = remote_files_[2];
+  testing::DamageFrame(ds_.ShardPath(f.shard), ds_.Entry(f.shard, f.entry));
+  for (int attempt = 0; attempt < 2; attempt++) {
+    auto fd = remote_.Open(f.shard, f.entry);
+    EXPECT_FALSE(fd.ok()) << "attempt " << attempt;
+    EXPECT_FALSE(Kept(f));
+  }
+  EXPECT_EQ(opens_through_image_, 0);
+}
+
+// A blob that cannot take the bytes (a full disk; here read-only): served from a memfd, kept
+// nowhere.
+TEST_F(RemoteImageTest, UnwritableBlobServesFromMemory) {
+  InitImage(O_RDONLY);
+  const FileId f = remote_files_[0];
+  auto fd = remote_.Open(f.shard, f.entry);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  UniqueFD owned(*fd);
+  EXPECT_GE(::fcntl(owned.get(), F_GET_SEALS), 0) << "not a memfd";
+  EXPECT_EQ(ReadFd(owned.get()), Expected(f));
+  EXPECT_FALSE(Kept(f));
+  EXPECT_EQ(opens_through_image_, 0);
+}
+
+TEST_F(RemoteImageTest, ConcurrentOpensOfOneFileReadTheSourceOnce) {
+  InitImage();
   const FileId f = remote_files_[3];
   constexpr int kThreads = 12;
   std::atomic<int> ready{0}, wrong{0};

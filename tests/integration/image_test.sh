@@ -13,7 +13,15 @@ disk=/tmp
 [[ $(stat -f -c %T /tmp) == tmpfs ]] && disk=/var/tmp
 T=$(TMPDIR=$disk mktmp)
 M="$T/mnt"
-trap 'umount -l "$M" 2>/dev/null; rm -rf "$T"' EXIT
+cleanup() {
+  [[ -n "${MPI_PID:-}" ]] && kill "$MPI_PID" 2>/dev/null
+  pkill -f "fanstore-agent --dataset $T/" 2>/dev/null
+  sleep 0.3
+  grep " $T/" /proc/self/mountinfo | awk '{print $5}' | xargs -r -n1 umount -l 2>/dev/null
+  umount -l "$M" 2>/dev/null
+  rm -rf "$T" /dev/shm/fanstore-imagetest.$$.*
+}
+trap cleanup EXIT
 cd "$T" || exit 1
 erofs_mounts() { grep -c " - erofs " /proc/self/mountinfo; }
 before=$(erofs_mounts)
@@ -66,6 +74,46 @@ out=$(run --image no ds.fs -- sh -c "$probe" "$T/src" 2>&1)
 check "--image no: files, no image" bash -c "grep -q SAME <<<'$out' && ! grep -q IMAGE <<<'$out'"
 out=$("$F" run --local-dir /dev/shm ds.fs -- sh -c "$probe" "$T/src" 2>&1)
 check "a tmpfs local directory: files, no image" bash -c "grep -q SAME <<<'$out' && ! grep -q IMAGE <<<'$out'"
+
+echo "== two agents split the dataset: the other's files are fetched into the image"
+# Two agents as root (mpirun as the PMIx server), one copy of each shard: each node's image
+# names every file, and what the peer holds is written into its extent of the blob as it
+# arrives (the prefetch's streams, or an open's fetch): no file per fetched file.
+ensure_munge
+RD=/dev/shm/fanstore-imagetest.$$
+mkdir split
+split_run() {  # split_run NAME AGENT-OPTION...: starts the agents, reads, stops them
+  local name=$1; shift
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 "$B/bin/fanstore-agent" \
+    --dataset "$T/ds.fs" --local-dir "$T/split/$name%r" --run-dir "$RD.$name%r" --mount /fanstore/split \
+    --replicas 1 --quiet "$@" >"agents-$name.log" 2>&1 &
+  MPI_PID=$!
+  ready() { grep -q '"state":"ready"' "$RD.$name$1/status.json" 2>/dev/null; }
+  for _ in $(seq 100); do ready 0 && ready 1 && break; sleep 0.1; done
+  check "$name: both agents are ready" bash -c "ready() { grep -q ready $RD.$name\$1/status.json; }; ready 0 && ready 1" || cat "agents-$name.log"
+  client() { env LD_PRELOAD="$ASAN_RT $B/lib/libfanstore_preload.so" ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 \
+    FANSTORE_MOUNT=/fanstore/split FANSTORE_TABLE="$RD.${name}0/table" FANSTORE_SOCKET="$RD.${name}0/agent.sock" "$@"; }
+  local sum
+  # shellcheck disable=SC2016  # expanded by the command's shell
+  sum='cd "$FANSTORE_MOUNT" && find . -type f -print0 | sort -z | xargs -0 sha256sum'
+  for pass in first second; do
+    check "$name: every file reads right through agent 0 ($pass pass)" diff <(hashes src) <(client sh -c "$sum" | grep '  \./')
+  done
+  check "$name: agent 0's data root is its image" grep -q "$T/split/${name}0/data .* - erofs " /proc/self/mountinfo
+  check "$name: no fetched file is a file of its own (cache: $(ls "$T/split/${name}0/cache" | wc -l))" \
+    test -z "$(ls -A "$T/split/${name}0/cache")"
+  check "$name: agent 0's local directory holds the image's files and nothing per file" \
+    test "$(find "$T/split/${name}0" -path "$T/split/${name}0/data" -prune -o -type f -print | wc -l)" -le 3
+  # The agents' own stop (mpirun's forwarded SIGTERM may come with a SIGKILL on its heels).
+  pkill -TERM -f "fanstore-agent --dataset $T/ds.fs"; wait "$MPI_PID" 2>/dev/null; MPI_PID=
+  check "$name: no mount is left" test "$(erofs_mounts)" = "$before"
+  check "$name: the local directories are removed or empty" \
+    test -z "$(find "$T/split" -mindepth 2 -print -quit 2>/dev/null)"
+}
+B=$1
+ASAN_RT=$(asan_runtime "$B/lib/libfanstore_preload.so")
+split_run prefetch
+split_run onopen --no-prefetch
 
 echo "== the agent killed mid-run"
 # shellcheck disable=SC2016  # expanded by the command's shell
