@@ -45,7 +45,8 @@ if [[ $asan -eq 1 ]]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz "${san_flags[@]}" -DFANSTORE_ENABLE_ASAN=ON \
     -DFANSTORE_ENABLE_UBSAN=ON -DFANSTORE_ENABLE_FUZZ=ON -DFANSTORE_FUZZ_PACKER="$PWD/build/bin/fanstore" >/dev/null
   cmake --build build-fuzz -j2 --target format_fuzz peer_fuzz tree_fuzz 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
-  ctest --test-dir build-fuzz --output-on-failure -L fuzz || rc=1
+  # The three fuzzers at once: each runs for a fixed time, so one after the other would only wait.
+  ctest --test-dir build-fuzz --output-on-failure -L fuzz -j3 || rc=1
 fi
 if [[ $rc -ne 0 ]]; then
   phase "what failed"

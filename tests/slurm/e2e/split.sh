@@ -56,11 +56,13 @@ EOF
       && ok "$n read $n_read of the dataset's $total bytes from the parallel file system ($((n_read * 100 / total)) %: its shards only)" \
       || bad "$n read $n_read bytes from the source (its shards: $src_bytes, dataset: $total)"
     say "$n stats: opens $(jget "$stats" "['opens']") bytes $(jget "$stats" "['bytes']") prefetch $(jget "$stats" "['prefetch']")"
-    (($(jget "$stats" "['opens']['remote'] + d['opens']['cached']") > 0 && $(jget "$stats" "['opens']['local']") > 0)) \
-      && ok "$n: files held here opened locally ($(jget "$stats" "['opens']['local']")), files of the other node through the peer or the cache (remote $(jget "$stats" "['opens']['remote']"), cached $(jget "$stats" "['opens']['cached']"), prefetched $(jget "$stats" "['prefetch']['files']"))" \
+    # The other node's files come through the peer: fetched on open, or prefetched (into the
+    # cache, or into the node's image on a disk, where clients then open them as local).
+    (($(jget "$stats" "['opens']['remote'] + d['opens']['cached'] + d['prefetch']['files']") > 0 && $(jget "$stats" "['opens']['local']") > 0)) \
+      && ok "$n: files held here opened locally ($(jget "$stats" "['opens']['local']")), files of the other node through the peer (remote $(jget "$stats" "['opens']['remote']"), cached $(jget "$stats" "['opens']['cached']"), prefetched $(jget "$stats" "['prefetch']['files']"))" \
       || bad "$n: no local or no remote/cached opens: $(jget "$stats" "['opens']")"
-    [[ $(jget "$stats" "['cache']['capacity']") == $((1 << 30)) ]] \
-      && ok "$n: the site's cache_size=1G reached the agent" || bad "$n: cache capacity $(jget "$stats" "['cache']")"
+    [[ $(jget "$stats" "['cache']['capacity']") == $((4 << 30)) ]] \
+      && ok "$n: the site's cache_size=4G reached the agent" || bad "$n: cache capacity $(jget "$stats" "['cache']")"
     (($(jget "$stats" "['opens']['fallback'] + d['opens']['errors'] + d['peers']['fetch_errors']") == 0)) \
       && ok "$n: no fallback to the dataset, no error while both agents are up" || bad "$n: fallbacks or errors: $(jget "$stats" "['opens']") $(jget "$stats" "['peers']")"
     if [[ -s $jd/md5.$n ]] && diff -q "$jd/expected" "$jd/md5.$n" >/dev/null; then

@@ -87,7 +87,7 @@ start_cluster() {
   install -m 0755 "$HERE/make_images.py" "$HERE/torch_epoch.py" "$SCRIPTS/"
   install -d -m 1777 "$PFS"
   if [[ $mode == netns ]]; then tmpl=$BASE/local; else tmpl=$BASE/nodes/%n/local; fi
-  args+=("local_dir=$tmpl" "stagein_timeout=$STAGEIN_TIMEOUT" "cache_size=1G")
+  args+=("local_dir=$tmpl" "stagein_timeout=$STAGEIN_TIMEOUT" "cache_size=4G")
   "$CLUSTER" start --base "$BASE" --mode "$mode" --nodes "$nodes" --plugin "$plugin" \
     --plugin-args "${args[*]}" || { bad "cluster start ($mode, $nodes nodes)"; return 1; }
   ok "cluster up: $mode mode, $nodes nodes, plugin $(cat "$BASE/plugstack.conf.d/fanstore.conf")"
