@@ -418,6 +418,50 @@ class Scale:
             self.row(f"F3-slurm-{tag}", f"Slurm job teardown, --fanstore-replicas={r['replicas']}, {where} (job end "
                      f"to clean nodes)", None, td, "s", "≤ 10 s, nothing left", None, td is not None and td <= 10)
 
+    def split_session(self):
+        """--only split: the dataset split over two agents (mpirun, one copy of each shard), local
+        directories on this machine's disk, both "nodes" reading every file at once (split_disk.sh):
+        the default mode (as root: an EROFS image that also takes the other node's files as they
+        arrive) beside `--image no` (staged files, and a cache file per fetched file), one run each,
+        side by side. Issue 31: no file per fetched file on a disk either."""
+        tar = self.tar()
+        ds = os.path.join(self.disk_work, "imagenet1k.fs")
+        sh([self.fanstore, "pack", "-q", tar, ds])
+        lst = os.path.join(self.work, "files.list")
+        files = [p for p in sh([self.fanstore, "ls", ds]).stdout.split("\n") if p and not p.endswith("/")]
+        random.Random(13).shuffle(files)
+        with open(lst, "w") as f:
+            f.write("\n".join(files) + "\n")
+        arms = {}
+        for arm, extra in (("image", []), ("files", ["--image", "no"])):
+            out = sh([os.path.join(HERE, "split_disk.sh"), self.build, ds, self.fsbench, lst,
+                      os.path.join(self.disk_work, f"split-{arm}"), arm, *extra]).stdout
+            a = json.loads(out.strip().splitlines()[-1])
+            if a["errors"] or len(a["hashes"]) != 1 or a["files"] != len(files):
+                raise RuntimeError(f"split {arm}: not every file read right on both nodes: {a}")
+            arms[arm] = a
+        if arms["image"]["hashes"] != arms["files"]["hashes"]:
+            raise RuntimeError("split: the two arms read different bytes")
+        self.res["phases"]["split_disk"] = arms
+        im, fi = arms["image"], arms["files"]
+        n = len(files)
+        rate = lambda a: sum(n / s for s in a["pass2"]) / 2  # noqa: E731
+        self.row("F1-split-disk", f"first epoch from the agents' start, dataset split over 2 agents (replicas 1), "
+                 f"local directories on ext4, both reading all {n:,} files at once: default (EROFS image) "
+                 f"against `--image no`", fi["first_epoch"], im["first_epoch"], "s", "report (≤ files arm)",
+                 fi["first_epoch"] / im["first_epoch"], im["first_epoch"] <= fi["first_epoch"],
+                 f"ready {im['ready']:.1f} s against {fi['ready']:.1f} s; pass on each node "
+                 f"{', '.join(f'{s:.0f}' for s in im['pass1'])} s against {', '.join(f'{s:.0f}' for s in fi['pass1'])} s")
+        self.row("F2-split-disk", "second pass, dataset split over 2 agents, local directories on ext4: default "
+                 "(EROFS image) against `--image no`", rate(fi), rate(im), "files/s", "report (≥ files arm)",
+                 rate(im) / rate(fi), rate(im) >= 0.95 * rate(fi), "mean of the two nodes' rates, read at once")
+        self.row("F3-split-disk", f"teardown, dataset split over 2 agents, local directories on ext4, {n:,} files "
+                 "(SIGTERM to every local directory empty, nothing mounted)", fi["teardown"], im["teardown"], "s",
+                 "≤ 10 s, nothing left", fi["teardown"] / im["teardown"], im["teardown"] <= 10 and not im["left"],
+                 f"files on node 0's disk after the first epoch (besides the image's mount): "
+                 f"{im['node0_files_on_disk']:,} against {fi['node0_files_on_disk']:,} with `--image no`, "
+                 f"whose teardown took {fi['teardown']:.0f} s")
+
     def run_disk(self, sizes=False):
         """--only disk: the disk arm alone (the dataset packed once, untimed). --only sizes: the
         same on 100,000 files of ImageNet's real sizes (issue 28), where `auto` unpacks eagerly."""
@@ -446,6 +490,13 @@ class Scale:
     def run(self):
         if self.a.only in ("disk", "sizes"):
             return self.run_disk(self.a.only == "sizes")
+        if self.a.only == "split":
+            try:
+                self.split_session()
+            finally:
+                drop(self.work)
+                drop(self.disk_work)
+            return self.res
         if self.a.only == "slurm":
             try:
                 self.slurm_job(self.tar())
@@ -490,10 +541,11 @@ def main():
     ap.add_argument("--divisor", type=int, default=1, help="divide the file counts (tests of this script)")
     ap.add_argument("--skip-22k", action="store_true")
     ap.add_argument("--skip-slurm", action="store_true")
-    ap.add_argument("--only", choices=("all", "disk", "sizes", "slurm"), default="all",
+    ap.add_argument("--only", choices=("all", "disk", "sizes", "slurm", "split"), default="all",
                     help="disk: only the disk arm (issue 31: the local directory on the node's disk); "
                          "sizes: the disk arm on 100,000 files of ImageNet's real sizes (issue 28); "
-                         "slurm: only the Slurm jobs at scale")
+                         "slurm: only the Slurm jobs at scale; split: the dataset split over two agents "
+                         "(mpirun), local directories on disk")
     a = ap.parse_args()
     res = Scale(a).run()
     with open(os.path.join(a.out, "results-scale.json"), "w") as f:

@@ -100,12 +100,16 @@ split_run() {  # split_run NAME AGENT-OPTION...: starts the agents, reads, stops
     check "$name: every file reads right through agent 0 ($pass pass)" diff <(hashes src) <(client sh -c "$sum" | grep '  \./')
   done
   check "$name: agent 0's data root is its image" grep -q "$T/split/${name}0/data .* - erofs " /proc/self/mountinfo
-  check "$name: no fetched file is a file of its own (cache: $(ls "$T/split/${name}0/cache" | wc -l))" \
+  check "$name: no fetched file is a file of its own (cache: $(find "$T/split/${name}0/cache" -type f | wc -l))" \
     test -z "$(ls -A "$T/split/${name}0/cache")"
   check "$name: agent 0's local directory holds the image's files and nothing per file" \
     test "$(find "$T/split/${name}0" -path "$T/split/${name}0/data" -prune -o -type f -print | wc -l)" -le 3
-  # The agents' own stop (mpirun's forwarded SIGTERM may come with a SIGKILL on its heels).
-  pkill -TERM -f "fanstore-agent --dataset $T/ds.fs"; wait "$MPI_PID" 2>/dev/null; MPI_PID=
+  # The agents' own stop, by their pids: not mpirun's (its command line names them too), whose
+  # forwarded SIGTERM may come with a SIGKILL on its heels.
+  local pids
+  pids=$(cat "$RD.${name}0/status.json" "$RD.${name}1/status.json" | grep -o '"pid":[0-9]*' | cut -d: -f2)
+  # shellcheck disable=SC2086  # two pids
+  kill -TERM $pids; wait "$MPI_PID" 2>/dev/null; MPI_PID=
   check "$name: no mount is left" test "$(erofs_mounts)" = "$before"
   check "$name: the local directories are removed or empty" \
     test -z "$(find "$T/split" -mindepth 2 -print -quit 2>/dev/null)"
