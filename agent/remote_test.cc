@@ -77,6 +77,24 @@ class RemoteTest : public ::testing::Test {
     return ReadFd(owned.get());
   }
 
+  // 12 threads open `f` at once: every one reads the right bytes, and the source is read once.
+  void ExpectOneReadForConcurrentOpens(FileId f) {
+    constexpr int kThreads = 12;
+    std::atomic<int> ready{0}, wrong{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; t++)
+      threads.emplace_back([&] {
+        ready++;
+        while (ready < kThreads) std::this_thread::yield();
+        if (OpenAndRead(f) != Expected(f)) wrong++;
+      });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(wrong, 0);
+    const auto c = remote_.counters();
+    EXPECT_EQ(c.opens_fallback, 1u);
+    EXPECT_EQ(c.opens_cached, kThreads - 1u);
+  }
+
   Dataset ds_;
   std::string cache_dir_;
   size_t big_bytes_ = 0;  // a file "big" of that size in the dataset
@@ -164,21 +182,7 @@ TEST_F(RemoteTest, DamagedShardGivesAnErrorNeverBadBytes) {
 
 TEST_F(RemoteTest, ConcurrentOpensOfOneFileReadTheSourceOnce) {
   Init(1 << 20);
-  const FileId f = remote_files_[3];
-  constexpr int kThreads = 12;
-  std::atomic<int> ready{0}, wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; t++)
-    threads.emplace_back([&] {
-      ready++;
-      while (ready < kThreads) std::this_thread::yield();
-      if (OpenAndRead(f) != Expected(f)) wrong++;
-    });
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(wrong, 0);
-  const auto c = remote_.counters();
-  EXPECT_EQ(c.opens_fallback, 1u);
-  EXPECT_EQ(c.opens_cached, kThreads - 1u);
+  ExpectOneReadForConcurrentOpens(remote_files_[3]);
 }
 
 // The node's image keeps the files fetched for it (issue 31): each at its extent of the blob,
@@ -286,21 +290,7 @@ TEST_F(RemoteImageTest, UnwritableBlobServesFromMemory) {
 
 TEST_F(RemoteImageTest, ConcurrentOpensOfOneFileReadTheSourceOnce) {
   InitImage();
-  const FileId f = remote_files_[3];
-  constexpr int kThreads = 12;
-  std::atomic<int> ready{0}, wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; t++)
-    threads.emplace_back([&] {
-      ready++;
-      while (ready < kThreads) std::this_thread::yield();
-      if (OpenAndRead(f) != Expected(f)) wrong++;
-    });
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(wrong, 0);
-  const auto c = remote_.counters();
-  EXPECT_EQ(c.opens_fallback, 1u);
-  EXPECT_EQ(c.opens_cached, kThreads - 1u);
+  ExpectOneReadForConcurrentOpens(remote_files_[3]);
 }
 
 // With a file that takes longer to read and decode than a time slice, concurrent readers are

@@ -76,7 +76,9 @@ EOF
   [[ $(grep -c . "$stats" 2>/dev/null) -ge $((nodes - 2)) ]] \
     && ok "the stats file has a line for each of the $((nodes - 2)) surviving agents ($(grep -c . "$stats"))" \
     || bad "stats file $stats: $(grep -c . "$stats" 2>/dev/null) lines"
-  remote=$("$PY" -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if (lambda o: o["remote"] + o["cached"])(json.loads(l)["opens"]) > 0))' "$stats" 2>/dev/null)
+  # Fetched on open, or prefetched (into the cache, or into the node's image on a disk, whose
+  # files clients then open as local).
+  remote=$("$PY" -c 'import json, sys; print(sum(1 for l in open(sys.argv[1]) if (lambda d: d["opens"]["remote"] + d["opens"]["cached"] + d["prefetch"]["files"])(json.loads(l)) > 0))' "$stats" 2>/dev/null)
   fb=$("$PY" -c 'import json, sys; print(sum(json.loads(l)["opens"]["fallback"] for l in open(sys.argv[1])))' "$stats" 2>/dev/null)
   [[ $remote == $((nodes - 2)) ]] && ok "every surviving node opened files through its peers (fetched or prefetched); $fb fallback opens" \
     || bad "$remote of $((nodes - 2)) nodes opened remote files"
