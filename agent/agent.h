@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -163,6 +164,9 @@ class Agent {
   Status MakeDataDirs();  // every directory of the table under the data root
   Status StageImage(const Shards& shards);
   Status WriteAndMountImage(const Shards& shards);
+  // fn(shard, entry) for every regular file of the shards this node does not hold, shard by
+  // shard in index order (the order in which a holder streams a shard).
+  void ForEachRemoteFile(const std::function<void(uint32_t, uint32_t)>& fn) const;
   // Whether the image also holds the files of other nodes' shards, fetched into it as they
   // arrive: when they fit where the cache would have had room (CacheCapacity).
   bool ImageTakesRemoteFiles() const;

@@ -119,18 +119,22 @@ Status Agent::StageImage(const Shards& shards) {
   return st;
 }
 
+void Agent::ForEachRemoteFile(const std::function<void(uint32_t, uint32_t)>& fn) const {
+  for (uint32_t s = 0; s < index_.size(); s++)
+    if (!local_shard_[s])
+      for (uint32_t i = 0; i < index_.count(s); i++)
+        if (index_.IsFile(s, i)) fn(s, i);
+}
+
 bool Agent::ImageTakesRemoteFiles() const {
   if (HoldsEveryShard()) return false;
   // What the cache would have had: the blob grows as files arrive, up to their sum, each in
   // blocks of 512 bytes (of 4 KiB past 2 TiB: ErofsImage::Options::block_bits).
   uint64_t need = 0, need_4k = 0;
-  for (uint32_t s = 0; s < index_.size(); s++)
-    if (!local_shard_[s])
-      for (uint32_t i = 0; i < index_.count(s); i++)
-        if (index_.IsFile(s, i)) {
-          need += (index_.Size(s, i) + 511) / 512 * 512;
-          need_4k += (index_.Size(s, i) + 4095) / 4096 * 4096;
-        }
+  ForEachRemoteFile([&](uint32_t s, uint32_t i) {
+    need += (index_.Size(s, i) + 511) / 512 * 512;
+    need_4k += (index_.Size(s, i) + 4095) / 4096 * 4096;
+  });
   if (need > (uint64_t{2} << 40)) need = need_4k;
   if (need <= CacheCapacity()) return true;
   LOG_INFO("image: files of other nodes' shards (%s) go to the cache: the image may take %s",
@@ -181,10 +185,8 @@ Result<image::ErofsImage> Agent::PlanImage(const Shards& shards, bool with_remot
     for (const auto& e : sh->entries)
       if (e.type == format::EntryType::kFile) order.push_back(node_of_path(e.path));
   if (with_remote)
-    for (uint32_t s = 0; s < index_.size(); s++)
-      if (!local_shard_[s])
-        for (uint32_t i = 0; i < index_.count(s); i++)
-          if (index_.IsFile(s, i)) order.push_back(node_of[index_.TableEntry(s, i)]);
+    ForEachRemoteFile(
+        [&](uint32_t s, uint32_t i) { order.push_back(node_of[index_.TableEntry(s, i)]); });
   image::Options io;
   io.uid = view_.header().uid;
   io.gid = view_.header().gid;
@@ -256,13 +258,10 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
 void Agent::KeepRemoteFilesInImage(const image::ErofsImage& img,
                                    const std::vector<uint32_t>& node_of, UniqueFD blob) {
   image_extent_.assign(view_.size(), RemoteFiles::kNoExtent);
-  for (uint32_t s = 0; s < index_.size(); s++)
-    if (!local_shard_[s])
-      for (uint32_t i = 0; i < index_.count(s); i++)
-        if (index_.IsFile(s, i)) {
-          const uint32_t te = index_.TableEntry(s, i);
-          image_extent_[te] = img.BlobOffset(node_of[te]);
-        }
+  ForEachRemoteFile([&](uint32_t s, uint32_t i) {
+    const uint32_t te = index_.TableEntry(s, i);
+    image_extent_[te] = img.BlobOffset(node_of[te]);
+  });
   image_blob_ = std::move(blob);
   RemoteFiles::ImageExtents x;
   x.blob = image_blob_.get();

@@ -54,10 +54,14 @@ void RemoteFiles::Stop() {
   for (auto& t : threads) t.join();
 }
 
-std::shared_ptr<RemoteFiles::Inflight> RemoteFiles::TryClaim(uint64_t key) {
+std::shared_ptr<RemoteFiles::Inflight> RemoteFiles::TryClaim(uint64_t key,
+                                                             std::shared_ptr<Inflight>* held) {
   std::lock_guard<std::mutex> l(inflight_mu_);
   auto [it, fresh] = inflight_.emplace(key, nullptr);
-  if (!fresh) return nullptr;
+  if (!fresh) {
+    if (held) *held = it->second;
+    return nullptr;
+  }
   return it->second = std::make_shared<Inflight>();
 }
 
@@ -96,15 +100,7 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
     auto fd = kept();
     if (!fd.ok() || *fd >= 0) return fd;
     // One fetch per file: later openers wait for the first, then take it from where it is kept.
-    std::shared_ptr<Inflight> wait, mine;
-    {
-      std::lock_guard<std::mutex> l(inflight_mu_);
-      auto [it, fresh] = inflight_.emplace(key, nullptr);
-      if (fresh)
-        it->second = mine = std::make_shared<Inflight>();
-      else
-        wait = it->second;
-    }
+    std::shared_ptr<Inflight> wait, mine = TryClaim(key, &wait);
     if (wait) {
       std::unique_lock<std::mutex> l(wait->mu);
       wait->cv.wait(l, [&] { return wait->done; });
@@ -127,7 +123,8 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
 Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
                                   const std::function<void()>& finish) {
   const IndexEntry e = ctx_.index->Entry(shard, entry);
-  if (const uint64_t extent = ExtentOf(shard, entry); extent != kNoExtent) {
+  const uint64_t extent = ExtentOf(shard, entry);
+  if (extent != kNoExtent) {
     bool local_error = false;
     Status st = FetchInto(shard, entry, image_.blob, extent, &local_error);
     if (st.ok()) {
@@ -142,8 +139,7 @@ Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
     LOG_WARN("%s; serving it from memory", st.ToString().c_str());
   }
   FileCache::Pending pending;
-  if (ExtentOf(shard, entry) == kNoExtent &&
-      cache_.Begin(key, e.size, /*evict=*/true, &pending).ok()) {
+  if (extent == kNoExtent && cache_.Begin(key, e.size, /*evict=*/true, &pending).ok()) {
     bool local_error = false;
     Status st = FetchInto(shard, entry, pending.fd.get(), kNoExtent, &local_error);
     if (st.ok()) {

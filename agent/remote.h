@@ -85,9 +85,9 @@ class RemoteFiles {
 
  private:
   struct Inflight;
-  // Claims the fetch of file `key` (one writer per file at a time): null when another holds it.
-  // Release wakes the openers waiting for it.
-  std::shared_ptr<Inflight> TryClaim(uint64_t key);
+  // Claims the fetch of file `key` (one writer per file at a time): null when another holds it,
+  // whose claim then goes to *held (when given). Release wakes the openers waiting for it.
+  std::shared_ptr<Inflight> TryClaim(uint64_t key, std::shared_ptr<Inflight>* held = nullptr);
   void Release(uint64_t key, std::shared_ptr<Inflight>* mine);
   // The file's extent in the image (kNoExtent: none, or no image).
   uint64_t ExtentOf(uint32_t shard, uint32_t entry) const {
