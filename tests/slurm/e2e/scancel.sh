@@ -8,6 +8,11 @@
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# status_state UID JOB NODE: the state in that node's agent status file ("" if there is none).
+status_state() {
+  sed -n 's/.*"state" *: *"\([a-z]*\)".*/\1/p' "/dev/shm/fanstore.$1.$2.$3/status.json" 2>/dev/null
+}
+
 main() {
   need_cluster ports
   local src ds jd j uid state="" deadline t0 i n staging mb caught=0
@@ -34,7 +39,7 @@ main() {
     while ((SECONDS < deadline)); do  # until both nodes' agents are staging
       staging=0
       for n in node1 node2; do
-        state=$(sed -n 's/.*"state" *: *"\([a-z]*\)".*/\1/p' "/dev/shm/fanstore.$uid.$j.$n/status.json" 2>/dev/null)
+        state=$(status_state "$uid" "$j" "$n")
         [[ $state == staging ]] && staging=$((staging + 1))
         [[ $state == ready || $state == failed ]] && break 2
       done
@@ -43,13 +48,16 @@ main() {
     done
     t0=$(now)
     asroot scancel "$j"
+    # The batch script waits for node1's agent. If that agent was ready as scancel returned, the
+    # stage-in ended while the cancel was on its way, and the script may have started: not a catch.
+    [[ $(status_state "$uid" "$j" node1) == ready ]] && caught=0
     state=$(wait_job "$j")
     say "job $j ($mb MiB dataset) ended $state $(elapsed "$t0") s after scancel"
     if ((caught)); then
       ok "job $j: scancel while the agents were staging on both nodes"
       break
     fi
-    say "job $j: the stage-in of $mb MiB was over before it could be caught"
+    say "job $j: the stage-in of $mb MiB was over before the cancel could reach it"
     check_clean "$j"
   done
   ((caught)) || { bad "never caught the agents while staging (set FANSTORE_TEST_SCANCEL_MB to larger sizes)"; return; }
