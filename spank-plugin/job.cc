@@ -316,10 +316,12 @@ std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
                               std::string(kEnvAgentStep) + "=", std::string(kEnvJobAgents) + "="};
   const std::string ld_preload = std::string(env::kLdPreload) + "=";
   const std::string fence = std::string(env::kSlurmPmixFence) + "=";
+  const std::string gds = std::string(env::kPmixMcaGds) + "=";
   const std::string asked = std::string(env::kPmixFence) + "=";
   std::string fence_value = kAgentPmixFence;
   for (const auto& e : env) {
-    bool skip = e.find(kOptionEnvMarker) != std::string::npos || StartsWith(e, fence.c_str());
+    bool skip = e.find(kOptionEnvMarker) != std::string::npos || StartsWith(e, fence.c_str()) ||
+                StartsWith(e, gds.c_str());
     for (const auto& d : drop) skip = skip || StartsWith(e, d.c_str());
     if (StartsWith(e, asked.c_str()) && IsPmixFence(e.substr(asked.size())))
       fence_value = e.substr(asked.size());
@@ -334,6 +336,7 @@ std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
   out.push_back(std::string(kEnvAgentStep) + "=1");
   out.push_back(std::string(env::kDisable) + "=1");
   out.push_back(fence + fence_value);
+  out.push_back(gds + kAgentPmixGds);
   return out;
 }
 

@@ -143,11 +143,16 @@ std::vector<std::string> OutputReportLines(const std::string& log, size_t max_li
 // With Slurm 22.05, "tree" loses the other ranks' data on a flat tree (PMIx_Get: NOT-FOUND after
 // the fence, at 2 to 32 nodes); "mixed", Slurm's default, runs the ring for fences with data.
 inline constexpr const char* kAgentPmixFence = "ring";
+// The store of the agent step's PMIx servers (PMIX_MCA_gds, which Slurm's step daemon takes from
+// the step's environment): the default one (ds21) fails on a value above about 4 MB, and the
+// first round's indexes are tens of MB at ImageNet's size; the step daemon then crashes and the
+// step hangs.
+inline constexpr const char* kAgentPmixGds = "hash";
 
 // The agent step's environment, from the launching environment: without our LD_PRELOAD entry, the
 // FANSTORE_* variables of user tasks and our SPANK options (so that the step does not recurse), and
-// with FANSTORE_AGENT_STEP=1, FANSTORE_DISABLE=1 and SLURM_PMIX_FENCE=kAgentPmixFence (or the
-// job's FANSTORE_PMIX_FENCE, when it names one).
+// with FANSTORE_AGENT_STEP=1, FANSTORE_DISABLE=1, SLURM_PMIX_FENCE=kAgentPmixFence (or the
+// job's FANSTORE_PMIX_FENCE, when it names one) and PMIX_MCA_gds=kAgentPmixGds.
 std::vector<std::string> AgentStepEnv(const std::vector<std::string>& env,
                                       const std::string& preload);
 

@@ -365,6 +365,16 @@ TEST(JobTest, AgentStepFenceIsOursUnlessTheJobAsksForOne) {
   EXPECT_EQ(fences(AgentStepEnv({"FANSTORE_PMIX_FENCE=bogus"}, "/l.so")), std::vector{ours});
 }
 
+TEST(JobTest, AgentStepPmixStoreIsHashWhateverTheJobSays) {
+  for (const std::vector<std::string>& job :
+       {std::vector<std::string>{}, std::vector<std::string>{"PMIX_MCA_gds=ds21"}}) {
+    std::vector<std::string> gds;
+    for (const auto& e : AgentStepEnv(job, "/l.so"))
+      if (e.rfind("PMIX_MCA_gds=", 0) == 0) gds.push_back(e);
+    EXPECT_EQ(gds, std::vector<std::string>{"PMIX_MCA_gds=hash"});
+  }
+}
+
 TEST(JobTest, PreloadEditing) {
   EXPECT_EQ(PrependPreload("", "/l.so"), "/l.so");
   EXPECT_EQ(PrependPreload("/a.so", "/l.so"), "/l.so:/a.so");
