@@ -53,12 +53,13 @@ install_debs() { dpkg_locked -i "${DEB[@]}"; }
 purge_debs() { dpkg_locked -P "$@"; }
 
 # pkg_leftovers LIST...: what the file lists (dpkg -L, saved while installed) name and is still
-# there after a purge; a directory other packages own (/usr/bin, Slurm's plugin directory) stays.
+# there after a purge; a directory other packages own (/usr/bin, Slurm's plugin directory), or that
+# holds what others put there (/usr/local/lib), stays.
 pkg_leftovers() {
   local path
   while read -r path; do
     [[ $path == /. || ! -e $path ]] && continue
-    [[ -d $path ]] && dpkg -S "$path" >/dev/null 2>&1 && continue
+    [[ -d $path ]] && { dpkg -S "$path" >/dev/null 2>&1 || [[ -n $(ls -A "$path") ]]; } && continue
     echo "$path"
   done < <(cat "$@")
 }
