@@ -3,8 +3,10 @@
 
 #include <pmix.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "common/env.h"
 #include "common/log.h"
@@ -77,19 +79,7 @@ class Pmix : public Bootstrap {
     if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Commit", rc));
     FS_RETURN_IF_ERROR(Fence());
     if (fenced) *fenced = true;
-    std::vector<std::string> all(size_);
-    for (uint32_t r = 0; r < size_; r++) {
-      pmix_proc_t p;
-      PMIX_PROC_LOAD(&p, me_.nspace, r);
-      pmix_value_t* got = nullptr;
-      rc = PMIx_Get(&p, key.c_str(), nullptr, 0, &got);
-      if (rc != PMIX_SUCCESS || !got)
-        return Status::IOError(PmixError("PMIx_Get", rc) + " for rank " + std::to_string(r));
-      if (got->type == PMIX_BYTE_OBJECT && got->data.bo.bytes)
-        all[r].assign(got->data.bo.bytes, got->data.bo.size);
-      PMIX_VALUE_RELEASE(got);
-    }
-    return all;
+    return GetAll(key);
   }
 
   void Finalize() override {
@@ -108,6 +98,53 @@ class Pmix : public Bootstrap {
     pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key.c_str(), &v);
     std::string().swap(value);
     return rc == PMIX_SUCCESS ? Status::OK() : Status::IOError(PmixError("PMIx_Put", rc));
+  }
+  // Every rank's value of `key`, fetched at once (each Get of another node's value is a round trip
+  // to its server: one after the other, they would cost N of them).
+  Result<std::vector<std::string>> GetAll(const std::string& key) {
+    struct Gets {
+      std::mutex mu;
+      std::condition_variable done;
+      uint32_t left = 0;
+      std::vector<std::string> values;
+      std::vector<pmix_status_t> rc;
+    } gets;
+    struct One {
+      Gets* gets;
+      uint32_t rank;
+    };
+    gets.values.resize(size_);
+    gets.rc.assign(size_, PMIX_ERR_NOT_FOUND);
+    gets.left = size_;
+    std::vector<One> ones(size_);
+    // On PMIx's thread; `kv` stays the library's.
+    auto got = [](pmix_status_t rc, pmix_value_t* kv, void* arg) {
+      auto* one = static_cast<One*>(arg);
+      Gets& g = *one->gets;
+      if (rc == PMIX_SUCCESS && !kv) rc = PMIX_ERR_NOT_FOUND;
+      if (rc == PMIX_SUCCESS && kv->type == PMIX_BYTE_OBJECT && kv->data.bo.bytes)
+        g.values[one->rank].assign(kv->data.bo.bytes, kv->data.bo.size);
+      std::lock_guard<std::mutex> lock(g.mu);
+      g.rc[one->rank] = rc;
+      if (--g.left == 0) g.done.notify_all();
+    };
+    for (uint32_t r = 0; r < size_; r++) {
+      ones[r] = {&gets, r};
+      pmix_proc_t p;
+      PMIX_PROC_LOAD(&p, me_.nspace, r);
+      pmix_status_t rc = PMIx_Get_nb(&p, key.c_str(), nullptr, 0, got, &ones[r]);
+      if (rc != PMIX_SUCCESS) {  // no callback comes
+        std::lock_guard<std::mutex> lock(gets.mu);
+        gets.rc[r] = rc;
+        gets.left--;
+      }
+    }
+    std::unique_lock<std::mutex> lock(gets.mu);
+    gets.done.wait(lock, [&] { return gets.left == 0; });
+    for (uint32_t r = 0; r < size_; r++)
+      if (gets.rc[r] != PMIX_SUCCESS)
+        return Status::IOError(PmixError("PMIx_Get", gets.rc[r]) + " for rank " + std::to_string(r));
+    return std::move(gets.values);
   }
   // A fence of every agent that collects nothing.
   static Status Fence() {
