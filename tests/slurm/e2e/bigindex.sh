@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # slurm_bigindex (2-node ports cluster): a dataset of 60,000 files with long random names, split
 # over both nodes (--fanstore-replicas=1), so that each agent's first-round blob in the metadata
-# exchange is several MB, above what Slurm's PMIx fences carry (the default store fails above about
-# 4 MB per value and the step daemon crashes; the ring deadlocks on big contributions sent at once:
-# docs/design.md, "PMIx fence"). The job completes, both nodes list every name and read every file,
-# and nothing is left.
+# exchange is about 5.5 MB, more than Slurm's PMIx fences carry safely: the step daemon's default
+# store crashes on a value above about 4 MB, and the ring deadlocks, now and then, when both nodes
+# forward big contributions at once (docs/design.md, "PMIx fence"; the agents now fetch the blobs
+# by direct modex). The job completes, both nodes list every name and read every file, and nothing
+# is left.
 #
 # Usage: bigindex.sh BUILD_DIR, with the cluster up (start.sh BUILD_DIR ports). See lib.sh.
 # shellcheck disable=SC2015  # ok returns 0, so `[[ c ]] && ok .. || bad ..` is an if-else.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# make_long_names DIR: 60,000 files of 64 bytes in 30 directories, each name 200 random characters
+# make_long_names DIR: 60,000 files of 64 bytes in 30 directories, each name 240 random characters
 # (the same every time).
 make_long_names() {
   /usr/bin/python3 - "$1" <<'PY'
@@ -21,7 +22,7 @@ alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 for i in range(60000):
     d = os.path.join(root, "d%02d" % (i % 30))
     os.makedirs(d, exist_ok=True)
-    name = "".join(rng.choice(alphabet) for _ in range(200))
+    name = "".join(rng.choice(alphabet) for _ in range(240))
     with open(os.path.join(d, name), "wb") as f:
         f.write(rng.randbytes(64))
 PY
@@ -29,7 +30,7 @@ PY
 
 main() {
   need_cluster ports
-  local src=$PFS/longnames ds=$PFS/longnames.fs jd j st n
+  local src=$PFS/longnames240 ds=$PFS/longnames240.fs jd j st n
   if [[ ! -d $src ]]; then
     make_long_names "$src.tmp" && mv "$src.tmp" "$src" || { bad "make $src"; return; }
     chown -R -h "$TUSER:" "$src"
