@@ -56,7 +56,7 @@ EOF2
       && ok "$n: all 60,000 files listed and read, their bytes match the source" \
       || bad "$n: the files under the mount differ from the source: $(cat "$jd/sum.$n" 2>&1)"
   done
-  say "the agents' exchange: $(grep -h "metadata exchange" "$BASE"/log/slurmd.*.log 2>/dev/null | grep -o "metadata exchange [^)]*)" | head -2 | tr '\n' ' ')"
+  say "$(grep -h "metadata exchange" "$jd"/stats.node* 2>/dev/null | tr '\n' ' ')"
   check_clean "$j"
 }
 
