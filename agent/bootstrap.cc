@@ -143,7 +143,8 @@ class Pmix : public Bootstrap {
     gets.done.wait(lock, [&] { return gets.left == 0; });
     for (uint32_t r = 0; r < size_; r++)
       if (gets.rc[r] != PMIX_SUCCESS)
-        return Status::IOError(PmixError("PMIx_Get", gets.rc[r]) + " for rank " + std::to_string(r));
+        return Status::IOError(PmixError("PMIx_Get", gets.rc[r]) + " for rank " +
+                               std::to_string(r));
     return std::move(gets.values);
   }
   // A fence of every agent that collects nothing.
