@@ -135,6 +135,13 @@ bool Agent::IsPrimary(uint32_t shard) const {
   return Holders(shard, boot_->size(), replicas_)[0] == boot_->rank();
 }
 
+bool Agent::LargeExchange() const {
+  std::vector<uint64_t> files(boot_->size());
+  for (uint32_t s = 0; s < manifest_.shards.size(); s++)
+    files[Holders(s, boot_->size(), replicas_)[0]] += manifest_.shards[s].files;
+  return *std::max_element(files.begin(), files.end()) > kFenceMaxFiles;
+}
+
 std::string Agent::ExchangeMessage(const Shards& shards) {
   // Every agent publishes the indexes of the shards it is primary for.
   std::vector<exchange::Published> primary;
@@ -150,7 +157,8 @@ Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shard
   if (!st.ok()) stage_abort_ = true;
   auto t0 = Clock::now();
   TestPause("exchange");
-  auto all = boot_->Exchange(st.ok() ? std::move(message) : exchange::EncodeHead(st), fenced);
+  auto all = boot_->Exchange(st.ok() ? std::move(message) : exchange::EncodeHead(st), fenced,
+                             LargeExchange());
   exchange_seconds_ = Since(t0);
   FS_RETURN_IF_ERROR(st);
   if (!all.ok()) return all.status().Prefixed("metadata exchange");
@@ -166,7 +174,7 @@ Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shard
 }
 
 Status Agent::AgreeAllStaged(const Status& st) {
-  auto verdicts = boot_->Exchange(exchange::EncodeHead(st), nullptr);
+  auto verdicts = boot_->Exchange(exchange::EncodeHead(st), nullptr, false);
   // The last use of PMIx. An agent that dies later must die as a finalized client: Slurm's
   // PMIx server kills the whole step, every other agent with it, when a client that did not
   // finalize goes away (its error handler, seen at 64 nodes; slurm_wide).

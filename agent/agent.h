@@ -124,6 +124,13 @@ class Agent {
   // This agent's exchange message: the indexes and symlink targets of the shards it is primary
   // for, and its peer endpoint.
   std::string ExchangeMessage(const Shards& shards);
+  // Whether an agent publishes the indexes of more than kFenceMaxFiles files in the exchange:
+  // the same answer on every agent (the manifest and the placement), none without a manifest.
+  bool LargeExchange() const;
+  // About 90 KB of compressed index at ImageNet's 22 bytes per entry: small enough for Slurm's
+  // ring fence to carry (it deadlocked on 14 MB contributions), where fetching each blob from
+  // its node costs N-1 messages through slurmd per node (docs/design.md, "PMIx fence").
+  static constexpr uint64_t kFenceMaxFiles = 4096;
   // Sends `message` (or the failure `st`; freed once sent) and reads every agent's.
   Status ExchangeIndexes(Status st, std::string message, const Result<Shards>& shards,
                          bool* fenced);

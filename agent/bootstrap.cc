@@ -18,7 +18,7 @@ class Single : public Bootstrap {
  public:
   uint32_t rank() const override { return 0; }
   uint32_t size() const override { return 1; }
-  Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced) override {
+  Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced, bool) override {
     if (fenced) *fenced = true;
     std::vector<std::string> all(1);
     all[0] = std::move(mine);  // no copy
@@ -57,27 +57,31 @@ class Pmix : public Bootstrap {
   uint32_t size() const override { return size_; }
   std::string nspace() const override { return me_.nspace; }
 
-  // Every value is fetched from the server of the agent that published it (direct modex: the
-  // fences carry no data). Slurm 22.05's fences cannot carry the first round's indexes, tens of
-  // MB at ImageNet's size: its ring deadlocks when two nodes forward big contributions at once
-  // (each step daemon blocks in its send while the other's reader waits for the lock that send
-  // holds), and its tree drops a late rank's data from the second fence on (docs/design.md).
-  Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced) override {
+  // Small blobs travel in the fence (Slurm's ring, over its direct connections between nodes).
+  // Large ones do not: each Get then fetches its value from the server of the node that
+  // published it (direct modex). Slurm 22.05's ring deadlocks when two nodes forward big
+  // contributions at once (each step daemon blocks in its send while the other's reader waits
+  // for the lock that send holds), and its tree drops a late rank's data from the second fence
+  // on; but each direct-modex message goes through slurmd, N-1 requests and replies per node
+  // (docs/design.md, "PMIx fence"). Every round has the same fences whatever `large` says, and a
+  // Get finds a value collected or not, so agents that disagree still meet.
+  Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced, bool large) override {
     if (fenced) *fenced = false;
     if (!inited_) return Status::IOError("PMIx: the agent finalized its session already");
     // A key per round: a Get after the next fence must not find the previous round's value.
     const std::string key = "fanstore.meta." + std::to_string(round_);
     if (round_ > 0) {
-      // A direct-modex reply carries every value its agent still publishes: the previous round's
-      // goes, once every agent has read it (the barrier), so that this round moves only its own.
-      FS_RETURN_IF_ERROR(Fence());
+      // A fence or a direct-modex reply carries every value its agent still publishes: the
+      // previous round's goes, once every agent has read it (the barrier), so that this round
+      // moves only its own.
+      FS_RETURN_IF_ERROR(Fence(false));
       FS_RETURN_IF_ERROR(Put("fanstore.meta." + std::to_string(round_ - 1), std::string()));
     }
     round_++;
     FS_RETURN_IF_ERROR(Put(key, std::move(mine)));
     pmix_status_t rc = PMIx_Commit();
     if (rc != PMIX_SUCCESS) return Status::IOError(PmixError("PMIx_Commit", rc));
-    FS_RETURN_IF_ERROR(Fence());
+    FS_RETURN_IF_ERROR(Fence(!large));
     if (fenced) *fenced = true;
     return GetAll(key);
   }
@@ -147,11 +151,10 @@ class Pmix : public Bootstrap {
                                std::to_string(r));
     return std::move(gets.values);
   }
-  // A fence of every agent that collects nothing.
-  static Status Fence() {
+  // A fence of every agent; with `collect`, it carries every value each agent publishes.
+  static Status Fence(bool collect) {
     pmix_info_t info;
     PMIX_INFO_CONSTRUCT(&info);
-    bool collect = false;
     PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
     pmix_status_t rc = PMIx_Fence(nullptr, 0, &info, 1);
     PMIX_INFO_DESTRUCT(&info);

@@ -22,7 +22,9 @@ class Bootstrap {
   // calls it the same number of times (the agent: twice). With `fenced`, says whether this
   // agent met the others (an error after that still leaves them expecting the next round).
   // `mine` is taken, and freed once published (it may be most of the dataset's metadata).
-  virtual Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced) = 0;
+  // `large`: the blobs may be MB each, too big for the launcher's collective to carry; each is
+  // then fetched from its publisher. Agents that disagree on it still meet.
+  virtual Result<std::vector<std::string>> Exchange(std::string mine, bool* fenced, bool large) = 0;
   // Ends the job-wide session (PMIx_Finalize). Safe to call twice.
   virtual void Finalize() {}
 };

@@ -38,12 +38,12 @@ TEST(BootstrapTest, SingleIsRankZeroOfOneAndExchangesWithItself) {
   // Both rounds the agent makes, each giving back exactly our own message.
   for (const std::string& mine : {std::string("first round"), std::string("\0binary\xff", 8)}) {
     bool fenced = false;
-    auto all = boot.Exchange(mine, &fenced);
+    auto all = boot.Exchange(mine, &fenced, false);
     ASSERT_TRUE(all.ok()) << all.status().ToString();
     EXPECT_EQ(*all, std::vector<std::string>{mine});
     EXPECT_TRUE(fenced);
   }
-  auto again = boot.Exchange("", nullptr);
+  auto again = boot.Exchange("", nullptr, true);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, std::vector<std::string>{""});
   boot.Finalize();
