@@ -16,13 +16,13 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "agent/placement.h"
 #include "agent/testing.h"
 #include "common/io.h"
+#include "common/testing/threads.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::agent {
@@ -80,15 +80,10 @@ class RemoteTest : public ::testing::Test {
   // 12 threads open `f` at once: every one reads the right bytes, and the source is read once.
   void ExpectOneReadForConcurrentOpens(FileId f) {
     constexpr int kThreads = 12;
-    std::atomic<int> ready{0}, wrong{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; t++)
-      threads.emplace_back([&] {
-        ready++;
-        while (ready < kThreads) std::this_thread::yield();
-        if (OpenAndRead(f) != Expected(f)) wrong++;
-      });
-    for (auto& t : threads) t.join();
+    std::atomic<int> wrong{0};
+    test::RunTogether(kThreads, [&](int) {
+      if (OpenAndRead(f) != Expected(f)) wrong++;
+    });
     EXPECT_EQ(wrong, 0);
     const auto c = remote_.counters();
     EXPECT_EQ(c.opens_fallback, 1u);
@@ -321,19 +316,14 @@ TEST_F(RemoteLimitTest, SourceReadsStayWithinTheLimit) {
       break;
     }
   ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
-  std::atomic<int> ready{0}, wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; t++)
-    threads.emplace_back([&, t] {
-      ready++;
-      while (ready < kThreads) std::this_thread::yield();
-      for (int r = 0; r < kRounds; r++) {
-        if (OpenAndRead(big) != Expected(big)) wrong++;
-        const FileId f = small[(t + r) % small.size()];
-        if (OpenAndRead(f) != Expected(f)) wrong++;
-      }
-    });
-  for (auto& t : threads) t.join();
+  std::atomic<int> wrong{0};
+  test::RunTogether(kThreads, [&](int t) {
+    for (int r = 0; r < kRounds; r++) {
+      if (OpenAndRead(big) != Expected(big)) wrong++;
+      const FileId f = small[(t + r) % small.size()];
+      if (OpenAndRead(f) != Expected(f)) wrong++;
+    }
+  });
   ASSERT_EQ(::sched_setaffinity(0, sizeof all, &all), 0);
   EXPECT_EQ(wrong, 0);
   const auto c = remote_.counters();

@@ -13,12 +13,12 @@
 #include <chrono>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "agent/testing.h"
 #include "common/table.h"
+#include "common/testing/threads.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::agent {
@@ -133,15 +133,10 @@ TEST_F(UnpackTest, EnsureUnpackedWritesTheFileOnceAndReportsIt) {
 TEST_F(UnpackTest, ConcurrentOpenersOfOneFileUnpackItOnce) {
   const uint32_t s = 2, i = ds_.Files(s).back();
   constexpr int kThreads = 16;
-  std::atomic<int> ready{0}, failed{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; t++)
-    threads.emplace_back([&] {
-      ready++;
-      while (ready < kThreads) std::this_thread::yield();
-      if (!unpacker_.EnsureUnpacked(s, i).ok()) failed++;
-    });
-  for (auto& t : threads) t.join();
+  std::atomic<int> failed{0};
+  test::RunTogether(kThreads, [&](int) {
+    if (!unpacker_.EnsureUnpacked(s, i).ok()) failed++;
+  });
   EXPECT_EQ(failed, 0);
   EXPECT_EQ(CallsFor(s, i).size(), 1u);
   EXPECT_EQ(unpacker_.on_demand(), 1u);

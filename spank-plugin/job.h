@@ -140,8 +140,9 @@ std::vector<std::string> OutputReportLines(const std::string& log, size_t max_li
 
 // The PMIx fence algorithm of the agents' exchange (SLURM_PMIX_FENCE of the agent step, whatever
 // the job's or the site's mpi.conf says): chosen from the scale-out runs (docs/benchmarks.md, N2).
-// With Slurm 22.05, "tree" loses the other ranks' data on a flat tree (PMIx_Get: NOT-FOUND after
-// the fence, at 2 to 32 nodes); "mixed", Slurm's default, runs the ring for fences with data.
+// With Slurm 22.05, "tree" returns early on its root when a rank is late (PMIx_Get: NOT-FOUND
+// after the fence, at 2 to 32 nodes); "mixed", Slurm's default, runs the tree for a fence without
+// data, which every exchange round starts with but the first.
 inline constexpr const char* kAgentPmixFence = "ring";
 // The store of the agent step's PMIx servers (PMIX_MCA_gds, which Slurm's step daemon takes from
 // the step's environment): the default one (ds21) fails on a value above about 4 MB, and the
