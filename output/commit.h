@@ -4,7 +4,8 @@
 //
 // The copy goes to a temporary name beside the final one (`.NAME.fanstore-XXXXXX`, 0600), is
 // fsynced, read back (its cached pages dropped first, so that a network file system's client
-// asks its servers) and checked against the hash of what was read from the source, gets its
+// asks its servers; several 1 MiB pieces at once) and checked piece by piece against the hashes
+// of what was read from the source, gets its
 // final mode (0666 less the user's umask), and is renamed into place; then its directory is
 // fsynced. A source whose size or modification time moved while it was copied is not committed
 // (Aborted): it is being rewritten, and its next close drains it again, so the last complete
@@ -27,7 +28,7 @@ namespace fanstore::output {
 // What went under the final name.
 struct Committed {
   uint64_t size = 0;
-  uint64_t xxh3 = 0;        // of the bytes under the final name, read back
+  uint64_t xxh3 = 0;        // of the bytes under the final name (read back, piece by piece)
   int64_t mtime_ns = 0;     // the source's modification time when it was read
   bool name_taken = false;  // without `replace`, the final name existed: nothing committed
 };
@@ -43,8 +44,8 @@ struct CommitRequest {
   mode_t umask = 022;
   bool replace = true;
   const std::atomic<bool>* cancel = nullptr;
-  // Called after each piece (1 MiB) copied or read back, with the time it took: the drainer
-  // pauses there to yield to the job (drainer.h).
+  // Called after each piece (1 MiB) copied or read back, with the time it took, never by two
+  // threads at once: the drainer pauses there to yield to the job (drainer.h).
   std::function<void(std::chrono::steady_clock::duration)> pace;
 };
 [[nodiscard]] Result<Committed> CommitFile(const CommitRequest& req);

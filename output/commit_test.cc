@@ -119,6 +119,38 @@ TEST_F(CommitTest, WithoutReplaceAnExistingNameIsLeftAlone) {
   EXPECT_EQ(Read(dst_ + "/log.txt.node-n2"), "mine");
 }
 
+// A copy that reads back other bytes than were written (here, its last piece overwritten once
+// the read back has begun) is never put in place, and its temporary is removed.
+TEST_F(CommitTest, ACopyThatReadsBackWrongIsNotCommitted) {
+  const size_t size = (5 << 20) + 17;  // six pieces: more than the readers, the last one short
+  std::string data(size, '\0');
+  for (size_t i = 0; i < size; i++) data[i] = static_cast<char>(i * 131 + 7);
+  Write("ckpt", data);
+  int calls = 0;
+  auto tamper = [&](auto) {
+    if (++calls != 7) return;  // the first piece read back (the copy took six)
+    DIR* d = ::opendir(dst_.c_str());
+    ASSERT_NE(d, nullptr);
+    while (struct dirent* e = ::readdir(d)) {
+      if (std::string(e->d_name).find(kTempMarker) == std::string::npos) continue;
+      UniqueFD fd(::open((dst_ + "/" + e->d_name).c_str(), O_WRONLY | O_CLOEXEC));
+      ASSERT_EQ(::pwrite(fd.get(), "X", 1, size - 1), 1);
+    }
+    ::closedir(d);
+  };
+  auto c = CommitFile({src_fd_.get(), dst_fd_.get(), "ckpt", "ckpt", 022, true, nullptr, tamper});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Status::Code::kCorruption) << c.status().ToString();
+  EXPECT_EQ(Read(dst_ + "/ckpt"), "<missing>");
+  EXPECT_EQ(Temporaries(dst_), 0);
+  // Untouched, the same file commits, and its hash is the whole file's.
+  auto ok = Commit("ckpt");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->xxh3, Xxh3(data));
+  EXPECT_EQ(pieces_, 12);
+  EXPECT_EQ(Read(dst_ + "/ckpt"), data);
+}
+
 // A full parallel file system: the error says so, and neither the final name nor a temporary is
 // left.
 TEST_F(CommitTest, AFullDestinationLeavesNothing) {

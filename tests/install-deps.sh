@@ -19,6 +19,7 @@ run_pkgs=(
   python3 python3-pil python3-numpy python3-h5py python3-torch python3-torchvision
   python3-matplotlib sshfs openssh-server openssh-client fuse3 hyperfine
   busybox-static bubblewrap python3-dev charliecloud-runtime podman runc
+  squashfs-tools squashfuse
 )
 
 pkgs=("${build_pkgs[@]}")

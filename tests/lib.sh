@@ -32,6 +32,14 @@ mktmp() { mktemp -d "${TMPDIR:-/tmp}/fanstore-$TEST_NAME.XXXXXX"; }
 
 # A tree with the awkward cases: nested and empty directories, non-ASCII names, a symlink,
 # an empty file, compressible and incompressible files, and optionally a large file.
+# flip_byte FILE OFFSET: inverts the byte at OFFSET, so that it changes whatever it was (writing a
+# fixed byte into random data left it unchanged 1 time in 256).
+flip_byte() {
+  local byte
+  byte=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+  # shellcheck disable=SC2059  # the format is the escaped byte
+  printf "\\x$(printf %02x $((byte ^ 255)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
 make_tree() {
   local dir=$1 big_mb=${2:-0}
   mkdir -p "$dir/a/b/c" "$dir/empty" "$dir/also empty/inner" "$dir/données/élève"

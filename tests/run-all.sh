@@ -41,8 +41,8 @@ if [[ $asan -eq 1 ]]; then
   rm -rf build-asan
   cmake -S . -B build-asan "${san_flags[@]}" -DFANSTORE_ENABLE_ASAN=ON -DFANSTORE_ENABLE_UBSAN=ON >/dev/null
   cmake --build build-asan -j2 2>&1 | grep -vE '^\[ *[0-9]+%\]' || true
-  ctest --test-dir build-asan --output-on-failure -j2 -L '^unit$' || rc=1
-  ctest --test-dir build-asan --output-on-failure -L '^asan$' || rc=1
+  # Two at a time: the three `asan` tests (one after the other, RESOURCE_LOCK) beside the unit tests.
+  ctest --test-dir build-asan --output-on-failure -j2 -L '^(unit|asan)$' || rc=1
   phase "the agent's unit tests, peer service included, under TSan (gcc) in build-tsan/"
   rm -rf build-tsan
   cmake -S . -B build-tsan "${san_flags[@]}" -DFANSTORE_ENABLE_TSAN=ON >/dev/null

@@ -17,6 +17,9 @@ Measured side by side in one run (every figure in results-scale.json, the sectio
   F1-F3-disk  the same with the local directory on the node's disk (ext4), the default mode (as
       root: an EROFS image) beside `--image no`, against T_min_cold (issue 31)
   M1, M3 at 1.33M entries; X1 exchange bytes per entry, and the model at 512 and 4,096 nodes
+  F1-tarx, F1-squashfuse  (--only arms) F1's session beside the other designs: `tar x` of the
+      archive into the local directory, and a SquashFS image copied there and mounted with
+      squashfuse, each then read in the same order (issue 28)
 """
 import argparse
 import hashlib
@@ -305,6 +308,112 @@ class Scale:
                      a["teardown"], "s", "≤ 10 s, nothing left", None, a["teardown"] <= 10 and not a["left"],
                      f"left in the local directory: {a['left'] or 'nothing'}")
 
+    # --- F1's other designs (issue 28): tar x to local storage; squashfuse ---------------------------
+
+    def tar_arm(self, tar, lst, want, nfiles, tmin):
+        """What users do without FanStore: extract the archive into the local directory (the outer
+        tar, then each class's tar into its directory, on every core, as ImageNet's preparation
+        script does one after the other), then read. The archive is read where it lies, as
+        FanStore's shards are; the same list, the same reader, the same bytes."""
+        local = os.path.join(self.work, "tarx")
+        os.makedirs(local)
+        ncpu = len(os.sched_getaffinity(0))
+        inner = ("cd \"$1\" && [ -d train ] || exit 0; cd train && ls | grep '\\.tar$' | xargs -r -P \"$2\" -n 1 "
+                 "sh -c 'd=${1%.tar}; mkdir \"$d\" && tar -xf \"$1\" -C \"$d\" && rm \"$1\"' sh")
+        t0 = time.time()
+        sh(["tar", "-xf", tar, "-C", local])
+        sh(["bash", "-c", inner, "inner", local, str(ncpu)])
+        t_x = time.time() - t0
+        p1, p2 = (json.loads(sh([self.fsbench, "read", local, lst, "1"]).stdout) for _ in range(2))
+        t_rm, _ = timed(lambda: sh(["rm", "-rf", local]))
+        for p in (p1, p2):
+            if p["hash"] != want or p["errors"]:
+                raise RuntimeError(f"tar x arm: read other data than the native tree ({p})")
+        f1 = t_x + p1["seconds"]
+        self.res["phases"]["tarx"] = dict(extract_seconds=t_x, pass1_seconds=p1["seconds"],
+                                         pass2_seconds=p2["seconds"], teardown_seconds=t_rm, procs=ncpu)
+        where = "tmpfs" if self.work.startswith("/dev/shm") else self.work
+        self.row("F1-tarx", f"first epoch, `tar x` of the archive (and its 1,000 class tars, on {ncpu} cores) "
+                 f"into the local directory ({where}), then a pass, {nfiles:,} files", tmin, f1, "s",
+                 "report (FanStore's F1 beside it)", tmin / f1, None,
+                 f"extract {t_x:.1f} s + pass {p1['seconds']:.1f} s; the archive read from the disk's page cache, "
+                 f"as FanStore's shards are")
+        self.row("F3-tarx", f"teardown of the extracted tree (`rm -rf`), {nfiles:,} files", None, t_rm, "s",
+                 "report", None, None, f"second pass {p2['seconds']:.1f} s ({nfiles / p2['seconds']:,.0f} files/s)")
+
+    def squashfs_image(self, tree):
+        """The tree as a SquashFS image (zstd; random bytes stay stored), made once per dataset and
+        cached like the packed dataset: the other \"pack once\" design."""
+        key = packer_key(self.fanstore)
+        path = os.path.join(self.cache, f"imagenet1k-d{self.a.divisor}-{key}.sqfs")
+        if not os.path.exists(path):
+            log(f"mksquashfs of the tree into {path}")
+            tmp = path + f".tmp-{os.getpid()}"
+            t, _ = timed(lambda: sh(["mksquashfs", tree, tmp, "-comp", "zstd", "-noappend", "-quiet",
+                                     "-no-progress", "-processors", str(len(os.sched_getaffinity(0)))]))
+            os.rename(tmp, path)
+            self.res["phases"]["mksquashfs_seconds"] = t
+        return path
+
+    def squashfuse_arm(self, tree, lst, nfiles, tmin, sample=50_000):
+        """The image copied to the local directory and mounted with squashfuse (FUSE, no root), then
+        read in the reader's order. Random access through it is slow, so the pass reads the first
+        `sample` files of the order and the epoch is projected at that rate."""
+        img = self.squashfs_image(tree)
+        sub = os.path.join(self.work, "sqfs.list")
+        with open(lst) as f, open(sub, "w") as g:
+            for _, line in zip(range(sample), f):
+                g.write(line)
+        want = json.loads(sh([self.fsbench, "read", tree, sub, "1"]).stdout)["hash"]
+        local, mnt = os.path.join(self.work, "sqfs"), os.path.join(self.work, "sqfs-mnt")
+        os.makedirs(local)
+        os.makedirs(mnt)
+        t0 = time.time()
+        sh(["cp", img, os.path.join(local, "ds.sqfs")])
+        sh(["squashfuse", os.path.join(local, "ds.sqfs"), mnt])
+        t_stage = time.time() - t0
+        try:
+            p1, p2 = (json.loads(sh([self.fsbench, "read", mnt, sub, "1"]).stdout) for _ in range(2))
+        finally:
+            t_td, _ = timed(lambda: (sh(["fusermount3", "-u", mnt]), sh(["rm", "-rf", local])))
+        for p in (p1, p2):
+            if p["hash"] != want or p["errors"]:
+                raise RuntimeError(f"squashfuse arm: read other data than the native tree ({p})")
+        f1 = t_stage + p1["seconds"] * nfiles / p1["files"]
+        self.res["phases"]["squashfuse"] = dict(stage_seconds=t_stage, sample=p1["files"], pass1=p1, pass2=p2,
+                                               teardown_seconds=t_td, image_bytes=os.path.getsize(img))
+        self.row("F1-squashfuse", f"first epoch, a SquashFS image of the tree copied to the local directory and "
+                 f"mounted with squashfuse, then a pass, {nfiles:,} files (projected from the first "
+                 f"{p1['files']:,} of the order)", tmin, f1, "s", "report (FanStore's F1 beside it)", tmin / f1, None,
+                 f"copy + mount {t_stage:.1f} s; pass at {p1['files'] / p1['seconds']:,.0f} files/s "
+                 f"({p1['files']:,} files in {p1['seconds']:.1f} s); second pass over them "
+                 f"{p2['files'] / p2['seconds']:,.0f} files/s; unmount + rm {t_td:.2f} s")
+
+    def run_arms(self):
+        """--only arms: F1 (FanStore's session, on tmpfs) beside `tar x` and squashfuse, one run."""
+        try:
+            tar = self.tar()
+            ds = os.path.join(self.disk_work, "imagenet1k.fs")
+            sh([self.fanstore, "pack", "-q", tar, ds])
+            tree = os.path.join(self.work, "native")
+            sh([self.fanstore, "extract", "-q", ds, tree])
+            files = [os.path.relpath(os.path.join(r, n), tree) for r, _, ns in os.walk(tree) for n in ns]
+            files.sort()
+            random.Random(13).shuffle(files)
+            lst = os.path.join(self.work, "files.list")
+            with open(lst, "w") as f:
+                f.write("\n".join(files) + "\n")
+            self.session(ds, lst, tree, len(files))
+            ph = self.res["phases"]
+            tmin = ph["cat_shards_seconds"] + ph["native_pass_seconds"]
+            want = json.loads(sh([self.fsbench, "read", tree, lst, "1"]).stdout)["hash"]
+            self.tar_arm(tar, lst, want, len(files), tmin)
+            self.squashfuse_arm(tree, lst, len(files), tmin)
+        finally:
+            drop(self.work)
+            drop(self.disk_work)
+        return self.res
+
     @staticmethod
     def memory(ag, n):
         """Per file: the agent's peak RSS without the shared pages it maps (the table, counted
@@ -488,6 +597,8 @@ class Scale:
         return self.res
 
     def run(self):
+        if self.a.only == "arms":
+            return self.run_arms()
         if self.a.only in ("disk", "sizes"):
             return self.run_disk(self.a.only == "sizes")
         if self.a.only == "split":
@@ -541,11 +652,12 @@ def main():
     ap.add_argument("--divisor", type=int, default=1, help="divide the file counts (tests of this script)")
     ap.add_argument("--skip-22k", action="store_true")
     ap.add_argument("--skip-slurm", action="store_true")
-    ap.add_argument("--only", choices=("all", "disk", "sizes", "slurm", "split"), default="all",
+    ap.add_argument("--only", choices=("all", "disk", "sizes", "slurm", "split", "arms"), default="all",
                     help="disk: only the disk arm (issue 31: the local directory on the node's disk); "
                          "sizes: the disk arm on 100,000 files of ImageNet's real sizes (issue 28); "
                          "slurm: only the Slurm jobs at scale; split: the dataset split over two agents "
-                         "(mpirun), local directories on disk")
+                         "(mpirun), local directories on disk; arms: F1 beside `tar x` to the local "
+                         "directory and squashfuse (issue 28)")
     a = ap.parse_args()
     res = Scale(a).run()
     with open(os.path.join(a.out, "results-scale.json"), "w") as f:

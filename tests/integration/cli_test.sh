@@ -174,10 +174,7 @@ fresh
 # The biggest shard holds big.bin (5 MiB > shard size): flip a byte in its middle.
 # shellcheck disable=SC2012  # ls -S: the largest shard; shard names are plain (shard-NNNNN.fsd).
 big=$(ls -S bad.fs/shard-*.fsd | head -1)
-# Inverted, so that it changes whatever it was (a fixed byte left it unchanged 1 time in 256).
-byte=$(od -An -tu1 -j 1048576 -N1 "$big" | tr -d ' ')
-# shellcheck disable=SC2059  # the format is the escaped byte
-printf "\\x$(printf %02x $((byte ^ 255)))" | dd of="$big" bs=1 seek=1048576 conv=notrunc status=none
+flip_byte "$big" 1048576
 expect_fail "flipped byte: names shard, file and offset" 1 "$(basename "$big").*file 'big.bin' \(frame at offset [0-9]+\)" "$F" verify bad.fs
 expect_fail "flipped byte: cat refuses bad bytes" 1 "checksum mismatch" "$F" cat bad.fs big.bin
 fresh; truncate -s 1000 bad.fs/shard-00003.fsd

@@ -319,7 +319,7 @@ echo "== faults"
 cp -a ds.fs bad.fs
 # shellcheck disable=SC2012  # ls -S: the largest shard; shard names are plain (shard-NNNNN.fsd).
 big=$(ls -S bad.fs/shard-*.fsd | head -1)
-printf '\x5a' | dd of="$big" bs=1 seek=2000000 conv=notrunc status=none
+flip_byte "$big" 2000000
 err=$("$F" run bad.fs -- touch started 2>&1); rc=$?
 check "corrupt shard: run exits non-zero" test $rc -ne 0
 check "corrupt shard: the message names the shard" grep -q "$(basename "$big")" <<<"$err"

@@ -16,7 +16,7 @@ main() {
   shards=("$bad_ds"/shard-*)
   shard=${shards[0]##*/}
   # Flip one byte in the middle of the first shard: its hash no longer matches the manifest.
-  printf '\xff' | dd of="$bad_ds/$shard" bs=1 seek=$(($(stat -c %s "$bad_ds/$shard") / 2)) conv=notrunc status=none
+  flip_byte "$bad_ds/$shard" $(($(stat -c %s "$bad_ds/$shard") / 2))
   chown -R "$TUSER:" "$bad_ds"
   jd=$(job_dir)
   must_not_run_script "$jd"
