@@ -432,6 +432,16 @@ def markdown(res, made, plot_rel):
     return "\n".join(L) + "\n"
 
 
+def later_runs(res):
+    """The partial runs merged into a scale result after the full run (a dict with `from` and
+    `started` under any top-level key): their rows replaced the full run's of the same id."""
+    runs = [v for v in res.values() if isinstance(v, dict) and "from" in v and "started" in v]
+    if not runs:
+        return ""
+    return (" Rows of later partial runs replaced the full run's of the same id: "
+            + "; ".join(f"`{v['from']}` ({v['started']})" for v in sorted(runs, key=lambda v: v["started"])) + ".")
+
+
 def scale_markdown(res):
     """The section of docs/benchmarks.md for `run.sh --scale` (scale.py's results-scale.json)."""
     analysis = load_analysis()
@@ -449,7 +459,7 @@ def scale_markdown(res):
          "the share as an EROFS image) beside `--image no`, against the same tree extracted to the same disk"
          + (f" (`scale.py --only disk`, {ph['disk'].get('started', '?')})" if ph.get("disk") else "")
          + ". Each figure is one sample (one run at this scale takes minutes); the arms ran back to back in the same "
-         "run.", "",
+         "run." + later_runs(res), "",
          "| id | workload | baseline | FanStore | ratio | target | result |", "|---|---|---|---|---|---|---|"]
     for r in res.get("rows", []):
         r = {k: v.replace("|", "\\|") if isinstance(v, str) else v for k, v in r.items()}
