@@ -14,7 +14,7 @@
 #                (default: $FANSTORE_BENCH_CACHE, else /var/tmp/fanstore-bench-cache)
 #   --no-docs    a full run regenerates docs/benchmarks.md and docs/bench/*.png; this skips it
 #   --scale      instead of the suite: the ImageNet-scale runs of scale.py (1.33M files and 14.2M
-#                entries, about 15 minutes and 15 GB of memory); results-scale.json and scale.md
+#                entries, about 20 minutes and 15 GB of memory); results-scale.json and scale.md
 #                in OUT, and with docs, docs/bench/scale.md (a section of docs/benchmarks.md)
 #   --scale-out  instead of the suite: scaleout.py on the netns test cluster at 2 to 64 nodes (N1-N6,
 #                3 runs each, about an hour), then scaleout_model.py's fit, 64-node check and

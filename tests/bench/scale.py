@@ -17,7 +17,7 @@ Measured side by side in one run (every figure in results-scale.json, the sectio
   F1-F3-disk  the same with the local directory on the node's disk (ext4), the default mode (as
       root: an EROFS image) beside `--image no`, against T_min_cold (issue 31)
   M1, M3 at 1.33M entries; X1 exchange bytes per entry, and the model at 512 and 4,096 nodes
-  F1-tarx, F1-squashfuse  (--only arms) F1's session beside the other designs: `tar x` of the
+  F1-tarx, F1-squashfuse  F1's session beside the other designs (alone: --only arms): `tar x` of the
       archive into the local directory, and a SquashFS image copied there and mounted with
       squashfuse, each then read in the same order (issue 28)
 """
@@ -389,6 +389,14 @@ class Scale:
                  f"({p1['files']:,} files in {p1['seconds']:.1f} s); second pass over them "
                  f"{p2['files'] / p2['seconds']:,.0f} files/s; unmount + rm {t_td:.2f} s")
 
+    def other_designs(self, tar, tree, lst, nfiles):
+        """F1-tarx and F1-squashfuse, after F1's session, against its T_min."""
+        ph = self.res["phases"]
+        tmin = ph["cat_shards_seconds"] + ph["native_pass_seconds"]
+        want = json.loads(sh([self.fsbench, "read", tree, lst, "1"]).stdout)["hash"]
+        self.tar_arm(tar, lst, want, nfiles, tmin)
+        self.squashfuse_arm(tree, lst, nfiles, tmin)
+
     def run_arms(self):
         """--only arms: F1 (FanStore's session, on tmpfs) beside `tar x` and squashfuse, one run."""
         try:
@@ -404,11 +412,7 @@ class Scale:
             with open(lst, "w") as f:
                 f.write("\n".join(files) + "\n")
             self.session(ds, lst, tree, len(files))
-            ph = self.res["phases"]
-            tmin = ph["cat_shards_seconds"] + ph["native_pass_seconds"]
-            want = json.loads(sh([self.fsbench, "read", tree, lst, "1"]).stdout)["hash"]
-            self.tar_arm(tar, lst, want, len(files), tmin)
-            self.squashfuse_arm(tree, lst, len(files), tmin)
+            self.other_designs(tar, tree, lst, len(files))
         finally:
             drop(self.work)
             drop(self.disk_work)
@@ -626,6 +630,7 @@ class Scale:
             with open(lst, "w") as f:
                 f.write("\n".join(files) + "\n")
             self.session(ds, lst, tree, len(files))
+            self.other_designs(tar, tree, lst, len(files))
             drop(tree)
             native = os.path.join(self.disk_work, "native")
             sh([self.fanstore, "extract", "-q", ds, native])
