@@ -389,6 +389,16 @@ class Scale:
                  f"({p1['files']:,} files in {p1['seconds']:.1f} s); second pass over them "
                  f"{p2['files'] / p2['seconds']:,.0f} files/s; unmount + rm {t_td:.2f} s")
 
+    def reader_order(self, tree):
+        """Every file of `tree`, in the reader's random order (fixed seed), written to WORK/files.list:
+        that list and the number of files."""
+        files = sorted(os.path.relpath(os.path.join(r, n), tree) for r, _, ns in os.walk(tree) for n in ns)
+        random.Random(13).shuffle(files)
+        lst = os.path.join(self.work, "files.list")
+        with open(lst, "w") as f:
+            f.write("\n".join(files) + "\n")
+        return lst, len(files)
+
     def other_designs(self, tar, tree, lst, nfiles):
         """F1-tarx and F1-squashfuse, after F1's session, against its T_min."""
         ph = self.res["phases"]
@@ -405,14 +415,9 @@ class Scale:
             sh([self.fanstore, "pack", "-q", tar, ds])
             tree = os.path.join(self.work, "native")
             sh([self.fanstore, "extract", "-q", ds, tree])
-            files = [os.path.relpath(os.path.join(r, n), tree) for r, _, ns in os.walk(tree) for n in ns]
-            files.sort()
-            random.Random(13).shuffle(files)
-            lst = os.path.join(self.work, "files.list")
-            with open(lst, "w") as f:
-                f.write("\n".join(files) + "\n")
-            self.session(ds, lst, tree, len(files))
-            self.other_designs(tar, tree, lst, len(files))
+            lst, n = self.reader_order(tree)
+            self.session(ds, lst, tree, n)
+            self.other_designs(tar, tree, lst, n)
         finally:
             drop(self.work)
             drop(self.disk_work)
@@ -584,17 +589,13 @@ class Scale:
             sh([self.fanstore, "pack", "-q", tar, ds])
             native = os.path.join(self.disk_work, "native")
             sh([self.fanstore, "extract", "-q", ds, native])
-            files = [os.path.relpath(os.path.join(r, n), native) for r, _, ns in os.walk(native) for n in ns]
-            random.Random(13).shuffle(files)
-            lst = os.path.join(self.work, "files.list")
-            with open(lst, "w") as f:
-                f.write("\n".join(files) + "\n")
+            lst, n = self.reader_order(native)
             if sizes:
                 info = self.info(ds)
                 mean = info["raw_bytes"] / max(1, info["files"])
-                self.disk_session(ds, lst, native, len(files), "-110k", f" (mean {mean / 1024:.0f} KiB)")
+                self.disk_session(ds, lst, native, n, "-110k", f" (mean {mean / 1024:.0f} KiB)")
             else:
-                self.disk_session(ds, lst, native, len(files))
+                self.disk_session(ds, lst, native, n)
         finally:
             drop(self.work)
             drop(self.disk_work)
@@ -622,19 +623,13 @@ class Scale:
         try:
             tar = self.tar()
             ds, tree = self.pack(tar)
-            files = []
-            for root, _, names in os.walk(tree):
-                files += [os.path.relpath(os.path.join(root, n), tree) for n in names]
-            random.Random(13).shuffle(files)
-            lst = os.path.join(self.work, "files.list")
-            with open(lst, "w") as f:
-                f.write("\n".join(files) + "\n")
-            self.session(ds, lst, tree, len(files))
-            self.other_designs(tar, tree, lst, len(files))
+            lst, n = self.reader_order(tree)
+            self.session(ds, lst, tree, n)
+            self.other_designs(tar, tree, lst, n)
             drop(tree)
             native = os.path.join(self.disk_work, "native")
             sh([self.fanstore, "extract", "-q", ds, native])
-            self.disk_session(ds, lst, native, len(files))
+            self.disk_session(ds, lst, native, n)
             drop(native)
             drop(ds)
             if not self.a.skip_22k:
