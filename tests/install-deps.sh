@@ -20,6 +20,7 @@ run_pkgs=(
   python3-matplotlib sshfs openssh-server openssh-client fuse3 hyperfine
   busybox-static bubblewrap python3-dev charliecloud-runtime podman runc
   squashfs-tools squashfuse
+  git libbsd-dev  # pyxis and enroot, built from their sources for slurm_pyxis
 )
 
 pkgs=("${build_pkgs[@]}")

@@ -36,21 +36,28 @@ ctest --test-dir build --output-on-failure --timeout 900 -j2 -L "$parallel" || r
 phase "the quick benchmark, alone on the machine"
 ctest --test-dir build --output-on-failure --timeout 900 -L '^bench$' || rc=1
 
-# san_builds: the sanitizer builds (ASan+UBSan, TSan's agent_test, the fuzzers), one after the other.
+# san_builds: the sanitizer builds (ASan+UBSan, TSan's agent_test, the fuzzers), one after the other;
+# each marks its directory (.built) when it is done.
 san_builds() {
   rm -rf build-asan build-tsan build-fuzz
   cmake -S . -B build-asan "${san_flags[@]}" -DFANSTORE_ENABLE_ASAN=ON -DFANSTORE_ENABLE_UBSAN=ON >/dev/null &&
-    cmake --build build-asan -j2 &&
+    cmake --build build-asan -j2 && touch build-asan/.built &&
     cmake -S . -B build-tsan "${san_flags[@]}" -DFANSTORE_ENABLE_TSAN=ON >/dev/null &&
-    cmake --build build-tsan -j2 --target agent_test &&
+    cmake --build build-tsan -j2 --target agent_test && touch build-tsan/.built &&
     CC=clang CXX=clang++ cmake -S . -B build-fuzz "${san_flags[@]}" -DFANSTORE_ENABLE_ASAN=ON \
       -DFANSTORE_ENABLE_UBSAN=ON -DFANSTORE_ENABLE_FUZZ=ON -DFANSTORE_FUZZ_PACKER="$PWD/build/bin/fanstore" >/dev/null &&
-    cmake --build build-fuzz -j2 --target format_fuzz peer_fuzz tree_fuzz
+    cmake --build build-fuzz -j2 --target format_fuzz peer_fuzz tree_fuzz && touch build-fuzz/.built
+}
+# built DIR: waits until the sanitizer builds have built DIR (true), or stopped without it (false).
+built() {
+  while [[ ! -e $1/.built ]] && kill -0 "$san_pid" 2>/dev/null; do sleep 1; done
+  [[ -e $1/.built ]] || { echo "the sanitizer builds stopped before $1 was built: see build/sanitizer-builds.log"; false; }
 }
 if [[ $asan -eq 1 ]]; then
-  # The sanitizer builds run beside the next suites, at the lowest CPU and I/O priority: those suites
-  # mostly wait on daemons, and a nice-19 build gets about 1.5% of a core that a test wants. The
-  # compilers' temporary files go to a directory of the builds' own, not /tmp, which tests watch.
+  # The sanitizer builds run beside the suites that follow, at the lowest CPU and I/O priority:
+  # the serial suites mostly wait on daemons (they took about 20% longer beside the builds, which
+  # got about one core). The compilers' temporary files go to a directory of the builds' own, not
+  # /tmp, which tests watch.
   mkdir -p build/san-tmp
   (
     renice -n 19 -p "$BASHPID" >/dev/null || true
@@ -63,24 +70,22 @@ phase "integration, security, Slurm and packaging, one at a time (the sanitizer 
 ctest --test-dir build --output-on-failure --timeout 900 -LE '^(unit|lint|bench)$' || rc=1
 
 if [[ $asan -eq 1 ]]; then
-  phase "waiting for the sanitizer builds"
-  san_rc=0
-  wait "$san_pid" || san_rc=$?
+  phase "unit tests and the preload, serving and peer tests under ASan+UBSan (gcc) in build-asan/"
+  # Two at a time: the three `asan` tests (one after the other, RESOURCE_LOCK) beside the unit tests.
+  if built build-asan; then ctest --test-dir build-asan --output-on-failure -j2 -L '^(unit|asan)$' || rc=1; else rc=1; fi
+  phase "the agent's unit tests, peer service included, under TSan (gcc) in build-tsan/"
+  if built build-tsan; then
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/bin/agent_test --gtest_brief=1 || rc=1
+  else
+    rc=1
+  fi
+  phase "fuzzing the format parsers (clang libFuzzer, ASan+UBSan) in build-fuzz/"
+  # The three fuzzers at once: each runs for a fixed time, so one after the other would only wait.
+  if built build-fuzz; then ctest --test-dir build-fuzz --output-on-failure -L fuzz -j3 || rc=1; else rc=1; fi
+  wait "$san_pid" || true
+  echo "-- the sanitizer builds' output (build/sanitizer-builds.log), without progress lines:"
   grep -vE '^\[ *[0-9]+%\]' build/sanitizer-builds.log || true
   rm -rf build/san-tmp
-  if [[ $san_rc -ne 0 ]]; then
-    echo "the sanitizer builds failed (exit $san_rc): see build/sanitizer-builds.log"
-    rc=1
-  else
-    phase "unit tests and the preload, serving and peer tests under ASan+UBSan (gcc) in build-asan/"
-    # Two at a time: the three `asan` tests (one after the other, RESOURCE_LOCK) beside the unit tests.
-    ctest --test-dir build-asan --output-on-failure -j2 -L '^(unit|asan)$' || rc=1
-    phase "the agent's unit tests, peer service included, under TSan (gcc) in build-tsan/"
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/bin/agent_test --gtest_brief=1 || rc=1
-    phase "fuzzing the format parsers (clang libFuzzer, ASan+UBSan) in build-fuzz/"
-    # The three fuzzers at once: each runs for a fixed time, so one after the other would only wait.
-    ctest --test-dir build-fuzz --output-on-failure -L fuzz -j3 || rc=1
-  fi
 fi
 if [[ $rc -ne 0 ]]; then
   phase "what failed"

@@ -7,6 +7,8 @@
 #                     [--timeout SEC]
 #   cluster.sh stop   [--base DIR]
 #   cluster.sh status [--base DIR]
+#   cluster.sh restart-slurmd [--base DIR]                  restart every slurmd, with the caller's
+#                                                           environment (after a plugstack.conf.d change)
 #   cluster.sh exec   [--base DIR] [--user USER] -- CMD...   run a Slurm client in the right namespace
 #   cluster.sh prefix [--base DIR] [--user USER]            print that prefix (empty line in ports mode as root)
 #   cluster.sh env    [--base DIR]                          print <base>/cluster.env
@@ -572,6 +574,22 @@ cmd_stop() {
   log "stopped"
 }
 
+# Restarts every slurmd: a slurmd reads plugstack.conf.d as it starts, and its job steps inherit its
+# environment (a test that adds a plugin's line runs this with the PATH that plugin needs).
+cmd_restart_slurmd() {
+  need_root restart-slurmd
+  load_env
+  local f p pids=()
+  for f in "$BASE"/state/slurmd.*.pid; do
+    [[ -e "$f" ]] || continue
+    p=$(read_pidfile "$f"); [[ -n "$p" ]] && pid_is "$p" /usr/sbin/slurmd && pids+=("$p")
+  done
+  ((${#pids[@]})) && terminate slurmd "${pids[@]}"
+  start_slurmd
+  sed -i "s/^SLURMD_PIDS=.*/SLURMD_PIDS=${SLURMD_PIDS[*]}/" "$BASE/cluster.env"
+  wait_idle "$START_TIMEOUT"
+}
+
 cmd_status() {
   local up=0 ctld mode nodes p
   if [[ ! -r "$BASE/cluster.env" ]]; then
@@ -645,6 +663,7 @@ case $CMD in
   start) cmd_start ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
+  restart-slurmd) cmd_restart_slurmd ;;
   exec) cmd_exec "$@" ;;
   prefix) if [[ -r "$BASE/cluster.env" ]]; then client_prefix "$(env_get MODE)" "$RUN_USER"; else die "no cluster"; fi ;;
   env) cat "$BASE/cluster.env" ;;
