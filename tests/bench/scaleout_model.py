@@ -57,7 +57,14 @@ FENCE_TERMS = [
     ("beta", 1e-9, "s/B", "CPU per byte moved (both ends, TCP over veth)"),
     ("phi", 0.5, "x", "share of the agents' CPU to ready that runs while the fence is in flight", 0.5)]
 SPREAD_TERMS = [("w0", 0.01, "s", "arrival spread, fixed"),
-                ("w1", 5e-3, "s/node", "arrival spread per node (agents' start serialised on C cores)")]
+                ("w1", 5e-3, "s/node", "arrival spread per node (agents' start serialised on C cores)"),
+                ("w2", 1e-4, "s/Get", "CPU per Get of a peer's endpoint: each agent takes N, so N² Gets share the "
+                 "test machine's C cores (a node's own N on a reference node's core)")]
+
+
+def spread_row(n, cores):
+    """The spread's features on the test machine: 1, N, and the N² Gets on its C cores."""
+    return [1, n, n * n / cores]
 J1_TERMS = [("j0", 1.0, "s", "job start to the agents' start: Slurm, prolog, srun, fixed"),
             ("j_node", 0.05, "s/node", "Slurm's and the step's work per node, on C cores (not the agent's CPU)")]
 READ_TERMS = [
@@ -339,7 +346,7 @@ def fit(results, max_n=FIT_MAX_N):
                          [_group(r) for r in ok])
     for key, stat in (("spread_med", "ex_med"), ("spread_max", "ex_max")):
         ok = [r for r in runs if r["ex_min"] is not None]
-        m[key] = fit_linear(SPREAD_TERMS, [[1, r["n"]] for r in ok], [r[stat] - r["ex_min"] for r in ok],
+        m[key] = fit_linear(SPREAD_TERMS, [spread_row(r["n"], cores) for r in ok], [r[stat] - r["ex_min"] for r in ok],
                             [_group(r) for r in ok])
     ok = [r for r in runs if r["j1"] is not None and r["cpu_sum"] is not None]
     m["j1"] = fit_linear(J1_TERMS, [[1, r["n"]] for r in ok], [r["j1"] - r["cpu_sum"] / cores for r in ok],
@@ -373,7 +380,8 @@ def on_test_machine(m, n, ds, fence="default", kind="read"):
     rx = sorted(_lin(m["rx"], row) for row in _rx_rows(m, {"n": n, "ds": ds, "fence": fence, "kind": kind,
                                                             "agents": [{"rank": i} for i in range(n)]}))
     out = {"j1": _lin(m["j1"], [1, n]) + cpu_sum / C, "fence": fence_s, "cpu_ready": cpu_sum / n,
-           "ex_med": fence_s + _lin(m["spread_med"], [1, n]), "ex_max": fence_s + _lin(m["spread_max"], [1, n]),
+           "ex_med": fence_s + _lin(m["spread_med"], spread_row(n, C)),
+           "ex_max": fence_s + _lin(m["spread_max"], spread_row(n, C)),
            "xb_med": blob_bytes(m, ds, n), "rx_med": float(np.median(rx)), "rx_max": rx[-1] * (1 + m["rx"].get("scatter", 0.0) * math.sqrt(2 * math.log(n))),
            "teardown": _lin(m["teardown"], [1, n])}
     for key in ("read_med", "read_max"):
@@ -465,7 +473,8 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
       slurm    = j0 + j_node·C_test             (Slurm's per-node work, now on each node's own cores)
       stage    = max(D·r/pfs_bw, (D·r/N)/min(net_bw, nvme_bw), (c_file·F·r/N + c_byte·D·r/N)/threads),
                  threads = min(cores, shards per node)
-      exchange = fence(ring for the default) + arrival spread at N = C_test (one agent per core)
+      exchange = fence(ring for the default) + arrival spread at N = C_test (one agent per core) + w2·N
+                 (the node's own N Gets of its peers' endpoints, on one core)
       table    = c0 + c_entry·E + c_peer·N      (one core)
       J1       = slurm + max(stage, spread_max + fence + table) + second fence (N·64 B)
       prefetch = (N-r)/N · max(D/net_bw, (F·(q_file/2 + create) + D·q_byte/2)/streams): until every
@@ -479,7 +488,8 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
         r = min(ref["replicas"], n)
         fences = {alg: ref_fence(m, ref, ds, n, alg) for alg in ("ring", "tree")}
         fence = fences[FENCE_ALGORITHM["default"]]
-        spread_med, spread_max = _lin(m["spread_med"], [1, C]), _lin(m["spread_max"], [1, C])
+        # One agent per node: the arrival spread of C_test agents, and the node's own N Gets on one core.
+        spread_med, spread_max = (_lin(m[k], [1, C, n]) for k in ("spread_med", "spread_max"))
         threads = max(1, min(ref["cores"], math.ceil(S * r / n)))
         stage = max(D * r / ref["pfs_bw"], D * r / n / min(ref["net_bw"], ref["nvme_bw"]),
                     (v["c_file"] * F * r / n + v["c_byte"] * D * r / n) / threads) + S * r / ref["pfs_opens_per_s"]
@@ -617,7 +627,8 @@ FORMULAS = """\
   - test machine: fence = a0 + max(α·path messages + β·path bytes,
     (α·all messages + β·all bytes + φ·Σ agent CPU to ready)/C).
   - exchange seen by an agent = fence + its wait for the last agent to arrive: median = fence + w0 + w1·N
-    (spread_med), maximum = fence + w0 + w1·N (spread_max).
+    (spread_med), maximum = fence + w0 + w1·N (spread_max), each + w2·N²/C: every agent Gets each of
+    the N endpoints from its node's PMIx server, and all N² Gets share the C cores.
 - Read phase (every node reads every file once), test machine: per-node rate = F/T,
   T = t0 + [N·(F·p_file + D·p_byte) + (N−r)·(F·q_file + D·q_byte) + r·(F·u_file + D·u_byte)]/C.
 - Bytes received per node = r0 + r_node·N + k_fence·(its fence rx) + k_data·(N−r)/N·D (read jobs); the
