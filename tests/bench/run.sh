@@ -60,6 +60,11 @@ if ((${#missing[@]})); then
   echo "run.sh: missing ${missing[*]}: run tests/install-deps.sh" >&2
   exit 2
 fi
+# The datasets are cached between runs, so the cache must be this user's alone (the default is in
+# world-writable /var/tmp).
+# shellcheck source=../own_dir.sh
+source "$here/../own_dir.sh"
+own_dir "$cache" || exit 2
 if [[ -z $out ]]; then out=$build/bench; ((quick)) && out=$build/bench-quick; fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

@@ -14,6 +14,8 @@ set -euo pipefail
 PYXIS_COMMIT=107519944221822ea1dace4db8e7234b2eaa4cd5  # v0.24.0
 ENROOT_COMMIT=8ea147d337da60cb1c557140f3a85cdf0d620968  # v4.1.2 and 14 commits (the mirror's head)
 CACHE=${1:-/var/tmp/fanstore-third-party}
+# shellcheck source=../own_dir.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../own_dir.sh"
 
 say() { echo "pyxis-enroot: $*" >&2; }
 skip() { say "$* (skipped)"; exit 77; }
@@ -73,6 +75,7 @@ build_enroot() {
 
 main() {
   local p src
+  own_dir "$CACHE" || exit 1  # root loads the plugin built here into slurmd, cached or not
   command -v gcc >/dev/null || skip "no gcc"
   command -v make >/dev/null || skip "no make"
   [[ -r /usr/include/slurm/spank.h ]] || skip "no Slurm headers (/usr/include/slurm/spank.h)"
