@@ -55,13 +55,12 @@ built() {
 }
 if [[ $asan -eq 1 ]]; then
   # The sanitizer builds run beside the suites that follow, at the lowest CPU and I/O priority:
-  # the serial suites mostly wait on daemons. The compilers' temporary files go to a directory of
-  # the builds' own, not /tmp, which tests watch.
+  # the serial suites mostly wait on daemons (they took about 20% longer beside the builds, which
+  # got about one core). The compilers' temporary files go to a directory of the builds' own, not
+  # /tmp, which tests watch.
   mkdir -p build/san-tmp
   (
-    # SCHED_IDLE: the builds run only on a core that nothing else wants, and a test that wakes up
-    # takes the core back at once (nice 19 alone still slowed the suites by about 20 %).
-    chrt --idle -p 0 "$BASHPID" >/dev/null || renice -n 19 -p "$BASHPID" >/dev/null || true
+    renice -n 19 -p "$BASHPID" >/dev/null || true
     ionice -c 3 -p "$BASHPID" || true
     TMPDIR=$PWD/build/san-tmp san_builds
   ) >build/sanitizer-builds.log 2>&1 &
