@@ -50,10 +50,12 @@ main() {
   fi
   ((rc == 0)) && ok "pyxis and enroot built from their sources ($p)" || { bad "building pyxis and enroot failed"; return; }
   # enroot keeps each user's containers in the node's local directory (its defaults are under $HOME
-  # and /run).
+  # and /run): made here, root's, with the test user's own 0700 directory in it, since the local
+  # directory itself is open to every user.
   for f in "$BASE"/nodes/*/local; do
-    mkdir -p "$f/$ROOTS"
-    chmod 1777 "$f/$ROOTS"
+    rm -rf "${f:?}/$ROOTS"
+    install -d -m 0755 "$f/$ROOTS"
+    install -d -m 0700 -o "$TUSER" -g "$TUSER" "$f/$ROOTS/$(uid_of)"
   done
   # shellcheck disable=SC2016  # enroot expands ${UID} as it reads its configuration
   printf 'ENROOT_%s %s/${UID}/%s\n' RUNTIME_PATH "$BASE/local/$ROOTS" run DATA_PATH "$BASE/local/$ROOTS" data \
