@@ -526,14 +526,16 @@ class OpCounter:
 
 # --- the comparison loop ------------------------------------------------------------------------------
 
-def rounds(ctx, wid, arms, check_hash=True, reps=None, warmup=None):
+def rounds(ctx, wid, arms, check_hash=True, reps=None, warmup=None, balanced=False):
     """Runs arms (list of (name, fn)) alternately: warm-up round(s), then the measured rounds.
-    Each fn(round_index) returns a dict of numbers (and a 'hash'). Returns {arm: [samples]}."""
+    Each fn(round_index) returns a dict of numbers (and a 'hash'). Returns {arm: [samples]}.
+    balanced: every other round runs the arms in reverse order, so that each arm follows each
+    other arm equally often (for arms that leave the machine in a state the next one pays for)."""
     reps = ctx.rounds["reps"] if reps is None else reps
     warmup = ctx.rounds["warmup"] if warmup is None else warmup
     samples = {name: [] for name, _ in arms}
     for i in range(warmup + reps):
-        for name, fn in arms:
+        for name, fn in (arms[::-1] if balanced and i % 2 else arms):
             s = fn(i)
             s["warmup"] = i < warmup
             s["round"] = i
@@ -651,7 +653,10 @@ W_QUICK_ROUNDS = {"W1": dict(warmup=0, reps=1), "W2": dict(warmup=0, reps=2), "W
 # Full mode: W1's samples spread widely with when ext4 writes back the earlier rounds' 2 GiB (one
 # arm's sample ranged 0.9-3.9 s), and each takes seconds, so it gets 9 measured rounds; so does
 # W3, whose arm without a drain alone ranged 2.9-3.9 s over 5 rounds.
-W_FULL_ROUNDS = {"W1": dict(reps=9), "W3": dict(reps=9)}
+# W1's arms run in reverse order every other round (balanced): each leaves 2 GiB for ext4 to write
+# back and free, which the arm after it paid for (a fixed order gave 0.64-0.89x for W1-local, the
+# reversed pairs of a probe 1.19x).
+W_FULL_ROUNDS = {"W1": dict(reps=10, balanced=True), "W3": dict(reps=9)}
 # W3's R1 reads the images list this many times, each pass in its own random order, so that R1
 # lasts seconds rather than under one (single passes were 0.6-0.9 s, too short to measure a ratio).
 W3_PASSES = {"full": 5, "quick": 1}
