@@ -24,7 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "agent/bootstrap.h"
 #include "agent/exchange.h"

@@ -1,6 +1,8 @@
 // The job's output on this node (see agent.h and output/drainer.h).
 #include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
 #include "agent/agent.h"
 #include "common/log.h"
 #include "common/private_dir.h"
