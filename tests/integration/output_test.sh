@@ -19,10 +19,11 @@ T=$(mktmp)
 chmod 0755 "$T"
 cleanup() {
   umount "$T/small" 2>/dev/null
+  umount "$T/pfsfull" 2>/dev/null
   rm -rf "$T"
 }
 trap cleanup EXIT
-mkdir -m 0755 "$T/pfs" "$T/small" "$T/local"
+mkdir -m 0755 "$T/pfs" "$T/small" "$T/local" "$T/pfsfull"
 chown fsalice: "$T/pfs" "$T/local"
 as_alice() { runuser -u fsalice -- env TMPDIR="$T/local" "$@"; }
 PY=/usr/bin/python3
@@ -68,6 +69,23 @@ rc=$?
 wait
 check "retried until it was back: the run succeeds (exit $rc: $out)" test $rc -eq 0
 check "and the file is there" test "$(cat "$T/pfs/down/run2/a" 2>&1)" = late
+
+echo "== the parallel file system full for a while"
+mount -t tmpfs -o size=4m,mode=0755 pfsfull "$T/pfsfull"
+chown fsalice: "$T/pfsfull"
+as_alice head -c 2M /dev/urandom >"$T/local/w.src"
+as_alice bash -c "head -c 8M /dev/zero > $T/pfsfull/filler" 2>/dev/null
+( sleep 4; rm -f "$T/pfsfull/filler" ) &
+out=$(as_alice "$F" run --output "$T/pfsfull/run7" -- bash -c \
+  "cp $T/local/w.src \$FANSTORE_OUTPUT/w; sleep 2; '$F' stats --json" 2>&1)
+rc=$?
+wait
+check "retried until there was room: the run succeeds (exit $rc)" test $rc -eq 0
+check "meanwhile fanstore stats named the file and why" grep -q '"last_error": *"w: .*No space left on device' <<<"$out"
+check "and counted it pending" grep -q '"files_pending": *1' <<<"$out"
+check "the file is there, whole" cmp -s "$T/pfsfull/run7/w" "$T/local/w.src"
+check "no temporary copy is left" test -z "$(find "$T/pfsfull" -name '.w.fanstore-*')"
+rm -f "$T/local/w.src"
 
 echo "== unreachable to the end: named, kept, exit 1"
 as_alice touch "$T/pfs/gone"
