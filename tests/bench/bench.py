@@ -808,11 +808,12 @@ def _w_setup(ctx):
     size = W_BYTES[ctx.mode]
     server = os.path.join(ctx.data, f"w-out.{os.getpid()}")  # in the exported directory
     w = {"size": size, "server": server, "src_dir": os.path.join(ctx.disk, "src"),
-         "local": os.path.join(ctx.disk, "local"), "run_local": os.path.join(ctx.disk, "run"), "seq": 0}
+         "local": os.path.join(ctx.disk, "local"), "run_local": os.path.join(ctx.disk, "run"),
+         "run_mem": os.path.join(ctx.work, "w-run-mem"), "seq": 0}
     w["src"] = os.path.join(w["src_dir"], W_NAME)
     _w_space(ctx, size)
     os.makedirs(ctx.disk, mode=0o700)
-    for d in ("src_dir", "local", "run_local"):
+    for d in ("src_dir", "local", "run_local", "run_mem"):
         os.makedirs(w[d])
     os.makedirs(pfs_path(ctx, server))  # through sshfs, so that sshfs has never seen it missing
     log(f"W: generating a {size >> 20} MiB checkpoint in {w['src']}")
@@ -856,10 +857,11 @@ def _w_manifest(server):
         return json.load(f)
 
 
-def _w_clean_run_local(w):
+def _w_clean_run_local(w, local=None):
     """What `fanstore run` leaves in its local directory when the drain was cut."""
-    for e in os.listdir(w["run_local"]):
-        drop_tree(os.path.join(w["run_local"], e))
+    local = local or w["run_local"]
+    for e in os.listdir(local):
+        drop_tree(os.path.join(local, e))
 
 
 def _w_cut_ok(wid, rc, stderr):
@@ -876,18 +878,20 @@ def _w1(ctx, w):
     def save_cmd(dst):
         return [PY, "-c", W_SAVE, w["src"], dst, ctx.fsbench, w["list"]]
 
-    def fanstore(i):
-        server, pfs = _w_target(ctx, w)
-        run(["sync"])
-        p = run([ctx.fanstore, "run", "--output", pfs, "--local-dir", w["run_local"], "--drain-timeout", W_CUT,
-                 "--"] + save_cmd("-"), check=False)
-        _w_cut_ok("W1", p.returncode, p.stderr)
-        _w_clean_run_local(w)
-        drop_tree(server)
-        lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
-        if not lines:
-            raise BenchError(f"W1: the save under fanstore run printed no JSON: {p.stderr[-1000:]}")
-        return _w1_sample(json.loads(lines[-1]))
+    def fanstore_in(local):
+        def fanstore(i):
+            server, pfs = _w_target(ctx, w)
+            run(["sync"])
+            p = run([ctx.fanstore, "run", "--output", pfs, "--local-dir", local, "--drain-timeout", W_CUT,
+                     "--"] + save_cmd("-"), check=False)
+            _w_cut_ok("W1", p.returncode, p.stderr)
+            _w_clean_run_local(w, local)
+            drop_tree(server)
+            lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+            if not lines:
+                raise BenchError(f"W1: the save under fanstore run printed no JSON: {p.stderr[-1000:]}")
+            return _w1_sample(json.loads(lines[-1]))
+        return fanstore
 
     def sshfs(i):
         server, pfs = _w_target(ctx, w, make=True)
@@ -902,7 +906,8 @@ def _w1(ctx, w):
         os.unlink(os.path.join(w["local"], W_NAME))
         return _w1_sample(s)
 
-    smp = _w_rounds(ctx, "W1", [("fanstore", fanstore), ("sshfs", sshfs), ("local", local)])
+    smp = _w_rounds(ctx, "W1", [("fanstore", fanstore_in(w["run_local"])), ("sshfs", sshfs), ("local", local),
+                                ("fanstore-mem", fanstore_in(w["run_mem"]))])
     for v in smp.values():
         for s in v:
             if s["hash"] != w["hash"]:
@@ -927,6 +932,10 @@ def _w1(ctx, w):
     add_row(ctx, "W1-local", "the same against a plain directory on the same local disk", "local disk (ext4)", loc, f,
             "s", "≥ 0.8× local disk", 0.8, higher_is_better=False,
             pairs=paired(smp, "local", "fanstore", "seconds", higher_is_better=False))
+    add_row(ctx, "W1-mem", "W1 with FanStore's local directory on tmpfs (`--local-dir /dev/shm/...`, not the "
+            "default): the checkpoint held in memory until it drains", "sshfs direct", b,
+            med(smp["fanstore-mem"], "seconds"), "s", "report", higher_is_better=False,
+            pairs=paired(smp, "sshfs", "fanstore-mem", "seconds", higher_is_better=False))
 
 
 def _w1_sample(s):
@@ -2002,7 +2011,7 @@ def machine(ctx):
 
 # --- main ----------------------------------------------------------------------------------------------------
 
-ALL_ROWS = ["R1", "R2", "R3", "R5", "W1", "W1-local", "W2", "W3", "M1", "M3", "M2-scandir", "M2-walk", "J2",
+ALL_ROWS = ["R1", "R2", "R3", "R5", "W1", "W1-local", "W1-mem", "W2", "W3", "M1", "M3", "M2-scandir", "M2-walk", "J2",
             "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-node", "R4-both", "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
 
 
