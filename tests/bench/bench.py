@@ -914,8 +914,9 @@ def _w1(ctx, w):
                 raise BenchError(f"W1: a save wrote {s['bytes']} B, hash {s['hash']}; the source is {w['hash']}")
     add_workload(ctx, "W1", "torch.save of a checkpoint until it returns", smp, metric="seconds",
                  bytes=w["bytes"], cache="`sync` before every sample, no fsync in any arm (the saved bytes may "
-                 "still be in the page cache when torch.save returns); local directories on ext4 (--disk-base); "
-                 "the checkpoint loaded by torch.load before the timed save")
+                 "still be in the page cache when torch.save returns); local directories on ext4 (--disk-base), "
+                 "FanStore's on tmpfs too (W1-mem); the checkpoint loaded by torch.load before the timed save; the "
+                 "arms in reverse order every other round")
     size = f"{w['bytes'] / (1 << 30):.2f} GiB" if w["bytes"] >= 1 << 30 else f"{w['bytes'] >> 20} MiB"
     f, b, loc = (med(smp[a], "seconds") for a in ("fanstore", "sshfs", "local"))
     note = (f"state dict of 8 random uint8 tensors, {w['bytes']:,} B; time until torch.save returns, in the "
