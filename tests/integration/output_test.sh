@@ -104,7 +104,10 @@ for _ in $(seq 600); do
   [[ -n $(find "$T/pfs/run4" -name '.big.fanstore-*' 2>/dev/null) ]] && break
   sleep 0.05
 done
-check "a temporary copy was being written" test -n "$(find "$T/pfs/run4" -name '.big.fanstore-*' 2>/dev/null)"
+tmpcopy=$(find "$T/pfs/run4" -name '.big.fanstore-*' 2>/dev/null | head -1)
+check "a temporary copy was being written" test -n "$tmpcopy"
+check "another user cannot read it ($(stat -c %a "$tmpcopy" 2>&1))" \
+  bash -c "! runuser -u fsbob -- head -c 1 '$tmpcopy' >/dev/null 2>&1"
 pkill -KILL -u fsalice -f "fanstore-agent.*--output $T/pfs/run4" 2>/dev/null
 pkill -u fsalice -f "sleep 60" 2>/dev/null
 wait "$run"
