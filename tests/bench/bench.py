@@ -651,8 +651,8 @@ W_NAME = "ckpt.pt"
 # torch), two of W2 and W3, so that the three take about 20 s. Full mode: the suite's rounds.
 W_QUICK_ROUNDS = {"W1": dict(warmup=0, reps=1), "W2": dict(warmup=0, reps=2), "W3": dict(warmup=0, reps=2)}
 # Full mode: W1's samples spread widely with when ext4 writes back the earlier rounds' 2 GiB (one
-# arm's sample ranged 0.9-3.9 s), and each takes seconds, so it gets 9 measured rounds; so does
-# W3, whose arm without a drain alone ranged 2.9-3.9 s over 5 rounds.
+# arm's sample ranged 0.9-3.9 s), and each takes seconds, so it gets 10 measured rounds (even, for
+# its balanced order below); W3, whose arm without a drain alone ranged 2.9-3.9 s over 5 rounds, 9.
 # W1's arms run in reverse order every other round (balanced): each leaves 2 GiB for ext4 to write
 # back and free, which the arm after it paid for (a fixed order gave 0.64-0.89x for W1-local, the
 # reversed pairs of a probe 1.19x).

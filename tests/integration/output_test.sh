@@ -73,7 +73,7 @@ check "and the file is there" test "$(cat "$T/pfs/down/run2/a" 2>&1)" = late
 echo "== the parallel file system full for a while"
 mount -t tmpfs -o size=4m,mode=0755 pfsfull "$T/pfsfull"
 chown fsalice: "$T/pfsfull"
-as_alice head -c 2M /dev/urandom >"$T/local/w.src"
+as_alice bash -c "head -c 2M /dev/urandom > $T/local/w.src"
 as_alice bash -c "head -c 8M /dev/zero > $T/pfsfull/filler" 2>/dev/null
 ( sleep 4; rm -f "$T/pfsfull/filler" ) &
 out=$(as_alice "$F" run --output "$T/pfsfull/run7" -- bash -c \
