@@ -4,7 +4,7 @@
 // prints the time, while the others wait in the next fence. Three rounds: the first is what an
 // agent pays (its first Get of each key), the later ones find the values in the client's cache.
 //
-//   cc -O2 -o pmix_get_probe pmix_get_probe.c $(pkg-config --cflags --libs pmix) -lpthread
+//   built as build/bin/pmix_get_probe, or: cc -O2 -o pmix_get_probe pmix_get_probe.c $(pkg-config --cflags --libs pmix) -lpthread
 //   srun -N2 -n RANKS --overcommit --mpi=pmix ./pmix_get_probe BYTES
 //
 // One JSON line per round: {"n": RANKS, "bytes": BYTES, "round": R, "seconds": S, "us_per_get": U}.
