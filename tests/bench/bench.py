@@ -1149,11 +1149,12 @@ def wl_kview(ctx, agents):
     base = os.path.join(ctx.work, "kview")  # empty: the view's tmpfs holds the mount point
     os.makedirs(base, exist_ok=True)
 
-    def in_view(ag, cmd):
+    def in_view(ag, cmd, view=True):
         m = os.path.join(base, os.path.basename(ag.mount))
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)
-        out = run([ctx.fanstore, "run", ag.dataset, "--kernel-view", "--mount", m, "--"] + cmd(m), env=env).stdout
+        out = run([ctx.fanstore, "run", ag.dataset] + (["--kernel-view"] if view else []) + ["--mount", m, "--"] + cmd(m),
+                  env=env).stdout
         return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
     if ctx.wanted("K1"):
@@ -1168,21 +1169,31 @@ def wl_kview(ctx, agents):
             first["warm_files_per_s"] = second["files_per_s"]
             return first
 
-        smp = rounds(ctx, "K1", [
+        # The library's own first pass after the mount: a `fanstore run` of the same dataset with
+        # the same defaults as the view's (as root on a disk, the image), the reader under the
+        # library; the baseline of K1-first (issue 31: the view at >= 0.5x the library's first
+        # pass). "library" is the suite's agent, staged long before (steady state, for reference).
+        # Each fresh run leaves the next one its 2 GB blob's writeback and unlink (with discards on
+        # this disk): the arms run in both orders, in more rounds than most workloads.
+        smp = rounds(ctx, "K1", balanced=True, reps=None if ctx.mode == "quick" else 8, arms=[
             ("native", lambda i: rates(run_json([ctx.fsbench, "read", nat, lst, "1"]))),
             ("library", lambda i: rates(run_json([ctx.fsbench, "read", ag.mount, lst, "1"], env=ag.env()))),
+            ("library-first", lambda i: rates(in_view(ag, lambda m: [ctx.fsbench, "read", m, lst, "1"], view=False)[0])),
             ("view", view)])
         add_workload(ctx, "K1", "random whole-file reads of `images` through the kernel-visible view", smp,
                      metric="files_per_s", dataset="images",
-                     cache="warm page cache under both; the view's own cache cold in its first pass, warm in its second")
+                     cache="warm page cache under native and the suite's agent; the view's own cache and the "
+                           "library's fresh run cold in their first passes, the view's warm in its second")
         b = med(smp["native"], "files_per_s")
-        lib = med(smp["library"], "files_per_s")
+        lib, lib_first = med(smp["library"], "files_per_s"), med(smp["library-first"], "files_per_s")
         add_row(ctx, "K1-first", "random whole-file reads, `images`, kernel view alone, first pass after the mount",
-                "native local", b, med(smp["view"], "files_per_s"), "files/s", "report",
-                pairs=paired(smp, "native", "view", "files_per_s"),
-                note=f"the library (the fast path) in the same rounds: {fmt(lib)} files/s, {fmt(lib / b)}× native")
+                "the library's first pass after the mount", lib_first, med(smp["view"], "files_per_s"), "files/s",
+                "≥ 0.5× the library's first pass", 0.5, pairs=paired(smp, "library-first", "view", "files_per_s"),
+                note=f"against native (warm): {fmt(med(smp['view'], 'files_per_s') / b)}×; the library's first "
+                     f"pass {fmt(lib_first / b)}× native; the library on the suite's agent (staged before, "
+                     f"steady): {fmt(lib)} files/s, {fmt(lib / b)}× native")
         add_row(ctx, "K1-warm", "the same, second pass in the same mount (the view's page cache warm)", "native local",
-                b, med(smp["view"], "warm_files_per_s"), "files/s", "report")
+                b, med(smp["view"], "warm_files_per_s"), "files/s", "≥ 0.9× native", 0.9)
     if ctx.wanted("K2"):
         ag = agents["text"]
         script, passes = os.path.join(HERE, "m2_walk.py"), str(ctx.inner["m2_passes"])
@@ -2007,6 +2018,9 @@ def machine(ctx):
         "loadavg_start": os.getloadavg(), "git_commit": built.group(1) if built else "unknown",
         "fanstore_version": version,
         "build_dir": ctx.build,
+        # What the machine charges per system call, fresh page and cache miss (fsbench costs):
+        # the prices every per-file figure is made of.
+        "costs": json.loads(run([ctx.fsbench, "costs"]).stdout),
     }
 
 

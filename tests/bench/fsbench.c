@@ -41,7 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/sendfile.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -636,9 +638,68 @@ static int cmd_netcopy(int argc, char** argv) {
   return r.errors ? 1 : 0;
 }
 
+// fsbench costs: one JSON line of per-operation prices (see the top of the file).
+static int cmd_costs(int argc, char** argv) {
+  (void)argv;
+  if (argc != 2) return 2;
+  const long calls = 200000;
+  double t0 = now();
+  for (long i = 0; i < calls; i++) syscall(SYS_getppid);
+  const double syscall_us = (now() - t0) * 1e6 / calls;
+
+  const size_t n = (size_t)256 << 20, pages = n / 4096;
+  char* p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) die("mmap");
+  madvise(p, n, MADV_NOHUGEPAGE);
+  t0 = now();
+  for (size_t i = 0; i < n; i += 4096) p[i] = 1;
+  const double anon_fault_us = (now() - t0) * 1e6 / pages;
+
+  // A dependent chain through every cache line of the (now mapped) region, in random order.
+  const size_t lines = n / 64;
+  uint32_t* perm = malloc(lines * sizeof *perm);
+  if (!perm) die("malloc");
+  for (size_t i = 0; i < lines; i++) perm[i] = (uint32_t)i;
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = lines - 1; i > 0; i--) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    size_t j = x % (i + 1);
+    uint32_t t = perm[i];
+    perm[i] = perm[j], perm[j] = t;
+  }
+  for (size_t i = 0; i < lines; i++) *(uint64_t*)(p + (size_t)perm[i] * 64) = (uint64_t)perm[(i + 1) % lines] * 64;
+  free(perm);
+  const long loads = 2000000;
+  uint64_t off = 0;
+  t0 = now();
+  for (long i = 0; i < loads; i++) off = *(volatile uint64_t*)(p + off);
+  const double random_load_ns = (now() - t0) * 1e9 / loads;
+  munmap(p, n);
+
+  // A file of shared memory, its pages in the page cache, mapped afresh and read a page at a time.
+  int fd = memfd_create("fsbench-costs", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)n) != 0) die("memfd");
+  char* w = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (w == MAP_FAILED) die("mmap");
+  memset(w, 1, n);
+  munmap(w, n);
+  char* r = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+  if (r == MAP_FAILED) die("mmap");
+  uint64_t sum = 0;
+  t0 = now();
+  for (size_t i = 0; i < n; i += 4096) sum += *(volatile char*)(r + i);
+  const double file_fault_us = (now() - t0) * 1e6 / pages;
+  munmap(r, n);
+  close(fd);
+  printf("{\"syscall_us\": %.3f, \"anon_page_fault_us\": %.2f, \"file_page_touch_us\": %.2f, "
+         "\"random_load_ns\": %.0f, \"check\": %" PRIu64 "}\n",
+         syscall_us, anon_fault_us, file_fault_us, random_load_ns, (off & 1) + sum);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: fsbench gen-images|gen-text|gen-mixed|read|materialise|stat|enoent|zdec|netcopy ...\n");
+    fprintf(stderr, "usage: fsbench gen-images|gen-text|gen-mixed|read|materialise|stat|enoent|zdec|netcopy|costs ...\n");
     return 2;
   }
   const char* c = argv[1];
@@ -650,6 +711,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(c, "enoent")) rc = cmd_enoent(argc, argv);
   else if (!strcmp(c, "zdec")) rc = cmd_zdec(argc, argv);
   else if (!strcmp(c, "netcopy")) rc = cmd_netcopy(argc, argv);
+  else if (!strcmp(c, "costs")) rc = cmd_costs(argc, argv);
   if (rc == 2) fprintf(stderr, "fsbench: bad usage of '%s' (see the comment at the top of fsbench.c)\n", c);
   return rc;
 }
