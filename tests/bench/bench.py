@@ -1161,12 +1161,15 @@ def wl_kview(ctx, agents):
         lst, _ = shuffled_list(ctx, "images", seed=131, tag="-k1")
         nat, ag = os.path.join(ctx.native, "images"), agents["images"]
 
+        # Three passes in one mount: the first after the mount, the second (each page's second
+        # access: the kernel moves it to the active list, once), the third (steady, as the native
+        # tree's long-read pages are).
         def view(i):
-            first, second = in_view(ag, lambda m: ["env", "-u", "LD_PRELOAD", "sh", "-c",
-                                                   f"{shq(ctx.fsbench)} read {shq(m)} {shq(lst)} 1; "
-                                                   f"{shq(ctx.fsbench)} read {shq(m)} {shq(lst)} 1"])
-            rates(first), rates(second)
-            first["warm_files_per_s"] = second["files_per_s"]
+            passes = in_view(ag, lambda m: ["env", "-u", "LD_PRELOAD", "sh", "-c",
+                                            f"{shq(ctx.fsbench)} read {shq(m)} {shq(lst)} 1; " * 3])
+            first, second, third = (rates(s) for s in passes)
+            first["second_files_per_s"] = second["files_per_s"]
+            first["warm_files_per_s"] = third["files_per_s"]
             return first
 
         # The library's own first pass after the mount: a `fanstore run` of the same dataset with
@@ -1192,8 +1195,10 @@ def wl_kview(ctx, agents):
                 note=f"against native (warm): {fmt(med(smp['view'], 'files_per_s') / b)}×; the library's first "
                      f"pass {fmt(lib_first / b)}× native; the library on the suite's agent (staged before, "
                      f"steady): {fmt(lib)} files/s, {fmt(lib / b)}× native")
-        add_row(ctx, "K1-warm", "the same, second pass in the same mount (the view's page cache warm)", "native local",
-                b, med(smp["view"], "warm_files_per_s"), "files/s", "≥ 0.9× native", 0.9)
+        add_row(ctx, "K1-warm", "the same, third pass in the same mount (the view's page cache warm and settled)",
+                "native local", b, med(smp["view"], "warm_files_per_s"), "files/s", "≥ 0.9× native", 0.9,
+                note=f"the second pass: {fmt(med(smp['view'], 'second_files_per_s') / b)}× native (each page's "
+                     "second access moves it to the kernel's active list, once)")
     if ctx.wanted("K2"):
         ag = agents["text"]
         script, passes = os.path.join(HERE, "m2_walk.py"), str(ctx.inner["m2_passes"])
