@@ -1133,11 +1133,11 @@ def wl_meta(ctx, agents):
 
 
 def wl_kview(ctx, agents):
-    """K1, K2: what the kernel-visible view costs (issue 15). K1: random whole-file reads of
-    `images` by a program the interception library does not reach (LD_PRELOAD cleared), through
-    the FUSE view of `fanstore run --kernel-view`: its first pass after the mount (every open and
-    read a request to the agent) and its second (the view's page cache warm), beside native and
-    the library. K2: M2's walk through the library with the view on (directory stand-ins are the
+    """K1, K2: what the kernel-visible view costs (issues 15 and 31). K1: random whole-file reads
+    of `images` by a program the interception library does not reach (LD_PRELOAD cleared),
+    through the view of `fanstore run --kernel-view` (as root with the local directory on a disk,
+    the node's EROFS image; else FUSE): its first pass after the mount, against the library's own
+    first pass in a fresh run, and its third (the view's page cache warm), against native. K2: M2's walk through the library with the view on (directory stand-ins are the
     view's directories) and off. Needs root and /dev/fuse; the rows say so otherwise."""
     if not (ctx.wanted("K1") or ctx.wanted("K2")):
         return
@@ -1186,7 +1186,7 @@ def wl_kview(ctx, agents):
         add_workload(ctx, "K1", "random whole-file reads of `images` through the kernel-visible view", smp,
                      metric="files_per_s", dataset="images",
                      cache="warm page cache under native and the suite's agent; the view's own cache and the "
-                           "library's fresh run cold in their first passes, the view's warm in its second")
+                           "library's fresh run cold in their first passes, the view's warm in its second and third")
         b = med(smp["native"], "files_per_s")
         lib, lib_first = med(smp["library"], "files_per_s"), med(smp["library-first"], "files_per_s")
         add_row(ctx, "K1-first", "random whole-file reads, `images`, kernel view alone, first pass after the mount",
