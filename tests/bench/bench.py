@@ -1137,8 +1137,9 @@ def wl_kview(ctx, agents):
     of `images` by a program the interception library does not reach (LD_PRELOAD cleared),
     through the view of `fanstore run --kernel-view` (as root with the local directory on a disk,
     the node's EROFS image; else FUSE): its first pass after the mount, against the library's own
-    first pass in a fresh run, and its third (the view's page cache warm), against native. K2: M2's walk through the library with the view on (directory stand-ins are the
-    view's directories) and off. Needs root and /dev/fuse; the rows say so otherwise."""
+    first pass in a fresh run, and its third (the view's page cache warm), against native. K2:
+    M2's walk through the library with the view on (directory stand-ins are the view's
+    directories) and off. Needs root and /dev/fuse; the rows say so otherwise."""
     if not (ctx.wanted("K1") or ctx.wanted("K2")):
         return
     if os.geteuid() != 0 or not os.access("/dev/fuse", os.R_OK | os.W_OK):
@@ -1149,7 +1150,8 @@ def wl_kview(ctx, agents):
     base = os.path.join(ctx.work, "kview")  # empty: the view's tmpfs holds the mount point
     os.makedirs(base, exist_ok=True)
 
-    def in_view(ag, cmd, view=True):
+    def fresh_run(ag, cmd, view=True):
+        """CMD (given the mount path) in a fresh `fanstore run` of ag's dataset, with the view or without."""
         m = os.path.join(base, os.path.basename(ag.mount))
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)
@@ -1165,7 +1167,7 @@ def wl_kview(ctx, agents):
         # access: the kernel moves it to the active list, once), the third (steady, as the native
         # tree's long-read pages are).
         def view(i):
-            passes = in_view(ag, lambda m: ["env", "-u", "LD_PRELOAD", "sh", "-c",
+            passes = fresh_run(ag, lambda m: ["env", "-u", "LD_PRELOAD", "sh", "-c",
                                             f"{shq(ctx.fsbench)} read {shq(m)} {shq(lst)} 1; " * 3])
             first, second, third = (rates(s) for s in passes)
             first["second_files_per_s"] = second["files_per_s"]
@@ -1181,7 +1183,7 @@ def wl_kview(ctx, agents):
         smp = rounds(ctx, "K1", balanced=True, reps=None if ctx.mode == "quick" else 8, arms=[
             ("native", lambda i: rates(run_json([ctx.fsbench, "read", nat, lst, "1"]))),
             ("library", lambda i: rates(run_json([ctx.fsbench, "read", ag.mount, lst, "1"], env=ag.env()))),
-            ("library-first", lambda i: rates(in_view(ag, lambda m: [ctx.fsbench, "read", m, lst, "1"], view=False)[0])),
+            ("library-first", lambda i: rates(fresh_run(ag, lambda m: [ctx.fsbench, "read", m, lst, "1"], view=False)[0])),
             ("view", view)])
         add_workload(ctx, "K1", "random whole-file reads of `images` through the kernel-visible view", smp,
                      metric="files_per_s", dataset="images",
@@ -1204,7 +1206,7 @@ def wl_kview(ctx, agents):
         script, passes = os.path.join(HERE, "m2_walk.py"), str(ctx.inner["m2_passes"])
         smp = rounds(ctx, "K2", [
             ("off", lambda i: run_json([PY, script, ag.mount, passes], env=ag.env())),
-            ("on", lambda i: in_view(ag, lambda m: [PY, script, m, passes])[0])])
+            ("on", lambda i: fresh_run(ag, lambda m: [PY, script, m, passes])[0])])
         for v in smp.values():
             for x in v:
                 x["walk_entries_per_s"] = x["entries"] / x["walk_seconds"]
