@@ -261,7 +261,7 @@ Status Agent::StageAndPublish(Status st) {
   if (st.ok() && !lazy_) {
     for (auto& sh : *shards)
       if (st.ok() && sh->entries.size() != sh->footer.entry_count) st = format::ReadIndex(sh.get());
-    if (st.ok() && !image_) st = StageAsync(&*shards);
+    if (st.ok()) st = StageAsync(&*shards);  // with image_, the blob
   }
 
   // 2. The indexes are exchanged and the table built while the shards are staged: the

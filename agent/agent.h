@@ -170,7 +170,12 @@ class Agent {
   void ChooseImage();
   Status MakeDataDirs();  // every directory of the table under the data root
   Status StageImage(const Shards& shards);
-  Status WriteAndMountImage(const Shards& shards);
+  // The blob, started with the staging (StageAsync) while the table is built: each file's
+  // extent follows from the shards' indexes alone (the blob's order is theirs, every file at a
+  // block boundary), so blob_offsets_ holds them by entry, shard after shard; PlanAndMountImage
+  // checks them against the plan's.
+  Status WriteBlob(const Shards& shards);
+  Status PlanAndMountImage(const Shards& shards);
   // fn(shard, entry) for every regular file of the shards this node does not hold, shard by
   // shard in index order (the order in which a holder streams a shard).
   void ForEachRemoteFile(const std::function<void(uint32_t, uint32_t)>& fn) const;
@@ -183,8 +188,7 @@ class Agent {
                                       std::vector<uint32_t>* node_of_entry,
                                       std::vector<uint32_t>* blob_order);
   // Hands the remote files' extents of the mounted image, and its blob, to remote_.
-  void KeepRemoteFilesInImage(const image::ErofsImage& img, const std::vector<uint32_t>& node_of,
-                              UniqueFD blob);
+  void KeepRemoteFilesInImage(const image::ErofsImage& img, const std::vector<uint32_t>& node_of);
   Status MountImage(int tree, int blob);  // on the data root, read-only, then the warm walk
   void UnmountImage();
   // Looks up every name of the mounted image once, in the background on a low-priority thread,
@@ -241,9 +245,11 @@ class Agent {
   bool lazy_ = false;   // unpack the shard copies in the background once ready
   bool image_ = false;  // write the share as an EROFS image, mounted on the data root
   std::atomic<bool> image_mounted_{false};
-  // With the other nodes' files in the image: the blob, and each table entry's extent in it
-  // (RemoteFiles::kNoExtent: none).
+  // The blob while it is written and planned; then only with the other nodes' files in the
+  // image, with each table entry's extent in it (RemoteFiles::kNoExtent: none).
   UniqueFD image_blob_;
+  std::vector<uint64_t> blob_offsets_;  // WriteBlob's extents: by shard, by entry
+  unsigned blob_block_bits_ = 9;
   std::vector<uint64_t> image_extent_;
   std::string data_root_;  // <local_dir>/data: staged files
   UniqueFD data_root_fd_;

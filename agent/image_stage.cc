@@ -10,8 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <system_error>
 
 #include "agent/agent.h"
@@ -99,9 +102,9 @@ void Agent::ChooseImage() {
 }
 
 Status Agent::StageImage(const Shards& shards) {
-  TestPause("staging");
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = WriteAndMountImage(shards);
+  Status st = StageWait();  // the blob (WriteBlob)
+  if (st.ok()) st = PlanAndMountImage(shards);
   if (!st.ok() && !stop_requested_ && st.code() != Status::Code::kNoSpace) {
     // The kernel refused the image (no EROFS, no file-backed mounts before 6.12, a security
     // module): the files, as without it.
@@ -115,7 +118,8 @@ Status Agent::StageImage(const Shards& shards) {
     st = MakeDataDirs();
     if (st.ok()) st = Stage(&shards);
   }
-  stage_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stage_seconds_ = stage_seconds_ +
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
 
@@ -193,43 +197,56 @@ Result<image::ErofsImage> Agent::PlanImage(const Shards& shards, bool with_remot
   return image::ErofsImage::Plan(std::move(nodes), io, order);  // as root's MountTree will
 }
 
-Status Agent::WriteAndMountImage(const Shards& shards) {
-  std::vector<uint32_t> node_of, order;
-  const bool with_remote = ImageTakesRemoteFiles();
-  auto img = PlanImage(shards, with_remote, &node_of, &order);
-  if (!img.ok()) return img.status();
-  auto node_of_path = [&](const std::string& path) { return NodeOfPath(view_, node_of, path); };
+Status Agent::WriteBlob(const Shards& shards) {
+  TestPause("staging");
+  const auto t0 = std::chrono::steady_clock::now();
+  // 512-byte blocks unless the dataset's files could take 2^32 of them, as ErofsImage::Plan
+  // chooses for the tree (checked there).
+  blob_block_bits_ = (manifest_.raw_bytes / 512 + manifest_.files) < image::kNone ? 9 : 12;
+  const uint64_t block = uint64_t{1} << blob_block_bits_;
+  // Each file's extent, in the order ErofsImage::Plan lays out the blob: the scan's.
+  std::vector<std::pair<const format::IndexEntry*, size_t>> first;  // by address: where a
+  blob_offsets_.clear();                                            // shard's entries begin
+  uint64_t next = 0;
+  for (const auto& sh : shards) {
+    first.emplace_back(sh->entries.data(), blob_offsets_.size());
+    for (const auto& e : sh->entries) {
+      const bool extent = e.type == format::EntryType::kFile && e.size > 0;
+      blob_offsets_.push_back(extent ? next : image::kNone);
+      if (extent) next += (e.size + block - 1) / block * block;
+    }
+  }
+  std::sort(first.begin(), first.end());
+  auto offset_of = [&](const format::IndexEntry& e) {
+    auto it = std::upper_bound(first.begin(), first.end(),
+                               std::make_pair(&e, std::numeric_limits<size_t>::max()));
+    return blob_offsets_[(it - 1)->second + static_cast<size_t>(&e - (it - 1)->first)];
+  };
 
   const std::string dir = cfg_.local_dir + kImageDir;
   if (::mkdir(dir.c_str(), 0700) != 0) return Status::FromErrno("image: create " + dir, errno);
-  auto tree = CreateIn(dir, image::kTreeName);
-  if (!tree.ok()) return tree.status();
   auto blob = CreateIn(dir, image::kBlobName);
   if (!blob.ok()) return blob.status();
-  image::BlobWriter out(blob->get(), img->BlockSize());
+  image_blob_ = std::move(blob).value();
+  const int fd = image_blob_.get();
+  image::BlobWriter out(fd, static_cast<uint32_t>(block));
   format::DecoderPool decoders(&dict_);
-  auto extent = [&](const format::IndexEntry& e, uint64_t* off) -> Status {
-    const uint32_t node = node_of_path(e.path);
-    if (node == image::kNone)
-      return Status::Corruption("image: " + e.path + " is not in the table");
-    *off = img->BlobOffset(node);
+  auto counted = [&](const format::IndexEntry& e) {
     staged_files_++;
     staged_bytes_ += e.size;
-    return Status::OK();
+    return offset_of(e);
   };
   auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
     if (e.type != format::EntryType::kFile) return Status::OK();
     std::string_view raw;
-    uint64_t off = 0;
     FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
-    FS_RETURN_IF_ERROR(extent(e, &off));
+    const uint64_t off = counted(e);
     return raw.empty() ? Status::OK() : out.Add(off, raw);
   };
   auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
-    uint64_t off = 0;
-    FS_RETURN_IF_ERROR(extent(e, &off));
+    uint64_t off = counted(e);
     return decode([&](std::string_view piece) {
-      Status st = PwriteFull(blob->get(), piece, off, dir + "/" + image::kBlobName);
+      Status st = PwriteFull(fd, piece, off, dir + "/" + image::kBlobName);
       off += piece.size();
       return st;
     });
@@ -242,27 +259,55 @@ Status Agent::WriteAndMountImage(const Shards& shards) {
       manifest_, ptrs, pool_.get(), [this](uint64_t b) { read_bytes_ += b; }, &stage_abort_, small,
       large, &dict_));
   FS_RETURN_IF_ERROR(out.FlushAll());
-  if (::ftruncate(blob->get(), static_cast<off_t>(img->blob_size())) != 0)
+  stage_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return Status::OK();
+}
+
+Status Agent::PlanAndMountImage(const Shards& shards) {
+  std::vector<uint32_t> node_of, order;
+  const bool with_remote = ImageTakesRemoteFiles();
+  auto img = PlanImage(shards, with_remote, &node_of, &order);
+  if (!img.ok()) return img.status();
+  // The blob was written before the plan: its extents must be the plan's. The order begins
+  // with this node's files, one for each file entry, as blob_offsets_ has them.
+  if (img->BlockSize() != (1u << blob_block_bits_))
+    return Status::Unsupported("image: the plan's block size differs from the blob's");
+  size_t i = 0, k = 0;
+  for (const auto& sh : shards)
+    for (const auto& e : sh->entries) {
+      if (e.type == format::EntryType::kFile &&
+          (k >= order.size() || order[k] >= img->nodes().size() ||
+           img->BlobOffset(order[k++]) != blob_offsets_[i]))
+        return Status::Corruption("image: " + e.path + " is not in the table, or not where the blob has it");
+      i++;
+    }
+  std::vector<uint64_t>().swap(blob_offsets_);
+  const std::string dir = cfg_.local_dir + kImageDir;
+  if (::ftruncate(image_blob_.get(), static_cast<off_t>(img->blob_size())) != 0)
     return Status::FromErrno("image: size " + dir + "/" + image::kBlobName, errno);
   const auto t0 = std::chrono::steady_clock::now();
+  auto tree = CreateIn(dir, image::kTreeName);
+  if (!tree.ok()) return tree.status();
   FS_RETURN_IF_ERROR(image::WriteTree(tree->get(), img->nodes(), order, img->blob_size()));
-  FS_RETURN_IF_ERROR(MountImage(tree->get(), blob->get()));
+  FS_RETURN_IF_ERROR(MountImage(tree->get(), image_blob_.get()));
   LOG_INFO("image: %s of metadata and %s of data%s, mounted on %s (tree to mount: %.2f s)",
            HumanBytes(img->meta_size()).c_str(), HumanBytes(img->blob_size()).c_str(),
            with_remote ? " (other nodes' files to be fetched into it)" : "", data_root_.c_str(),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (with_remote) KeepRemoteFilesInImage(*img, node_of, std::move(blob).value());
+  if (with_remote)
+    KeepRemoteFilesInImage(*img, node_of);
+  else
+    image_blob_.Reset();
   return Status::OK();
 }
 
 void Agent::KeepRemoteFilesInImage(const image::ErofsImage& img,
-                                   const std::vector<uint32_t>& node_of, UniqueFD blob) {
+                                   const std::vector<uint32_t>& node_of) {
   image_extent_.assign(view_.size(), RemoteFiles::kNoExtent);
   ForEachRemoteFile([&](uint32_t s, uint32_t i) {
     const uint32_t te = index_.TableEntry(s, i);
     image_extent_[te] = img.BlobOffset(node_of[te]);
   });
-  image_blob_ = std::move(blob);
   RemoteFiles::ImageExtents x;
   x.blob = image_blob_.get();
   x.extent = [this](uint32_t s, uint32_t i) { return image_extent_[index_.TableEntry(s, i)]; };
@@ -309,18 +354,39 @@ Status Agent::MountImage(int tree, int blob) {
 
 void Agent::StartImageWarmer() {
   image_warmer_stop_ = false;
+  // Also this node's files' first pages, up to a quarter of the memory available (each is then
+  // in memory twice: the blob's page and the image file's), so that a file's first read in
+  // the job finds its bytes copied from the blob already.
+  uint64_t budget = 0;
+  if (auto info = ReadSmallFile("/proc/meminfo", 1 << 16); info.ok())
+    if (const size_t at = info->find("MemAvailable:"); at != std::string::npos)
+      budget = std::strtoull(info->c_str() + at + 13, nullptr, 10) * 1024 / 4;
   try {
-    image_warmer_ = std::thread([this] {
+    image_warmer_ = std::thread([this, budget]() mutable {
       LowerThreadPriority();
       const int root = data_root_fd_.get();
       struct stat st;
       // The table's order: directories' children together, as the image lays them out.
       const auto t0 = std::chrono::steady_clock::now();
       uint32_t i = 1;
-      for (; i < view_.size() && !image_warmer_stop_.load(std::memory_order_relaxed); i++)
-        (void)::fstatat(root, std::string(view_.Path(view_.at(i))).c_str(), &st,
-                        AT_SYMLINK_NOFOLLOW);
-      LOG_INFO("image: looked up %u names in %.1f s", i - 1,
+      uint64_t read = 0;
+      for (; i < view_.size() && !image_warmer_stop_.load(std::memory_order_relaxed); i++) {
+        const table::Entry& e = view_.at(i);
+        const std::string path(view_.Path(e));
+        // Never a file of another node's shards: its extent is written as it arrives.
+        if (table::IsReg(e) && !(e.flags & table::kHardLink) && e.size <= budget &&
+            e.aux < local_shard_.size() && local_shard_[e.aux]) {
+          UniqueFD fd(::openat(root, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+          if (fd.valid() && ::readahead(fd.get(), 0, e.size) == 0) {
+            budget -= e.size;
+            read += e.size;
+          }
+        } else {
+          (void)::fstatat(root, path.c_str(), &st, AT_SYMLINK_NOFOLLOW);
+        }
+      }
+      LOG_INFO("image: looked up %u names and read %s ahead in %.1f s", i - 1,
+               HumanBytes(read).c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     });
   } catch (const std::system_error&) {  // no thread to be had: the job's opens build them

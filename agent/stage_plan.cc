@@ -150,7 +150,8 @@ Status Agent::PlanStage(const Shards& shards, const Share& totals, bool* lazy_fi
 
 Status Agent::StageAsync(const Shards* shards) {
   try {
-    staging_ = std::async(std::launch::async, [this, shards] { return Stage(shards); });
+    staging_ = std::async(std::launch::async,
+                          [this, shards] { return image_ ? WriteBlob(*shards) : Stage(shards); });
     return Status::OK();
   } catch (const std::system_error& e) {  // no thread to be had (ulimit -u, pids cgroup)
     return Status::IOError(std::string("stage-in: start a thread: ") + e.what());

@@ -80,14 +80,21 @@ Status RootsDirectory(int fd) {
 
 Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint32_t>& blob_order,
                  uint64_t blob_size) {
+  // Written a MiB at a time: the whole tree in memory would be tens of MB of fresh pages.
   std::string out(kTreeMagic, sizeof kTreeMagic);
+  out.reserve((1u << 20) + 2 * 0xffff);
+  auto flush = [&](bool full) {
+    if (!full && out.size() < (1u << 20)) return Status::OK();
+    Status st = WriteFull(fd, out.data(), out.size(), "image: the tree");
+    out.clear();
+    return st;
+  };
   uint64_t strings = 0;
   for (const Node& n : nodes) strings += n.name.size() + n.target.size();
   Put(&out, static_cast<uint32_t>(nodes.size()));
   Put(&out, static_cast<uint32_t>(blob_order.size()));
   Put(&out, strings);
   Put(&out, blob_size);
-  out.reserve(kHeaderBytes + nodes.size() * kRecordBytes + blob_order.size() * 4);
   for (const Node& n : nodes) {
     if (n.name.size() > 0xffff || n.target.size() > 0xffff)
       return Status::InvalidArgument("image: a name or symlink target too long for the tree");
@@ -98,17 +105,18 @@ Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint3
     Put(&out, n.link);
     Put(&out, static_cast<uint16_t>(n.name.size()));
     Put(&out, static_cast<uint16_t>(n.target.size()));
+    FS_RETURN_IF_ERROR(flush(false));
   }
-  for (uint32_t i : blob_order) Put(&out, i);
+  for (uint32_t i : blob_order) {
+    Put(&out, i);
+    FS_RETURN_IF_ERROR(flush(false));
+  }
   for (const Node& n : nodes) {
     out.append(n.name);
     out.append(n.target);
-    if (out.size() >= (1u << 20)) {
-      FS_RETURN_IF_ERROR(WriteFull(fd, out.data(), out.size(), "image: the tree"));
-      out.clear();
-    }
+    FS_RETURN_IF_ERROR(flush(false));
   }
-  return WriteFull(fd, out.data(), out.size(), "image: the tree");
+  return flush(true);
 }
 
 Result<Tree> ReadTree(int fd, uint64_t max_bytes) {
