@@ -118,8 +118,8 @@ Status Agent::StageImage(const Shards& shards) {
     st = MakeDataDirs();
     if (st.ok()) st = Stage(&shards);
   }
-  stage_seconds_ = stage_seconds_ +
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stage_seconds_ =
+      stage_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
 
@@ -278,7 +278,8 @@ Status Agent::PlanAndMountImage(const Shards& shards) {
       if (e.type == format::EntryType::kFile &&
           (k >= order.size() || order[k] >= img->nodes().size() ||
            img->BlobOffset(order[k++]) != blob_offsets_[i]))
-        return Status::Corruption("image: " + e.path + " is not in the table, or not where the blob has it");
+        return Status::Corruption("image: " + e.path +
+                                  " is not in the table, or not where the blob has it");
       i++;
     }
   std::vector<uint64_t>().swap(blob_offsets_);
