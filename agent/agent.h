@@ -158,15 +158,17 @@ class Agent {
   // The exact space check: how much the share and the cache may take, and whether the lazy
   // copies and files fit side by side after all.
   Status PlanStage(const Shards& shards, const Share& totals, bool* lazy_fits);
-  // Copies this node's shards (lazy) or unpacks `shards` (eager) in the background; StageWait
-  // returns its outcome. The staging stops on stage_abort_.
+  // Copies this node's shards (lazy), unpacks `shards` (eager) or writes their image's blob
+  // (image_) in the background; StageWait returns its outcome. The staging stops on
+  // stage_abort_.
   Status StageAsync(const Shards* shards);
   Status StageWait();
   Status Stage(const Shards* shards);
   // The kernel-native path (image_stage.cc): whether this agent may write its share as an EROFS
-  // image and mount it (root only); then, once the table is built, the image written from the
-  // table and the local shards, mounted read-only on the data root. When the mount fails in
-  // auto mode, the share is unpacked as files instead (eager), with a warning.
+  // image and mount it (root only); then the blob written from the local shards while the
+  // table is built, and once it is, the image planned from the table and mounted read-only on
+  // the data root. When the mount fails in auto mode, the share is unpacked as files instead
+  // (eager), with a warning.
   void ChooseImage();
   Status MakeDataDirs();  // every directory of the table under the data root
   Status StageImage(const Shards& shards);
