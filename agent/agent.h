@@ -247,10 +247,13 @@ class Agent {
   bool lazy_ = false;   // unpack the shard copies in the background once ready
   bool image_ = false;  // write the share as an EROFS image, mounted on the data root
   std::atomic<bool> image_mounted_{false};
-  // The blob while it is written and planned; then only with the other nodes' files in the
-  // image, with each table entry's extent in it (RemoteFiles::kNoExtent: none).
+  // With the other nodes' files in the image: the blob, and each table entry's extent in it
+  // (RemoteFiles::kNoExtent: none).
   UniqueFD image_blob_;
-  std::vector<uint64_t> blob_offsets_;  // WriteBlob's extents: by shard, by entry
+  // WriteBlob's: the blob (touched by nothing else until StageWait has returned, so that a stop
+  // while it writes closes nothing under it), its extents by shard and entry, its block size.
+  UniqueFD blob_fd_;
+  std::vector<uint64_t> blob_offsets_;
   unsigned blob_block_bits_ = 9;
   std::vector<uint64_t> image_extent_;
   std::string data_root_;  // <local_dir>/data: staged files

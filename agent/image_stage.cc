@@ -110,6 +110,7 @@ Status Agent::StageImage(const Shards& shards) {
     // module): the files, as without it.
     LOG_WARN("image: %s; unpacking the files instead", st.ToString().c_str());
     UnmountImage();
+    blob_fd_.Reset();
     (void)RemoveTree(cfg_.local_dir + kImageDir);
     image_ = false;
     staged_files_ = 0;
@@ -227,8 +228,8 @@ Status Agent::WriteBlob(const Shards& shards) {
   if (::mkdir(dir.c_str(), 0700) != 0) return Status::FromErrno("image: create " + dir, errno);
   auto blob = CreateIn(dir, image::kBlobName);
   if (!blob.ok()) return blob.status();
-  image_blob_ = std::move(blob).value();
-  const int fd = image_blob_.get();
+  blob_fd_ = std::move(blob).value();
+  const int fd = blob_fd_.get();
   image::BlobWriter out(fd, static_cast<uint32_t>(block));
   format::DecoderPool decoders(&dict_);
   auto counted = [&](const format::IndexEntry& e) {
@@ -284,21 +285,22 @@ Status Agent::PlanAndMountImage(const Shards& shards) {
     }
   std::vector<uint64_t>().swap(blob_offsets_);
   const std::string dir = cfg_.local_dir + kImageDir;
-  if (::ftruncate(image_blob_.get(), static_cast<off_t>(img->blob_size())) != 0)
+  if (::ftruncate(blob_fd_.get(), static_cast<off_t>(img->blob_size())) != 0)
     return Status::FromErrno("image: size " + dir + "/" + image::kBlobName, errno);
   const auto t0 = std::chrono::steady_clock::now();
   auto tree = CreateIn(dir, image::kTreeName);
   if (!tree.ok()) return tree.status();
   FS_RETURN_IF_ERROR(image::WriteTree(tree->get(), img->nodes(), order, img->blob_size()));
-  FS_RETURN_IF_ERROR(MountImage(tree->get(), image_blob_.get()));
+  FS_RETURN_IF_ERROR(MountImage(tree->get(), blob_fd_.get()));
   LOG_INFO("image: %s of metadata and %s of data%s, mounted on %s (tree to mount: %.2f s)",
            HumanBytes(img->meta_size()).c_str(), HumanBytes(img->blob_size()).c_str(),
            with_remote ? " (other nodes' files to be fetched into it)" : "", data_root_.c_str(),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (with_remote)
+  if (with_remote) {
+    image_blob_ = std::move(blob_fd_);
     KeepRemoteFilesInImage(*img, node_of);
-  else
-    image_blob_.Reset();
+  }
+  blob_fd_.Reset();
   return Status::OK();
 }
 
