@@ -102,8 +102,9 @@ void Agent::ChooseImage() {
 }
 
 Status Agent::StageImage(const Shards& shards) {
+  Status st = StageWait();  // the blob (WriteBlob), which set stage_seconds_
+  const double blob_seconds = stage_seconds_;
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = StageWait();  // the blob (WriteBlob)
   if (st.ok()) st = PlanAndMountImage(shards);
   if (!st.ok() && !stop_requested_ && st.code() != Status::Code::kNoSpace) {
     // The kernel refused the image (no EROFS, no file-backed mounts before 6.12, a security
@@ -120,7 +121,7 @@ Status Agent::StageImage(const Shards& shards) {
     if (st.ok()) st = Stage(&shards);
   }
   stage_seconds_ =
-      stage_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      blob_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
 
