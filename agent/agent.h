@@ -184,6 +184,10 @@ class Agent {
   // Whether the image also holds the files of other nodes' shards, fetched into it as they
   // arrive: when they fit where the cache would have had room (CacheCapacity).
   bool ImageTakesRemoteFiles() const;
+  // Whether a regular file's entry (not a hard link's) is in one of this node's shards.
+  bool InLocalShard(const table::Entry& file) const {
+    return file.aux < local_shard_.size() && local_shard_[file.aux];
+  }
   // The image's tree from the table; node_of_entry: each table entry's node (image::kNone: not
   // in the image, a file of another node's shards unless with_remote).
   Result<image::ErofsImage> PlanImage(const Shards& shards, bool with_remote,

@@ -160,8 +160,7 @@ Result<image::ErofsImage> Agent::PlanImage(const Shards& shards, bool with_remot
   uint32_t count = 0;
   for (uint32_t i = 0; i < n; i++) {
     const table::Entry& t = view_.Target(view_.at(i));
-    if (!with_remote && table::IsReg(t) && !(t.aux < local_shard_.size() && local_shard_[t.aux]))
-      continue;
+    if (!with_remote && table::IsReg(t) && !InLocalShard(t)) continue;
     node_of[i] = count++;
   }
   std::vector<image::Node> nodes(count);
@@ -379,7 +378,7 @@ void Agent::StartImageWarmer() {
         const std::string path(view_.Path(e));
         // Never a file of another node's shards: its extent is written as it arrives.
         if (table::IsReg(e) && !(e.flags & table::kHardLink) && e.size <= budget &&
-            e.aux < local_shard_.size() && local_shard_[e.aux]) {
+            InLocalShard(e)) {
           UniqueFD fd(::openat(root, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
           if (fd.valid() && ::readahead(fd.get(), 0, e.size) == 0) {
             budget -= e.size;
