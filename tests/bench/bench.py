@@ -496,7 +496,6 @@ class OpCounter:
 
     def classify(self):
         c = {"open": 0, "stat": 0, "readdir": 0, "read": 0, "close": 0, "other": 0}
-        file_fds = set()
         with open(self.out) as f:
             for line in f:
                 m = re.match(r"^(?:\d+\s+)?(\w+)\((\d+)?", line)
@@ -1793,7 +1792,6 @@ def wl_e1(ctx):
     direct_root = pfs_path(ctx, d["src"])
     local_root = os.path.join(ctx.native, "jpeg")
     ds_remote = pfs_path(ctx, d["fs"])
-    state = {}
 
     def direct(i):
         return run_json([PY, script, direct_root])

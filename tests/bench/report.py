@@ -7,7 +7,6 @@ the analysis for that workload is taken from analysis.md (next to this script, o
 section per workload, written from profiles) and quoted under the table.
 """
 import argparse
-import datetime
 import json
 import os
 import re
@@ -99,7 +98,6 @@ def plots(res, d):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     os.makedirs(d, exist_ok=True)
-    rows = {r["id"]: r for r in res["rows"]}
     made = []
 
     # 1. Ratios against targets.

@@ -4,10 +4,10 @@
 For each N of --nodes, starts the netns test cluster with N nodes (tests/slurm/e2e/start.sh, this
 build's packages), then runs, as the test user, jobs with --fanstore over one dataset:
   - "read" jobs (--runs of them): every node reads every file once, in its own random order
-    (all-to-all: most reads are remote). Per node: the read time, its eth0 bytes in and out over
-    the job, the agent's threads, descriptors, TCP connections and RSS once the reads are done;
-    from the agents' stats file: stage-in, exchange time and bytes, CPU seconds at ready and at
-    the end. Per job: J1 (job start to every node ready: the first srun of the script, which
+    (all-to-all: most reads are remote), all nodes starting together once every reader is up.
+    Per node: the read time, its eth0 bytes in and out over the job, the agent's threads,
+    descriptors, TCP connections and RSS once the reads are done; from the agents' stats file:
+    stage-in, exchange time and bytes, CPU seconds at ready and at the end, what it prefetched. Per job: J1 (job start to every node ready: the first srun of the script, which
     starts on a node only once its agent is ready), the dataset directory's opens and reads seen
     by inotify, and the teardown (the script's end to no trace of the job on any node).
   - "exchange" jobs for each PMIx fence algorithm of Slurm (FANSTORE_PMIX_FENCE tree, ring, mixed),
@@ -42,10 +42,17 @@ PY = "/usr/bin/python3"
 FENCES = ("tree", "ring", "mixed")
 
 READER = r'''
-import json, os, random, sys, time
-listing, out, done, go, seed = sys.argv[1:6]
+import glob, json, os, random, sys, time
+listing, out, done, go, seed, nodes = sys.argv[1:7]
 paths = open(listing).read().split("\n")[:-1]
 random.Random(seed).shuffle(paths)
+# The epoch starts on every node at once, as a training job's does after its first collective:
+# each reader waits here until all have started, so no reader's clock runs beside another's start.
+jd = os.path.dirname(out)
+open(os.path.join(jd, "started." + seed), "w").close()
+give_up = time.time() + 120  # a reader that never started must not hold the others for good
+while len(glob.glob(os.path.join(jd, "started.*"))) < int(nodes) and time.time() < give_up:
+    time.sleep(0.01)
 t0 = time.perf_counter()
 n = total = 0
 for p in paths:
@@ -235,7 +242,7 @@ def one_job(kind, n, k, ds, fence):
     body = f"srun -N{n} --ntasks-per-node=1 bash -c 'date +%s.%N' > {jd}/ready\n"
     if kind == "read":
         body += (f"srun -N{n} --ntasks-per-node=1 bash -c 'cd \"$FANSTORE_MOUNT\" && exec {PY} {jd}/reader.py "
-                 f"{listing} {jd}/sum.$SLURMD_NODENAME {jd}/done.$SLURMD_NODENAME {jd}/go $SLURMD_NODENAME'\n")
+                 f"{listing} {jd}/sum.$SLURMD_NODENAME {jd}/done.$SLURMD_NODENAME {jd}/go $SLURMD_NODENAME {n}'\n")
     body += f"date +%s.%N > {jd}/end\n"
     open(f"{jd}/job.sh", "w").write("#!/bin/bash\n" + body)
     os.chmod(f"{jd}/job.sh", 0o755)
@@ -281,6 +288,7 @@ def one_job(kind, n, k, ds, fence):
              "exchange_seconds": s.get("exchange_seconds"), "exchange_bytes": s.get("exchange_bytes"),
              "cpu_ready": s.get("cpu_seconds", {}).get("ready"), "cpu_end": s.get("cpu_seconds", {}).get("now"),
              "opens": s.get("opens"), "bytes": s.get("bytes"), "bytes_read_from_source": s.get("bytes_read_from_source"),
+             "prefetch": s.get("prefetch"),
              "net_rx_bytes": net1[x][0] - net0[x][0], "net_tx_bytes": net1[x][1] - net0[x][1], **states.get(x, {})}
         if kind == "read" and os.path.exists(f"{jd}/sum.{x}"):
             r = json.load(open(f"{jd}/sum.{x}"))

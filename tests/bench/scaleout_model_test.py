@@ -29,6 +29,7 @@ TRUE = {"cores": 2.0, "replicas": 1.0,
         "spread_max": part(w0=0.02, w1=0.01, w2=2e-4), "spread_med": part(w0=0.01, w1=0.005, w2=1e-4),
         "j1": part(j0=2.0, j_node=0.08),
         "read_med": part(t0=0.2, p_file=12e-6, p_byte=0.5e-9, q_file=60e-6, q_byte=2.5e-9, u_file=30e-6, u_byte=1.5e-9),
+        "move": part(e0=0.04, e_peer=2e-3, q_file=80e-6, q_byte=3e-9),
         "rx": part(r0=2e6, r_node=5e4, k_fence=1.05, k_data=1.08),
         "teardown": part(d0=2.0, d1=0.1)}
 TRUE["read_max"] = part(**{k: 1.1 * v for k, v in TRUE["read_med"]["values"].items()})
@@ -64,7 +65,8 @@ def synthetic(true=TRUE, datasets=(DS_SMALL, DS_LARGE), nodes=(2, 4, 8, 16, 32, 
                              "net_rx_bytes": sm._lin(true["rx"], rows[i]) * jit(), "threads": 20, "fds": 30,
                              "tcp_conns": 2 * n, "rss_kib": 50_000}
                         if kind == "read":
-                            a.update(files_read=ds["files"], read_seconds=t["read_med"] * jit() * (0.9 + 0.2 * u))
+                            a.update(files_read=ds["files"], read_seconds=t["read_med"] * jit() * (0.9 + 0.2 * u),
+                                     cpu_end=cpu[i] + t["cpu_move"] * (0.97 + 0.06 * u))
                         agents.append(a)
                     out["runs"].append({"n": n, "run": k, "kind": kind, "fence": fence, "dataset": ds,
                                         "j1_seconds": sm._lin(true["j1"], [1, n]) * jit() + sum(cpu) / 2,
@@ -86,7 +88,7 @@ class FitTest(unittest.TestCase):
         m = self.model
         for key, names in (("blob", ("b", "c")), ("cpu", ("c0", "c_file", "c_byte", "c_entry", "c_peer")),
                            ("fence", ("alpha",)), ("j1", ("j0", "j_node")), ("teardown", ("d0", "d1")),
-                           ("spread_max", ("w1", "w2"))):
+                           ("spread_max", ("w1", "w2")), ("move", ("e_peer", "q_file", "q_byte"))):
             for name in names:
                 self.assertGreaterEqual(m[key]["resolution"][name], 0.5, f"{key}.{name} not set by the runs")
                 self.assertClose(m[key]["values"][name], TRUE[key]["values"][name], 0.2, f"{key}.{name}")
