@@ -368,8 +368,9 @@ def moved(m, ds, n, agent=None):
     the other nodes' shards, (N-r)/N·F and (N-r)/N·D."""
     pf, op, by = ((agent or {}).get(k) for k in ("prefetch", "opens", "bytes"))
     if isinstance(pf, dict) and _f(pf, "files") is not None:
-        return (pf["files"] + (_f(op, "remote") or 0.0) + (_f(op, "cached") or 0.0),
-                _f(pf, "bytes") + (_f(by, "remote") or 0.0) + (_f(by, "cached") or 0.0))
+        # An open that fetched a file counts as remote; later opens of it, and opens of prefetched
+        # files, as cached: those moved nothing.
+        return pf["files"] + (_f(op, "remote") or 0.0), _f(pf, "bytes") + (_f(by, "remote") or 0.0)
     share = (n - min(m["replicas"], n)) / n
     return share * ds["files"], share * ds.get("stored", ds["bytes"])
 
@@ -717,10 +718,10 @@ FORMULAS = """\
     (spread_med), maximum = fence + w0 + w1·N (spread_max), each + w2·N²/C: every agent Gets each of
     the N endpoints from its node's PMIx server, and all N² Gets share the C cores.
 - Read phase (every node reads every file once), test machine: per-node rate = F/T,
-  T = t0 + [N·(F·p_file + D·p_byte) + (N−r)·(F·q_file + D·q_byte) + r·(F·u_file + D·u_byte)]/C.
-  Here q is what moving files costs while the reader waits; where the prefetch has moved them
-  before it reads (on a disk, into the image), the runs set q near 0, and the reference node takes
-  the moving's costs from the agents' CPU instead (next line).
+  T = t0 + [N·(F·p_file + D·p_byte) + w·(N−r)·(F·q_file + D·q_byte) + r·(F·u_file + D·u_byte)]/C,
+  w the share of the other nodes' files that a reader waited for (its agent's remote opens). Where
+  the prefetch moved them all before the readers started (on a disk, into the image), w = 0 and
+  the runs cannot set q; the reference node takes moving's costs from the agents' CPU (next line).
 - Agent CPU from ready to the end of a read job = e0 + e_peer·(N−1) + q_file·files + q_byte·bytes it
   fetched (its prefetch and remote opens; it serves as many): measured CPU seconds, so the costs of
   moving a file carry over as they are.
