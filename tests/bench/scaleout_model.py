@@ -500,6 +500,7 @@ def check(results, m, n=CHECK_N):
             err = (pred - mv) / mv if mv else None
             out.append({"quantity": label + (f" [{name}]" if len(names) > 1 else ""), "fence": fence,
                         "predicted": pred, "measured": mv, "runs": len(meas), "error": err,
+                        "range": (min(meas), max(meas)),
                         "within": err is not None and abs(err) <= TOLERANCE})
     return out
 
@@ -841,8 +842,9 @@ def markdown(results, m, preds=None, eff=None):
         "in between. One dataset cannot split per-file from per-byte costs, nor a fixed cost from a per-entry "
         "one; only their sums at this dataset's sizes are measured.", "", _terms_table(m), "",
         f"### N-model: checked at N = {CHECK_N}", "",
-        _table(["quantity", "fence", "predicted", "measured (median of runs)", "error", "within ±25 %"],
-               [[c["quantity"], c["fence"] or "all", _n(c["predicted"]), _n(c["measured"]), _n(c["error"], "%"),
+        _table(["quantity", "fence", "predicted", "measured (median of runs)", "runs' range", "error", "within ±25 %"],
+               [[c["quantity"], c["fence"] or "all", _n(c["predicted"]), _n(c["measured"]),
+                 f'{_n(c["range"][0])}–{_n(c["range"][1])}', _n(c["error"], "%"),
                  "yes" if c["within"] else "**no**"] for c in chk]) if chk else f"No runs at N = {CHECK_N}.", "",
         f"{ok} of {len(chk)} predictions within ±25 %.", "",
         "### N-model: 512 and 4,096 nodes on a reference node", "",
