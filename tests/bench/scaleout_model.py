@@ -31,6 +31,10 @@ import textwrap
 import numpy as np
 
 FIT_MAX_N, CHECK_N, TOLERANCE = 32, 64, 0.25
+# A wall time on the test machine is good to about this much, whatever its size: 2-node jobs of one
+# kind differ by 5-35 ms from run to run (the exchange's spread). Relative errors below it are noise:
+# a fit of wall times weighs each figure by 1/max(figure, this), not by 1/figure alone.
+TIME_FLOOR_S = 0.02
 PRIOR_SD = 3.0  # a prior's standard deviation, in units of the prior: weak, it only settles what the runs cannot
 TREE_WIDTH = 50  # slurm.conf TreeWidth, its default in Slurm 22.05 (Debian 12)
 # Slurm's mpi/pmix (pmixp_lib_fence): PMIxCollFence unset means "mixed", which runs the ring for a
@@ -57,14 +61,20 @@ FENCE_TERMS = [
     ("beta", 1e-9, "s/B", "CPU per byte moved (both ends, TCP over veth)"),
     ("phi", 0.5, "x", "share of the agents' CPU to ready that runs while the fence is in flight", 0.5)]
 SPREAD_TERMS = [("w0", 0.01, "s", "arrival spread, fixed"),
-                ("w1", 5e-3, "s/node", "arrival spread per node (agents' start serialised on C cores)"),
-                ("w2", 1e-4, "s/Get", "CPU per Get of a peer's endpoint: each agent takes N, so N² Gets share the "
-                 "test machine's C cores (a node's own N on a reference node's core)")]
+                ("s", 0.1, "x", "share of the launch window that an agent waits for the last one to arrive")]
 
 
-def spread_row(n, cores):
-    """The spread's features on the test machine: 1, N, and the N² Gets on its C cores."""
-    return [1, n, n * n / cores]
+def launch_window(m, ds, n):
+    """The time over which the N agents start on the test machine: Slurm's per-node launch and the
+    agents' CPU to ready, on its C cores (J1 less its fixed part): j_node·N + N·cpu_ready/C."""
+    return m["j1"]["values"]["j_node"] * n + n * cpu_ready(m, ds, n) / m["cores"]
+
+
+def spread_row(m, ds, n):
+    """The spread's features: 1 and the launch window. Agents reach the fence over the window
+    in which they start, and the median and first to arrive wait for the last; every agent's N
+    Gets come after the fence, the last agent's as the first's, so they are not in the spread."""
+    return [1, launch_window(m, ds, n)]
 J1_TERMS = [("j0", 1.0, "s", "job start to the agents' start: Slurm, prolog, srun, fixed"),
             ("j_node", 0.05, "s/node", "Slurm's and the step's work per node, on C cores (not the agent's CPU)")]
 READ_TERMS = [
@@ -92,8 +102,9 @@ TEARDOWN_TERMS = [("d0", 1.0, "s", "job end to clean, fixed"), ("d1", 0.05, "s/n
 # What a node's Gets of every peer's value from its own PMIx server cost on a quiet node, beyond the
 # per-Get w2 (tests/bench/pmix_get_probe.c, docs/design.md "What a Get costs on a quiet node"): a fixed
 # cost per round (1.3 KB values: 26-59 ms for 64 ranks) and about 25 ns per byte fetched (85 KB
-# values: about 40 MB/s). The runs' blobs (85 kB at 64 nodes) cannot show the bytes' share.
-GET_PROBE = {"round_s": 0.04, "byte_s": 25e-9}
+# values: about 40 MB/s). The runs' blobs (85 kB at 64 nodes) cannot show the bytes' share. A Get's
+# own cost is bounded by the runs (fit's get_bound); get_s stands in where they hold no exchange.
+GET_PROBE = {"round_s": 0.04, "byte_s": 25e-9, "get_s": 0.5e-3}
 REF_NODE = {  # the stated reference node and its parallel file system
     "cores": 64, "gpus": 4, "io_cores": 16, "nvme_bw": 12e9, "net_bw": 25e9, "wire_latency_s": 10e-6,
     "create_s": 150e-6, "workers": 32, "pfs_bw": 500e9, "pfs_opens_per_s": 100e3, "pfs_open_latency_s": 1e-3,
@@ -193,23 +204,28 @@ def _noise(y, groups, floor=0.02):
     return max(floor, math.sqrt(dev / dof)) if dof else 0.05
 
 
-def _solve(A, y, terms, sigma):
-    """x >= 0 minimising Σ((A·x - y)/|y|)²/σ² + Σ((x - prior)/sd)²; returns x and the resolution."""
+def _solve(A, y, terms, sigma, floor=0.0):
+    """x >= 0 minimising Σ((A·x - y)/s)²/σ² + Σ((x - prior)/sd)², s = max(|A·x|, floor): errors
+    relative to the model's own figure, found by reweighting from s = |y| (weighing each row by its
+    measured value instead would favour the rows that came out low); returns x and the resolution."""
     p, sd = _priors(terms)
     k = len(terms)
     A, y = np.asarray(A, float).reshape(-1, k), np.asarray(y, float)
-    w = 1 / np.maximum(np.abs(y), 0.05 * np.median(np.abs(y)) + 1e-30) if len(y) else y
-    A, y = A * w[:, None], y * w
-    fixed = np.zeros(k, bool)
-    while True:
-        f = ~fixed
-        As = A[:, f] * sd[f]
-        M = As.T @ As + sigma ** 2 * np.eye(f.sum())
-        x = np.zeros(k)
-        x[f] = p[f] + sd[f] * np.linalg.solve(M, As.T @ (y - A[:, f] @ p[f]))
-        if (x >= 0).all():
-            break
-        fixed[np.argmin(np.where(f, x, np.inf))] = True
+    scale = np.abs(y)
+    for _ in range(4):
+        w = 1 / np.maximum(scale, max(0.05 * np.median(np.abs(y)), floor) + 1e-30) if len(y) else y
+        Aw, yw = A * w[:, None], y * w
+        fixed = np.zeros(k, bool)
+        while True:
+            f = ~fixed
+            As = Aw[:, f] * sd[f]
+            M = As.T @ As + sigma ** 2 * np.eye(f.sum())
+            x = np.zeros(k)
+            x[f] = p[f] + sd[f] * np.linalg.solve(M, As.T @ (yw - Aw[:, f] @ p[f]))
+            if (x >= 0).all():
+                break
+            fixed[np.argmin(np.where(f, x, np.inf))] = True
+        scale = np.abs(A @ x)
     res = np.zeros(k)
     res[f] = np.diag(np.linalg.solve(M, As.T @ As))
     return x, res
@@ -243,7 +259,7 @@ def fit_linear(terms, A, y, groups, per_group=True):
     sigma = _noise(y, groups)
     if per_group and len(y):
         A, y = _medians(A, y, groups)
-    return _pack(terms, *_solve(A, y, terms, sigma), sigma, A, y)
+    return _pack(terms, *_solve(A, y, terms, sigma, TIME_FLOOR_S if per_group else 0.0), sigma, A, y)
 
 
 def fit_max(terms, features, y, groups, iters=30):
@@ -255,7 +271,7 @@ def fit_max(terms, features, y, groups, iters=30):
     for _ in range(iters):
         A1, A2 = (_medians(a, raw, groups)[0] if len(raw) else np.zeros((0, len(terms))) for a in features(x))
         A = np.where((A2 @ x > A1 @ x)[:, None], A2, A1)
-        new, res = _solve(A, y, terms, sigma)
+        new, res = _solve(A, y, terms, sigma, TIME_FLOOR_S)
         done = np.allclose(new, x, rtol=1e-6, atol=0)
         x = new
         if done:
@@ -408,13 +424,18 @@ def fit(results, max_n=FIT_MAX_N):
     ok = [r for r in runs if r["ex_min"] is not None and r["cpu_sum"] is not None]
     m["fence"] = fit_max(FENCE_TERMS, lambda x: _fence_rows(m, ok, x), [r["ex_min"] for r in ok],
                          [_group(r) for r in ok])
-    for key, stat in (("spread_med", "ex_med"), ("spread_max", "ex_max")):
-        ok = [r for r in runs if r["ex_min"] is not None]
-        m[key] = fit_linear(SPREAD_TERMS, [spread_row(r["n"], cores) for r in ok], [r[stat] - r["ex_min"] for r in ok],
-                            [_group(r) for r in ok])
     ok = [r for r in runs if r["j1"] is not None and r["cpu_sum"] is not None]
     m["j1"] = fit_linear(J1_TERMS, [[1, r["n"]] for r in ok], [r["j1"] - r["cpu_sum"] / cores for r in ok],
                          [_group(r) for r in ok])
+    ok = [r for r in runs if r["ex_min"] is not None]
+    for key, stat in (("spread_med", "ex_med"), ("spread_max", "ex_max")):
+        m[key] = fit_linear(SPREAD_TERMS, [spread_row(m, r["ds"], r["n"]) for r in ok], [r[stat] - r["ex_min"] for r in ok],
+                            [_group(r) for r in ok])
+    # The last agent to arrive also waits for every agent's N Gets (N² of them on the C cores):
+    # its exchange bounds what a Get costs here, tightest at the largest N.
+    bounds = [float(np.median([r["ex_min"] for r in ok if _group(r) == g])) * cores / g[0] ** 2
+              for g in {_group(r) for r in ok} if g[0] > 1]
+    m["get_bound"] = min(bounds) if bounds else GET_PROBE["get_s"]
     shares = [(r, waited_share(r, m["replicas"])) for r in runs if r["kind"] == "read"]
     m["waited"] = _stat([w for _, w in shares if w is not None], np.median)
     m["waited"] = 1.0 if m["waited"] is None else m["waited"]
@@ -452,8 +473,8 @@ def on_test_machine(m, n, ds, fence="default", kind="read"):
     rx = sorted(_lin(m["rx"], row) for row in _rx_rows(m, {"n": n, "ds": ds, "fence": fence, "kind": kind,
                                                             "agents": [{"rank": i} for i in range(n)]}))
     out = {"j1": _lin(m["j1"], [1, n]) + cpu_sum / C, "fence": fence_s, "cpu_ready": cpu_sum / n,
-           "ex_med": fence_s + _lin(m["spread_med"], spread_row(n, C)),
-           "ex_max": fence_s + _lin(m["spread_max"], spread_row(n, C)),
+           "ex_med": fence_s + _lin(m["spread_med"], spread_row(m, ds, n)),
+           "ex_max": fence_s + _lin(m["spread_max"], spread_row(m, ds, n)),
            "xb_med": blob_bytes(m, ds, n), "rx_med": float(np.median(rx)), "rx_max": rx[-1] * (1 + m["rx"].get("scatter", 0.0) * math.sqrt(2 * math.log(n))),
            "teardown": _lin(m["teardown"], [1, n]), "cpu_move": _lin(m["move"], _move_row(m, ds, n))}
     for key in ("read_med", "read_max"):
@@ -549,10 +570,10 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
       slurm    = j0 + j_node·C_test             (Slurm's per-node work, now on each node's own cores)
       stage    = max(D·r/pfs_bw, (D·r/N)/min(net_bw, nvme_bw), (c_file·F·r/N + c_byte·D·r/N)/threads),
                  threads = min(cores, shards per node)
-      exchange = fence(ring for the default) + arrival spread at N = C_test (one agent per core) + w2·N
-                 (the node's own N Gets of its peers' endpoints, on one core) + gets, gets =
-                 round + B·byte (GET_PROBE: the bytes of the whole blob B that those Gets take from
-                 its node's PMIx server, which the runs' small blobs cannot show)
+      exchange = fence(ring for the default) + arrival spread (w0 + s·launch window of the runs' dataset
+                 at N = C_test: one agent per core) + gets, gets = N·get + round + B·byte: the node's own N Gets of its
+                 peers' values from its PMIx server, each at most what the runs bound (get_bound), and
+                 the bytes of the whole blob B that they take (GET_PROBE; the runs' blobs are too small)
       table    = c0 + c_entry·E + c_peer·N      (one core)
       J1       = slurm + max(stage, spread_max + fence + table) + second fence (N·64 B)
       peers    = min(N-1, S·(N-r)/N)              (holders a node fetches from)
@@ -570,11 +591,11 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
         fences = {alg: ref_fence(m, ref, ds, n, alg) for alg in ("ring", "tree")}
         fence = fences[FENCE_ALGORITHM["default"]]
         # One agent per node: the arrival spread of C_test agents, and the bytes its Gets take.
-        gets = GET_PROBE["round_s"] + GET_PROBE["byte_s"] * blob_bytes(m, ds, n)
-        # Every agent takes its N Gets, the last to arrive as the first: one cost per Get for both,
-        # the median agent's fit (the maximum's wait cannot separate it as well).
-        w2 = m["spread_med"]["values"]["w2"]
-        spread_med, spread_max = (_lin(m[k], [1, C, 0]) + w2 * n + gets for k in ("spread_med", "spread_max"))
+        gets = m["get_bound"] * n + GET_PROBE["round_s"] + GET_PROBE["byte_s"] * blob_bytes(m, ds, n)
+        # The agents' arrival spread as the runs show it with one agent per core (C_test nodes):
+        # on a cluster nodes launch and stage side by side, and stage-in is J1's own term below.
+        spread_med, spread_max = (_lin(m[k], spread_row(m, m["dataset"], C)) + gets
+                                  for k in ("spread_med", "spread_max"))
         threads = max(1, min(ref["cores"], math.ceil(S * r / n)))
         stage = max(D * r / ref["pfs_bw"], D * r / n / min(ref["net_bw"], ref["nvme_bw"]),
                     (v["c_file"] * F * r / n + v["c_byte"] * D * r / n) / threads) + S * r / ref["pfs_opens_per_s"]
@@ -715,9 +736,12 @@ FORMULAS = """\
     children, one with 50.
   - test machine: fence = a0 + max(α·path messages + β·path bytes,
     (α·all messages + β·all bytes + φ·Σ agent CPU to ready)/C).
-  - exchange seen by an agent = fence + its wait for the last agent to arrive: median = fence + w0 + w1·N
-    (spread_med), maximum = fence + w0 + w1·N (spread_max), each + w2·N²/C: every agent Gets each of
-    the N endpoints from its node's PMIx server, and all N² Gets share the C cores.
+  - exchange seen by an agent = fence + its wait for the last agent to arrive, a share of the window
+    over which the agents start: median = fence + w0 + s·L(N) (spread_med), maximum = fence + w0 +
+    s·L(N) (spread_max), L(N) = j_node·N + N·(agent CPU to ready)/C, J1's part that grows with N.
+    Every agent then Gets each of the N endpoints from its node's PMIx server, the last to arrive as
+    the first: those N² Gets on the C cores are in the fence of the last agent (the minimum), which
+    bounds a Get's cost: get ≤ min over N of (minimum exchange)·C/N² (get_bound).
 - Read phase (every node reads every file once), test machine: per-node rate = F/T,
   T = t0 + [N·(F·p_file + D·p_byte) + w·(N−r)·(F·q_file + D·q_byte) + r·(F·u_file + D·u_byte)]/C,
   w the share of the other nodes' files that a reader waited for (its agent's remote opens). Where
@@ -841,6 +865,8 @@ def markdown(results, m, preds=None, eff=None):
         "separate it from another term (< 0.1: it stays at the stated prior, from C1 and X1 of this page), *both* "
         "in between. One dataset cannot split per-file from per-byte costs, nor a fixed cost from a per-entry "
         "one; only their sums at this dataset's sizes are measured.", "", _terms_table(m), "",
+        f"A Get of a peer's endpoint costs at most {m['get_bound'] * 1e3:.2f} ms here (get_bound: the last agent's "
+        "exchange holds every agent's N Gets on the C cores; the tightest of the fitted N).", "",
         f"### N-model: checked at N = {CHECK_N}", "",
         _table(["quantity", "fence", "predicted", "measured (median of runs)", "runs' range", "error", "within ±25 %"],
                [[c["quantity"], c["fence"] or "all", _n(c["predicted"]), _n(c["measured"]),

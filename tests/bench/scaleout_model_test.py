@@ -26,7 +26,7 @@ TRUE = {"cores": 2.0, "replicas": 1.0,
         "blob": part(b=22.5, c=60.0),
         "cpu": part(c0=0.08, c_file=2e-6, c_byte=1.5e-9, c_entry=1.2e-6, c_peer=3e-4),
         "fence": part(a0=3e-3, alpha=120e-6, beta=3e-9, phi=0.2),
-        "spread_max": part(w0=0.02, w1=0.01, w2=2e-4), "spread_med": part(w0=0.01, w1=0.005, w2=1e-4),
+        "spread_max": part(w0=0.02, s=0.15), "spread_med": part(w0=0.01, s=0.06),
         "j1": part(j0=2.0, j_node=0.08),
         "read_med": part(t0=0.2, p_file=12e-6, p_byte=0.5e-9, q_file=60e-6, q_byte=2.5e-9, u_file=30e-6, u_byte=1.5e-9),
         "move": part(e0=0.04, e_peer=2e-3, q_file=80e-6, q_byte=3e-9),
@@ -88,7 +88,7 @@ class FitTest(unittest.TestCase):
         m = self.model
         for key, names in (("blob", ("b", "c")), ("cpu", ("c0", "c_file", "c_byte", "c_entry", "c_peer")),
                            ("fence", ("alpha",)), ("j1", ("j0", "j_node")), ("teardown", ("d0", "d1")),
-                           ("spread_max", ("w1", "w2")), ("move", ("e_peer", "q_file", "q_byte"))):
+                           ("spread_max", ("s",)), ("move", ("e_peer", "q_file", "q_byte"))):
             for name in names:
                 self.assertGreaterEqual(m[key]["resolution"][name], 0.5, f"{key}.{name} not set by the runs")
                 self.assertClose(m[key]["values"][name], TRUE[key]["values"][name], 0.2, f"{key}.{name}")
