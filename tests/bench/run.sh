@@ -17,7 +17,7 @@
 #                entries, about 20 minutes and 15 GB of memory); results-scale.json and scale.md
 #                in OUT, and with docs, docs/bench/scale.md (a section of docs/benchmarks.md)
 #   --scale-out  instead of the suite: scaleout.py on the netns test cluster at 2 to 64 nodes (N1-N6,
-#                3 runs each, about an hour), then scaleout_model.py's fit, 64-node check and
+#                3 runs each, about 25 minutes), then scaleout_model.py's fit, 64-node check and
 #                predictions; results-scaleout.json and scaleout.md in OUT, and with docs in
 #                docs/bench/ (a section of docs/benchmarks.md); --nodes 2,4 and --runs 1 make a
 #                short one (pass --no-docs with them)
