@@ -7,9 +7,10 @@ build's packages), then runs, as the test user, jobs with --fanstore over one da
     (all-to-all: most reads are remote), all nodes starting together once every reader is up.
     Per node: the read time, its eth0 bytes in and out over the job, the agent's threads,
     descriptors, TCP connections and RSS once the reads are done; from the agents' stats file:
-    stage-in, exchange time and bytes, CPU seconds at ready and at the end, what it prefetched. Per job: J1 (job start to every node ready: the first srun of the script, which
-    starts on a node only once its agent is ready), the dataset directory's opens and reads seen
-    by inotify, and the teardown (the script's end to no trace of the job on any node).
+    stage-in, exchange time and bytes, CPU seconds at ready and at the end, what it prefetched.
+    Per job: J1 (job start to every node ready: the first srun of the script, which starts on a
+    node only once its agent is ready), the dataset directory's opens and reads seen by inotify,
+    and the teardown (the script's end to no trace of the job on any node).
   - "exchange" jobs for each PMIx fence algorithm of Slurm (FANSTORE_PMIX_FENCE tree, ring, mixed),
     --runs of each: a script that does nothing, for the exchange and J1 alone.
   - the fault case, once: tests/slurm/e2e/wide.sh (2 agents killed mid-epoch, every read checked).

@@ -99,8 +99,8 @@ RX_TERMS = [("r0", 1e6, "B", "per node: Slurm, MUNGE, PMIx wire-up"),
             ("k_data", 1.04, "x", "wire bytes per byte of file data moved (protocol, TCP/IP)", 0.5)]
 TEARDOWN_TERMS = [("d0", 1.0, "s", "job end to clean, fixed"), ("d1", 0.05, "s/node", "per node, on C cores")]
 
-# What a node's Gets of every peer's value from its own PMIx server cost on a quiet node, beyond the
-# per-Get w2 (tests/bench/pmix_get_probe.c, docs/design.md "What a Get costs on a quiet node"): a fixed
+# What a node's Gets of every peer's value from its own PMIx server cost on a quiet node, beyond each
+# Get's own cost (tests/bench/pmix_get_probe.c, docs/design.md "What a Get costs on a quiet node"): a fixed
 # cost per round (1.3 KB values: 26-59 ms for 64 ranks) and about 25 ns per byte fetched (85 KB
 # values: about 40 MB/s). The runs' blobs (85 kB at 64 nodes) cannot show the bytes' share. A Get's
 # own cost is bounded by the runs (fit's get_bound); get_s stands in where they hold no exchange.
@@ -240,16 +240,13 @@ def _pack(terms, x, res, sigma, A, y):
             "rows": len(y)}
 
 
-def _medians(A, y, groups):
-    """One row per group of repeated runs (same N, job kind, fence and dataset): the median of each
-    feature and of y. A run that the shared cores slowed (this machine's wall times vary by 2x at 32
-    and 64 nodes) then moves its group's figure as little as it moves the median that the check at
-    64 compares with."""
-    A, y = np.asarray(A, float).reshape(len(y), -1), np.asarray(y, float)
-    keys = list(dict.fromkeys(groups))
-    sel = [np.array([g == k for g in groups]) for k in keys]
-    return (np.array([np.median(A[s], axis=0) for s in sel]).reshape(len(keys), A.shape[1]),
-            np.array([np.median(y[s]) for s in sel]))
+def _medians(v, groups):
+    """The groups of repeated runs (same N, job kind, fence and dataset) in the order first seen,
+    and for each the median of v's rows (v: one value or one row of features per run). A run that
+    the shared cores slowed (this machine's wall times vary by 2x at 32 and 64 nodes) then moves its
+    group's figure as little as it moves the median that the check at 64 compares with."""
+    v, keys = np.asarray(v, float), list(dict.fromkeys(groups))
+    return keys, np.array([np.median(v[np.array([g == k for g in groups])], axis=0) for k in keys])
 
 
 def fit_linear(terms, A, y, groups, per_group=True):
@@ -258,7 +255,7 @@ def fit_linear(terms, A, y, groups, per_group=True):
     stretch, and which differ by rank)."""
     sigma = _noise(y, groups)
     if per_group and len(y):
-        A, y = _medians(A, y, groups)
+        A, y = _medians(A, groups)[1], _medians(y, groups)[1]
     return _pack(terms, *_solve(A, y, terms, sigma, TIME_FLOOR_S if per_group else 0.0), sigma, A, y)
 
 
@@ -267,9 +264,10 @@ def fit_max(terms, features, y, groups, iters=30):
     row takes the branch that is larger under the current x, then x is refitted, until stable."""
     sigma = _noise(y, groups)
     x = _priors(terms)[0]
-    raw, y = y, (_medians(np.zeros((len(y), 1)), y, groups)[1] if len(y) else np.asarray(y, float))
+    rows = len(y)
+    y = _medians(y, groups)[1] if rows else np.asarray(y, float)
     for _ in range(iters):
-        A1, A2 = (_medians(a, raw, groups)[0] if len(raw) else np.zeros((0, len(terms))) for a in features(x))
+        A1, A2 = (_medians(a, groups)[1] if rows else np.zeros((0, len(terms))) for a in features(x))
         A = np.where((A2 @ x > A1 @ x)[:, None], A2, A1)
         new, res = _solve(A, y, terms, sigma, TIME_FLOOR_S)
         done = np.allclose(new, x, rtol=1e-6, atol=0)
@@ -299,6 +297,12 @@ def _dataset(d):
             "shards": _f(d, "shards") or 1.0}
 
 
+def _cpu_after_ready(a):
+    """An agent's CPU seconds from ready to the job's end, or None where either was not recorded."""
+    end, ready = _f(a, "cpu_end"), _f(a, "cpu_ready")
+    return end - ready if end is not None and ready is not None else None
+
+
 def _stat(v, f):
     return float(f(v)) if v else None
 
@@ -319,8 +323,7 @@ def runs_of(results):
                     "read_med": q(rd, np.median), "read_max": q(rd, max), "rx_med": q(rx, np.median),
                     "rx_max": q(rx, max), "files_read": q(_vals(ags, "files_read"), np.median),
                     "xb_med": q(_vals(ags, "exchange_bytes"), np.median),
-                    "cpu_move": q([a["cpu_end"] - a["cpu_ready"] for a in ags
-                                   if _f(a, "cpu_end") is not None and _f(a, "cpu_ready") is not None], np.median),
+                    "cpu_move": q([c for c in map(_cpu_after_ready, ags) if c is not None], np.median),
                     "cpu_sum": sum(_vals(ags, "cpu_ready")) if len(_vals(ags, "cpu_ready")) == len(ags) else None})
     return out
 
@@ -433,8 +436,8 @@ def fit(results, max_n=FIT_MAX_N):
                             [_group(r) for r in ok])
     # The last agent to arrive also waits for every agent's N Gets (N² of them on the C cores):
     # its exchange bounds what a Get costs here, tightest at the largest N.
-    bounds = [float(np.median([r["ex_min"] for r in ok if _group(r) == g])) * cores / g[0] ** 2
-              for g in {_group(r) for r in ok} if g[0] > 1]
+    keys, mins = _medians([r["ex_min"] for r in ok], [_group(r) for r in ok]) if ok else ([], [])
+    bounds = [float(v) * cores / g[0] ** 2 for g, v in zip(keys, mins) if g[0] > 1]
     m["get_bound"] = min(bounds) if bounds else GET_PROBE["get_s"]
     shares = [(r, waited_share(r, m["replicas"])) for r in runs if r["kind"] == "read"]
     m["waited"] = _stat([w for _, w in shares if w is not None], np.median)
@@ -443,10 +446,9 @@ def fit(results, max_n=FIT_MAX_N):
         ok = [(r, w) for r, w in shares if r[stat] is not None]
         m[key] = fit_linear(READ_TERMS, [_read_row(m, r["ds"], r["n"], w) for r, w in ok], [r[stat] for r, _ in ok],
                             [_group(r) for r, _ in ok])
-    ok = [(r, a) for r in runs if r["kind"] == "read" for a in r["agents"]
-          if _f(a, "cpu_end") is not None and _f(a, "cpu_ready") is not None]
+    ok = [(r, a) for r in runs if r["kind"] == "read" for a in r["agents"] if _cpu_after_ready(a) is not None]
     m["move"] = fit_linear(MOVE_TERMS, [_move_row(m, r["ds"], r["n"], a) for r, a in ok],
-                           [a["cpu_end"] - a["cpu_ready"] for _, a in ok], [_group(r) for r, _ in ok], per_group=False)
+                           [_cpu_after_ready(a) for _, a in ok], [_group(r) for r, _ in ok], per_group=False)
     ok = [(r, row, a["net_rx_bytes"]) for r in runs for row, a in zip(_rx_rows(m, r), r["agents"])
           if _f(a, "net_rx_bytes")]
     m["rx"] = fit_linear(RX_TERMS, [row for _, row, _ in ok], [y for _, _, y in ok], [_group(r) for r, _, _ in ok],
@@ -570,10 +572,11 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
       slurm    = j0 + j_node·C_test             (Slurm's per-node work, now on each node's own cores)
       stage    = max(D·r/pfs_bw, (D·r/N)/min(net_bw, nvme_bw), (c_file·F·r/N + c_byte·D·r/N)/threads),
                  threads = min(cores, shards per node)
-      exchange = fence(ring for the default) + arrival spread (w0 + s·launch window of the runs' dataset
-                 at N = C_test: one agent per core) + gets, gets = N·get + round + B·byte: the node's own N Gets of its
-                 peers' values from its PMIx server, each at most what the runs bound (get_bound), and
-                 the bytes of the whole blob B that they take (GET_PROBE; the runs' blobs are too small)
+      exchange = fence(ring for the default) + arrival spread (w0 + s·launch window of the runs'
+                 dataset at N = C_test: one agent per core) + gets, gets = N·get + round + B·byte:
+                 the node's own N Gets of its peers' values from its PMIx server, each at most what
+                 the runs bound (get_bound), and the bytes of the whole blob B that they take
+                 (GET_PROBE; the runs' blobs are too small)
       table    = c0 + c_entry·E + c_peer·N      (one core)
       J1       = slurm + max(stage, spread_max + fence + table) + second fence (N·64 B)
       peers    = min(N-1, S·(N-r)/N)              (holders a node fetches from)
@@ -590,10 +593,10 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
         r = min(ref["replicas"], n)
         fences = {alg: ref_fence(m, ref, ds, n, alg) for alg in ("ring", "tree")}
         fence = fences[FENCE_ALGORITHM["default"]]
-        # One agent per node: the arrival spread of C_test agents, and the bytes its Gets take.
+        # The node's N Gets and the bytes they take; the agents' arrival spread as the runs show it
+        # with one agent per core (C_test nodes): on a cluster nodes launch and stage side by side,
+        # and stage-in is J1's own term below.
         gets = m["get_bound"] * n + GET_PROBE["round_s"] + GET_PROBE["byte_s"] * blob_bytes(m, ds, n)
-        # The agents' arrival spread as the runs show it with one agent per core (C_test nodes):
-        # on a cluster nodes launch and stage side by side, and stage-in is J1's own term below.
         spread_med, spread_max = (_lin(m[k], spread_row(m, m["dataset"], C)) + gets
                                   for k in ("spread_med", "spread_max"))
         threads = max(1, min(ref["cores"], math.ceil(S * r / n)))
