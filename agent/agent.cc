@@ -271,8 +271,8 @@ Status Agent::StageAndPublish(Status st) {
   if (st.ok() && !stop_requested_) {
     st = BuildTable();
     if (st.ok()) InitRoles();
-    // The image is planned from the table once its blob is written, and mounted before the
-    // table is published.
+    // The image's tree is written from the table once its blob is written, and the image
+    // mounted before the table is published.
     if (st.ok() && image_) st = StageImage(*shards);
   }
   if (shards.ok())  // in the table now

@@ -166,18 +166,17 @@ class Agent {
   Status Stage(const Shards* shards);
   // The kernel-native path (image_stage.cc): whether this agent may write its share as an EROFS
   // image and mount it (root only); then the blob written from the local shards while the
-  // table is built, and once it is, the image planned from the table and mounted read-only on
-  // the data root. When the mount fails in auto mode, the share is unpacked as files instead
-  // (eager), with a warning.
+  // table is built, and once it is, the image's tree written from the table, and the image
+  // planned from it and mounted read-only on the data root by root's side (image/mount.h). When the
+  // mount fails in auto mode, the share is unpacked as files instead (eager), with a warning.
   void ChooseImage();
   Status MakeDataDirs();  // every directory of the table under the data root
   Status StageImage(const Shards& shards);
   // The blob, started with the staging (StageAsync) while the table is built: each file's
   // extent follows from the shards' indexes alone (the blob's order is theirs, every file at a
-  // block boundary), so blob_offsets_ holds them by entry, shard after shard; PlanAndMountImage
-  // checks them against the plan's.
+  // block boundary, as ErofsImage::Plan lays it out), so it needs no table.
   Status WriteBlob(const Shards& shards);
-  Status PlanAndMountImage(const Shards& shards);
+  Status WriteTreeAndMount(const Shards& shards);
   // fn(shard, entry) for every regular file of the shards this node does not hold, shard by
   // shard in index order (the order in which a holder streams a shard).
   void ForEachRemoteFile(const std::function<void(uint32_t, uint32_t)>& fn) const;
@@ -188,13 +187,13 @@ class Agent {
   bool InLocalShard(const table::Entry& file) const {
     return file.aux < local_shard_.size() && local_shard_[file.aux];
   }
-  // The image's tree from the table; node_of_entry: each table entry's node (image::kNone: not
-  // in the image, a file of another node's shards unless with_remote).
-  Result<image::ErofsImage> PlanImage(const Shards& shards, bool with_remote,
-                                      std::vector<uint32_t>* node_of_entry,
-                                      std::vector<uint32_t>* blob_order);
+  // The image's tree from the table, into fd (image::WriteTree), once the blob is written;
+  // with_remote, each table entry's extent in the blob for the files of other nodes' shards
+  // (RemoteFiles::kNoExtent for the rest). blob_size: what the image's files take of it.
+  Status WriteImageTree(int fd, const Shards& shards, bool with_remote,
+                        std::vector<uint64_t>* remote_extent, uint64_t* blob_size);
   // Hands the remote files' extents of the mounted image, and its blob, to remote_.
-  void KeepRemoteFilesInImage(const image::ErofsImage& img, const std::vector<uint32_t>& node_of);
+  void KeepRemoteFilesInImage(std::vector<uint64_t> extent);
   Status MountImage(int tree, int blob);  // on the data root, read-only, then the warm walk
   void UnmountImage();
   // Looks up every name of the mounted image once, in the background on a low-priority thread,
@@ -255,9 +254,8 @@ class Agent {
   // (RemoteFiles::kNoExtent: none).
   UniqueFD image_blob_;
   // WriteBlob's: the blob (touched by nothing else until StageWait has returned, so that a stop
-  // while it writes closes nothing under it), its extents by shard and entry, its block size.
+  // while it writes closes nothing under it), and its block size.
   UniqueFD blob_fd_;
-  std::vector<uint64_t> blob_offsets_;
   unsigned blob_block_bits_ = 9;
   std::vector<uint64_t> image_extent_;
   std::string data_root_;  // <local_dir>/data: staged files

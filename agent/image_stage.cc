@@ -71,13 +71,6 @@ UniqueFD HandOffUnmountCleanup(const std::string& dir) {
   return UniqueFD(p[1]);
 }
 
-// The image node of the table's entry for `path` (image::kNone: none).
-uint32_t NodeOfPath(const table::TableView& view, const std::vector<uint32_t>& node_of,
-                    const std::string& path) {
-  const table::Entry* e = view.Lookup(path);
-  return e ? node_of[view.IndexOf(*e)] : image::kNone;
-}
-
 }  // namespace
 
 void Agent::ChooseImage() {
@@ -105,7 +98,7 @@ Status Agent::StageImage(const Shards& shards) {
   Status st = StageWait();  // the blob (WriteBlob), which set stage_seconds_
   const double blob_seconds = stage_seconds_;
   const auto t0 = std::chrono::steady_clock::now();
-  if (st.ok()) st = PlanAndMountImage(shards);
+  if (st.ok()) st = WriteTreeAndMount(shards);
   if (!st.ok() && !stop_requested_ && st.code() != Status::Code::kNoSpace) {
     // The kernel refused the image (no EROFS, no file-backed mounts before 6.12, a security
     // module): the files, as without it.
@@ -148,80 +141,103 @@ bool Agent::ImageTakesRemoteFiles() const {
   return false;
 }
 
-Result<image::ErofsImage> Agent::PlanImage(const Shards& shards, bool with_remote,
-                                           std::vector<uint32_t>* node_of_entry,
-                                           std::vector<uint32_t>* blob_order) {
+Status Agent::WriteImageTree(int fd, const Shards& shards, bool with_remote,
+                             std::vector<uint64_t>* remote_extent, uint64_t* blob_size) {
   // The image's tree: every directory and symlink of the table, this node's files and their
-  // other names, and with_remote every other file too. Names point into the table, which
-  // outlives the image.
+  // other names, and with_remote every other file too, in the table's order. Root plans the
+  // image from it (image/mount.h); the agent plans nothing itself.
   const uint32_t n = view_.size();
-  std::vector<uint32_t>& node_of = *node_of_entry;
-  node_of.assign(n, image::kNone);
+  std::vector<uint32_t> node_of(n, image::kNone);
   uint32_t count = 0;
   for (uint32_t i = 0; i < n; i++) {
     const table::Entry& t = view_.Target(view_.at(i));
     if (!with_remote && table::IsReg(t) && !InLocalShard(t)) continue;
     node_of[i] = count++;
   }
-  std::vector<image::Node> nodes(count);
-  for (uint32_t i = 0; i < n; i++) {
-    if (node_of[i] == image::kNone) continue;
-    const table::Entry& e = view_.at(i);
-    image::Node& x = nodes[node_of[i]];
-    x.parent = node_of[e.parent];
-    x.name = i == 0 ? std::string_view() : view_.Name(e);
-    x.mode = e.mode;
-    x.mtime_ns = e.mtime_ns;
-    if (e.flags & table::kHardLink) {
-      x.link = node_of[e.aux];
-      x.mode = S_IFREG | (view_.Target(e).mode & 07777);
-    } else if (table::IsLink(e)) {
-      x.target = view_.LinkTarget(e);
-    } else if (table::IsReg(e)) {
-      x.size = e.size;
+  // The blob's order: this node's files as WriteBlob wrote them, shard by shard, each in its
+  // index's order (shard s's entry i is table entry index_.TableEntry(s, i)); then the other
+  // shards' files, each in the order in which a holder streams it. Each takes BlobExtent of its
+  // size, as ErofsImage::Plan lays them out, so the plan has every file where the blob has it.
+  std::vector<uint32_t> order;
+  uint64_t next = 0, blocks9 = 0;
+  auto place = [&](uint32_t te, uint64_t size) {
+    order.push_back(node_of[te]);
+    const uint64_t at = next;
+    next += image::BlobExtent(size, blob_block_bits_);
+    blocks9 += image::BlobExtent(size, 9) >> 9;
+    return at;
+  };
+  for (const auto& sh : shards) {
+    const uint32_t s = sh->header.shard_id;
+    for (uint32_t i = 0; i < sh->entries.size(); i++) {
+      const format::IndexEntry& e = sh->entries[i];
+      if (e.type != format::EntryType::kFile) continue;
+      const table::Entry* t = i < index_.count(s) ? &index_.Meta(s, i) : nullptr;
+      if (!t || !table::IsReg(*t) || (t->flags & table::kHardLink) || t->size != e.size ||
+          index_.Path(s, i) != e.path)
+        return Status::Corruption("image: " + e.path + " is not in the table as the blob has it");
+      place(index_.TableEntry(s, i), e.size);
     }
   }
-  // The blob in the scan's order: shard by shard, each in its index's order; then the other
-  // shards, each in the order in which a holder streams it.
-  std::vector<uint32_t>& order = *blob_order;
-  order.clear();
-  auto node_of_path = [&](const std::string& path) { return NodeOfPath(view_, node_of, path); };
-  for (const auto& sh : shards)
-    for (const auto& e : sh->entries)
-      if (e.type == format::EntryType::kFile) order.push_back(node_of_path(e.path));
-  if (with_remote)
-    ForEachRemoteFile(
-        [&](uint32_t s, uint32_t i) { order.push_back(node_of[index_.TableEntry(s, i)]); });
-  image::Options io;
-  io.uid = view_.header().uid;
-  io.gid = view_.header().gid;
-  return image::ErofsImage::Plan(std::move(nodes), io, order);  // as root's MountTree will
+  remote_extent->clear();
+  if (with_remote) {
+    remote_extent->assign(n, RemoteFiles::kNoExtent);
+    ForEachRemoteFile([&](uint32_t s, uint32_t i) {
+      const uint32_t te = index_.TableEntry(s, i);
+      (*remote_extent)[te] = place(te, index_.Size(s, i));
+    });
+  }
+  if (image::BlockBitsFor(blocks9) != blob_block_bits_)
+    return Status::Unsupported("image: the tree's block size differs from the blob's");
+  *blob_size = next;
+  auto nodes = [&](const std::function<Status(const image::Node&)>& emit) {
+    for (uint32_t i = 0; i < n; i++) {
+      if (node_of[i] == image::kNone) continue;
+      const table::Entry& e = view_.at(i);
+      image::Node x;
+      x.parent = node_of[e.parent];
+      x.name = i == 0 ? std::string_view() : view_.Name(e);
+      x.mode = e.mode;
+      x.mtime_ns = e.mtime_ns;
+      if (e.flags & table::kHardLink) {
+        x.link = node_of[e.aux];
+        x.mode = S_IFREG | (view_.Target(e).mode & 07777);
+      } else if (table::IsLink(e)) {
+        x.target = view_.LinkTarget(e);
+      } else if (table::IsReg(e)) {
+        x.size = e.size;
+      }
+      FS_RETURN_IF_ERROR(emit(x));
+    }
+    return Status::OK();
+  };
+  return image::WriteTree(fd, nodes, order, next);
 }
 
 Status Agent::WriteBlob(const Shards& shards) {
   TestPause("staging");
   const auto t0 = std::chrono::steady_clock::now();
   // 512-byte blocks unless the dataset's files could take 2^32 of them, as ErofsImage::Plan
-  // chooses for the tree (checked there).
-  blob_block_bits_ = (manifest_.raw_bytes / 512 + manifest_.files) < image::kNone ? 9 : 12;
+  // chooses for the tree (WriteImageTree checks that it will).
+  blob_block_bits_ = image::BlockBitsFor(manifest_.raw_bytes / 512 + manifest_.files);
   const uint64_t block = uint64_t{1} << blob_block_bits_;
-  // Each file's extent, in the order ErofsImage::Plan lays out the blob: the scan's.
+  // Each file's extent, in the order ErofsImage::Plan lays out the blob (WriteImageTree): the
+  // scan's, each file at the next block boundary.
   std::vector<std::pair<const format::IndexEntry*, size_t>> first;  // by address: where a
-  blob_offsets_.clear();                                            // shard's entries begin
+  std::vector<uint64_t> offsets;                                    // shard's entries begin
   uint64_t next = 0;
   for (const auto& sh : shards) {
-    first.emplace_back(sh->entries.data(), blob_offsets_.size());
+    first.emplace_back(sh->entries.data(), offsets.size());
     for (const auto& e : sh->entries) {
-      const bool extent = e.type == format::EntryType::kFile && e.size > 0;
-      blob_offsets_.push_back(extent ? next : image::kNone);
-      if (extent) next += (e.size + block - 1) / block * block;
+      offsets.push_back(next);
+      if (e.type == format::EntryType::kFile) next += image::BlobExtent(e.size, blob_block_bits_);
     }
   }
   std::sort(first.begin(), first.end());
   auto offset_of = [&](const format::IndexEntry& e) {
     auto it = std::upper_bound(first.begin(), first.end(),
                                std::make_pair(&e, std::numeric_limits<size_t>::max()));
-    return blob_offsets_[(it - 1)->second + static_cast<size_t>(&e - (it - 1)->first)];
+    return offsets[(it - 1)->second + static_cast<size_t>(&e - (it - 1)->first)];
   };
 
   const std::string dir = cfg_.local_dir + kImageDir;
@@ -264,53 +280,32 @@ Status Agent::WriteBlob(const Shards& shards) {
   return Status::OK();
 }
 
-Status Agent::PlanAndMountImage(const Shards& shards) {
-  std::vector<uint32_t> node_of, order;
+Status Agent::WriteTreeAndMount(const Shards& shards) {
   const bool with_remote = ImageTakesRemoteFiles();
-  auto img = PlanImage(shards, with_remote, &node_of, &order);
-  if (!img.ok()) return img.status();
-  // The blob was written before the plan: its extents must be the plan's. The order begins
-  // with this node's files, one for each file entry, as blob_offsets_ has them.
-  if (img->BlockSize() != (1u << blob_block_bits_))
-    return Status::Unsupported("image: the plan's block size differs from the blob's");
-  size_t i = 0, k = 0;
-  for (const auto& sh : shards)
-    for (const auto& e : sh->entries) {
-      if (e.type == format::EntryType::kFile &&
-          (k >= order.size() || order[k] >= img->nodes().size() ||
-           img->BlobOffset(order[k++]) != blob_offsets_[i]))
-        return Status::Corruption("image: " + e.path +
-                                  " is not in the table, or not where the blob has it");
-      i++;
-    }
-  std::vector<uint64_t>().swap(blob_offsets_);
   const std::string dir = cfg_.local_dir + kImageDir;
-  if (::ftruncate(blob_fd_.get(), static_cast<off_t>(img->blob_size())) != 0)
-    return Status::FromErrno("image: size " + dir + "/" + image::kBlobName, errno);
   const auto t0 = std::chrono::steady_clock::now();
   auto tree = CreateIn(dir, image::kTreeName);
   if (!tree.ok()) return tree.status();
-  FS_RETURN_IF_ERROR(image::WriteTree(tree->get(), img->nodes(), order, img->blob_size()));
+  std::vector<uint64_t> remote_extent;
+  uint64_t blob_size = 0;
+  FS_RETURN_IF_ERROR(WriteImageTree(tree->get(), shards, with_remote, &remote_extent, &blob_size));
+  if (::ftruncate(blob_fd_.get(), static_cast<off_t>(blob_size)) != 0)
+    return Status::FromErrno("image: size " + dir + "/" + image::kBlobName, errno);
   FS_RETURN_IF_ERROR(MountImage(tree->get(), blob_fd_.get()));
-  LOG_INFO("image: %s of metadata and %s of data%s, mounted on %s (tree to mount: %.2f s)",
-           HumanBytes(img->meta_size()).c_str(), HumanBytes(img->blob_size()).c_str(),
+  LOG_INFO("image: %s of data%s, mounted on %s (tree to mount: %.2f s)",
+           HumanBytes(blob_size).c_str(),
            with_remote ? " (other nodes' files to be fetched into it)" : "", data_root_.c_str(),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (with_remote) {
     image_blob_ = std::move(blob_fd_);
-    KeepRemoteFilesInImage(*img, node_of);
+    KeepRemoteFilesInImage(std::move(remote_extent));
   }
   blob_fd_.Reset();
   return Status::OK();
 }
 
-void Agent::KeepRemoteFilesInImage(const image::ErofsImage& img,
-                                   const std::vector<uint32_t>& node_of) {
-  image_extent_.assign(view_.size(), RemoteFiles::kNoExtent);
-  ForEachRemoteFile([&](uint32_t s, uint32_t i) {
-    const uint32_t te = index_.TableEntry(s, i);
-    image_extent_[te] = img.BlobOffset(node_of[te]);
-  });
+void Agent::KeepRemoteFilesInImage(std::vector<uint64_t> extent) {
+  image_extent_ = std::move(extent);
   RemoteFiles::ImageExtents x;
   x.blob = image_blob_.get();
   x.extent = [this](uint32_t s, uint32_t i) { return image_extent_[index_.TableEntry(s, i)]; };
@@ -333,7 +328,7 @@ Status Agent::MountImage(int tree, int blob) {
     FS_RETURN_IF_ERROR(image::AskMount(cfg_.mount_service, tree, blob).Prefixed(data_root_));
   } else {
     // Root's side of the split (image/mount.h) here, as the service does it for an agent of
-    // the job user's: the metadata planned again from the tree file, written by the mounter.
+    // the job user's: the image planned from the tree file, its metadata written by the mounter.
     image::MountRequest req;
     req.tree_fd = tree;
     req.blob_fd = blob;

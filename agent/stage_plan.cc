@@ -90,16 +90,23 @@ Status Agent::DigestShards(const Shards& shards, Share* share) {
   format::FrameDecoder dec(&dict_);
   for (const auto& sh : shards) {
     exchange::Links& links = own_links_[sh->header.shard_id];
-    Status st = format::ForEachIndexEntry(
-        sh->index_stored, sh->footer, [&](const format::IndexEntry& e) -> Status {
-          share->entries++;
-          if (e.type == EntryType::kFile) share->files++, share->bytes += e.size;
-          if (e.type != EntryType::kSymlink && e.type != EntryType::kHardLink) return Status::OK();
-          std::string target;
-          FS_RETURN_IF_ERROR(format::ReadEntry(*sh, e, &dec, &target));
-          links.emplace_back(e.path, std::move(target));
-          return Status::OK();
-        });
+    auto digest = [&](const format::IndexEntry& e) -> Status {
+      share->entries++;
+      if (e.type == EntryType::kFile) share->files++, share->bytes += e.size;
+      if (e.type != EntryType::kSymlink && e.type != EntryType::kHardLink) return Status::OK();
+      std::string target;
+      FS_RETURN_IF_ERROR(format::ReadEntry(*sh, e, &dec, &target));
+      links.emplace_back(e.path, std::move(target));
+      return Status::OK();
+    };
+    // The entries when OpenShards parsed them (eager), else the index decoded once more.
+    Status st;
+    if (sh->entries.size() == sh->footer.entry_count) {
+      for (const auto& e : sh->entries)
+        if (st = digest(e); !st.ok()) break;
+    } else {
+      st = format::ForEachIndexEntry(sh->index_stored, sh->footer, digest);
+    }
     if (!st.ok()) return st.Prefixed(sh->path);
   }
   return Status::OK();

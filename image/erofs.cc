@@ -108,7 +108,7 @@ Result<ErofsImage> ErofsImage::Plan(std::vector<Node> nodes, const Options& opts
 
 // The block size (512 B unless the files take 2^32 of them), and whether the files fit it.
 Status ErofsImage::ChooseBlockSize(uint64_t blocks9) {
-  block_bits_ = opts_.block_bits ? opts_.block_bits : (blocks9 < kNone ? 9 : 12);
+  block_bits_ = opts_.block_bits ? opts_.block_bits : BlockBitsFor(blocks9);
   if (block_bits_ != 9 && block_bits_ != 12)
     return Status::InvalidArgument("block size must be 512 B or 4 KiB");
   uint64_t blocks = 0;
@@ -136,30 +136,30 @@ Status ErofsImage::Check() {
   uint64_t blocks9 = 0;
   for (uint32_t i = 1; i < n; i++) {
     const Node& x = nodes_[i];
-    const std::string what = "name " + std::to_string(i);
+    auto bad = [i](const char* why) {
+      return Status::InvalidArgument("name " + std::to_string(i) + ": " + why);
+    };
     if (x.parent >= n || x.parent == i || !S_ISDIR(nodes_[x.parent].mode) ||
         nodes_[x.parent].link != kNone)
-      return Status::InvalidArgument(what + ": its parent is not a directory");
+      return bad("its parent is not a directory");
     if (x.name.empty() || x.name.size() > kNameMax || x.name == "." || x.name == ".." ||
         x.name.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos)
-      return Status::InvalidArgument(what + ": not a valid file name");
+      return bad("not a valid file name");
     if (x.link != kNone) {
       if (x.link >= n || !IsRegular(nodes_[x.link]) || !S_ISREG(x.mode))
-        return Status::InvalidArgument(what +
-                                       ": a hard link to something other than a regular file");
+        return bad("a hard link to something other than a regular file");
       names_[x.link]++;
     } else if (S_ISLNK(x.mode)) {
       if (x.target.empty() || x.target.size() > kTargetMax ||
           x.target.find('\0') != std::string_view::npos)
-        return Status::InvalidArgument(what + ": not a valid symlink target");
+        return bad("not a valid symlink target");
     } else if (S_ISREG(x.mode)) {
-      if (x.size > (uint64_t{1} << (12 + kMaxChunkBits)))
-        return Status::InvalidArgument(what + ": too large");
+      if (x.size > (uint64_t{1} << (12 + kMaxChunkBits))) return bad("too large");
       blocks9 = SatAdd(blocks9, Blocks(x.size, 9));
     } else if (S_ISDIR(x.mode)) {
       subdirs_[x.parent]++;
     } else {
-      return Status::InvalidArgument(what + ": neither a directory, a regular file nor a symlink");
+      return bad("neither a directory, a regular file nor a symlink");
     }
     count[x.parent + 1]++;
   }
@@ -172,7 +172,8 @@ Status ErofsImage::Check() {
   for (uint32_t d = 0; d < n; d++) {
     auto first = children_.begin() + child_start_[d],
          last = children_.begin() + child_start_[d + 1];
-    std::sort(first, last, [&](uint32_t a, uint32_t b) { return nodes_[a].name < nodes_[b].name; });
+    auto by_name = [&](uint32_t a, uint32_t b) { return nodes_[a].name < nodes_[b].name; };
+    if (!std::is_sorted(first, last, by_name)) std::sort(first, last, by_name);
     for (auto it = first; it != last && it + 1 != last; ++it)
       if (nodes_[*it].name == nodes_[*(it + 1)].name)
         return Status::InvalidArgument("\"" + std::string(nodes_[*it].name) +
@@ -197,11 +198,12 @@ Status ErofsImage::Check() {
 std::vector<std::pair<std::string_view, uint32_t>> ErofsImage::Entries(uint32_t dir) const {
   std::vector<std::pair<std::string_view, uint32_t>> ents;
   ents.reserve(child_start_[dir + 1] - child_start_[dir] + 2);
-  ents.emplace_back(".", dir);
-  ents.emplace_back("..", nodes_[dir].parent);
   for (uint32_t k = child_start_[dir]; k < child_start_[dir + 1]; k++)
-    ents.emplace_back(nodes_[children_[k]].name, children_[k]);
-  std::sort(ents.begin(), ents.end());  // "." and ".." go where their bytes sort
+    ents.emplace_back(nodes_[children_[k]].name, children_[k]);  // sorted by Check
+  // "." and ".." where their bytes sort (no other name is either).
+  for (const auto& dot : {std::make_pair(std::string_view("."), dir),
+                          std::make_pair(std::string_view(".."), nodes_[dir].parent)})
+    ents.insert(std::lower_bound(ents.begin(), ents.end(), dot), dot);
   return ents;
 }
 
@@ -232,7 +234,7 @@ void ErofsImage::Layout(const std::vector<uint32_t>& blob_order) {
     if (i >= nodes_.size() || !IsRegular(nodes_[i]) || nodes_[i].size == 0 || blob_off_[i] != kNone)
       return;
     blob_off_[i] = blob_blocks_ << block_bits_;
-    blob_blocks_ += Blocks(nodes_[i].size, block_bits_);
+    blob_blocks_ += BlobExtent(nodes_[i].size, block_bits_) >> block_bits_;
   };
   for (uint32_t i : blob_order) place(i);
   for (uint32_t i = 0; i < nodes_.size(); i++) place(i);

@@ -31,6 +31,16 @@ namespace fanstore::image {
 
 inline constexpr uint32_t kNone = 0xffffffffu;
 
+// What a regular file of `size` bytes takes in the blob: whole blocks of 2^block_bits. Plan lays
+// the files out one after another in blob order, each at the next block boundary; a writer of
+// the blob that follows the same order and this rule has every file where the plan has it.
+inline uint64_t BlobExtent(uint64_t size, unsigned block_bits) {
+  return ((size + (uint64_t{1} << block_bits) - 1) >> block_bits) << block_bits;
+}
+// The block size Plan chooses (Options::block_bits 0) for files that take `blocks9` blocks of
+// 512 B: 512 B unless the blocks' numbers would pass 32 bits.
+inline unsigned BlockBitsFor(uint64_t blocks9) { return blocks9 < kNone ? 9 : 12; }
+
 // One name in the tree. Node 0 is the root directory (parent 0, empty name).
 struct Node {
   uint32_t parent = 0;

@@ -80,8 +80,20 @@ Status RootsDirectory(int fd) {
 
 Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint32_t>& blob_order,
                  uint64_t blob_size) {
-  // Written a MiB at a time: the whole tree in memory would be tens of MB of fresh pages.
-  std::string out(kTreeMagic, sizeof kTreeMagic);
+  return WriteTree(
+      fd,
+      [&](const std::function<Status(const Node&)>& emit) {
+        for (const Node& n : nodes) FS_RETURN_IF_ERROR(emit(n));
+        return Status::OK();
+      },
+      blob_order, blob_size);
+}
+
+Status WriteTree(int fd, const NodeSource& nodes, const std::vector<uint32_t>& blob_order,
+                 uint64_t blob_size) {
+  // Written a MiB at a time: the whole tree in memory would be tens of MB of fresh pages. The
+  // header's counts are known once the records are out: it is written last, at offset 0.
+  std::string out(kHeaderBytes, '\0');
   out.reserve((1u << 20) + 2 * 0xffff);
   auto flush = [&](bool full) {
     if (!full && out.size() < (1u << 20)) return Status::OK();
@@ -89,15 +101,13 @@ Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint3
     out.clear();
     return st;
   };
-  uint64_t strings = 0;
-  for (const Node& n : nodes) strings += n.name.size() + n.target.size();
-  Put(&out, static_cast<uint32_t>(nodes.size()));
-  Put(&out, static_cast<uint32_t>(blob_order.size()));
-  Put(&out, strings);
-  Put(&out, blob_size);
-  for (const Node& n : nodes) {
+  uint64_t count = 0, strings = 0;
+  FS_RETURN_IF_ERROR(nodes([&](const Node& n) {
     if (n.name.size() > 0xffff || n.target.size() > 0xffff)
       return Status::InvalidArgument("image: a name or symlink target too long for the tree");
+    if (++count > kMaxTreeNodes)
+      return Status::InvalidArgument("image: more names than a tree may hold");
+    strings += n.name.size() + n.target.size();
     Put(&out, n.parent);
     Put(&out, n.mode);
     Put(&out, n.size);
@@ -105,18 +115,24 @@ Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint3
     Put(&out, n.link);
     Put(&out, static_cast<uint16_t>(n.name.size()));
     Put(&out, static_cast<uint16_t>(n.target.size()));
-    FS_RETURN_IF_ERROR(flush(false));
-  }
+    return flush(false);
+  }));
   for (uint32_t i : blob_order) {
     Put(&out, i);
     FS_RETURN_IF_ERROR(flush(false));
   }
-  for (const Node& n : nodes) {
+  FS_RETURN_IF_ERROR(nodes([&](const Node& n) {
     out.append(n.name);
     out.append(n.target);
-    FS_RETURN_IF_ERROR(flush(false));
-  }
-  return flush(true);
+    return flush(false);
+  }));
+  FS_RETURN_IF_ERROR(flush(true));
+  std::string header(kTreeMagic, sizeof kTreeMagic);
+  Put(&header, static_cast<uint32_t>(count));
+  Put(&header, static_cast<uint32_t>(blob_order.size()));
+  Put(&header, strings);
+  Put(&header, blob_size);
+  return PwriteFull(fd, header, 0, "image: the tree");
 }
 
 Result<Tree> ReadTree(int fd, uint64_t max_bytes) {

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "common/status.h"
 #include "image/erofs.h"
 
@@ -29,9 +31,15 @@ namespace fanstore::image {
 inline constexpr uint64_t kMaxTreeBytes = uint64_t{2} << 30;
 inline constexpr uint64_t kMaxTreeNodes = uint64_t{32} << 20;
 
-// The agent's side: the tree and blob order it planned (ErofsImage::Plan with the same
-// arguments), into fd (an empty regular file) from offset 0.
+// The agent's side: the tree and the blob's order (ErofsImage::Plan's arguments), into fd (an
+// empty regular file) from offset 0. blob_size: what the files take in the blob as Plan lays it
+// out (BlobExtent of each, in blob order); root refuses a tree whose plan differs.
 Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint32_t>& blob_order,
+                 uint64_t blob_size);
+// The same from a source that emits every node in order, called twice (the records, then the
+// names), so that no vector of nodes is built: it stops at the first error emit returns.
+using NodeSource = std::function<Status(const std::function<Status(const Node&)>& emit)>;
+Status WriteTree(int fd, const NodeSource& nodes, const std::vector<uint32_t>& blob_order,
                  uint64_t blob_size);
 
 // A tree file read back: the nodes' names and targets point into `bytes`, a private copy (the
