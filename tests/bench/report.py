@@ -498,6 +498,12 @@ def scale_markdown(res):
         for r in missed:
             text = analysis_for(analysis, r["id"])
             L += [f"#### {r['id']}", "", text if text else "No analysis recorded yet.", ""]
+    # A met row is one sample too: its runs, where analysis.md has them.
+    noted = [r for r in res.get("rows", []) if r not in missed and r["id"] in analysis]
+    if noted:
+        L += ["### Notes on the other scale figures", ""]
+        for r in noted:
+            L += [f"#### {r['id']}", "", analysis[r["id"]], ""]
     return "\n".join(L) + "\n"
 
 
