@@ -84,6 +84,11 @@ Tree Sample() {
   t.Add(0, std::string(255, 'n'), S_IFREG | 0644, 10);
   t.Add(0, "-dash", S_IFREG | 0644, 5);  // sorts before "."
   t.Add(0, "caf\xc3\xa9 space", S_IFREG | 0644, 7);
+  // Added in byte order (Plan keeps it), with names on either side of "." and ".." and a first
+  // byte above 0x7f: the kernel finds each by a binary search in that order.
+  const uint32_t sorted = t.Add(0, "sorted", S_IFDIR | 0755);
+  for (const char* name : {"-a", ".-b", "..c", "a", "\xc3\xa9t\xc3\xa9"})
+    t.Add(sorted, name, S_IFREG | 0644, 9);
   for (int i = 0; i < 300; i++)
     t.Add(big, "img_" + std::to_string(i) + ".jpg", S_IFREG | 0644, 40 + i);
   t.Add(big, "sub", S_IFDIR | 0700);

@@ -15,10 +15,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
-
-#include <functional>
 
 #include "common/status.h"
 #include "image/erofs.h"
@@ -33,7 +32,8 @@ inline constexpr uint64_t kMaxTreeNodes = uint64_t{32} << 20;
 
 // The agent's side: the tree and the blob's order (ErofsImage::Plan's arguments), into fd (an
 // empty regular file) from offset 0. blob_size: what the files take in the blob as Plan lays it
-// out (BlobExtent of each, in blob order); root refuses a tree whose plan differs.
+// out (BlobExtent of each, in blob order). Root refuses a tree whose files take another size;
+// that each file's bytes are at its extent rests on the blob's writer following the same rule.
 Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint32_t>& blob_order,
                  uint64_t blob_size);
 // The same from a source that emits every node in order, called twice (the records, then the
