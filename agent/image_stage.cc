@@ -131,8 +131,8 @@ bool Agent::ImageTakesRemoteFiles() const {
   // blocks of 512 bytes (of 4 KiB past 2 TiB: ErofsImage::Options::block_bits).
   uint64_t need = 0, need_4k = 0;
   ForEachRemoteFile([&](uint32_t s, uint32_t i) {
-    need += (index_.Size(s, i) + 511) / 512 * 512;
-    need_4k += (index_.Size(s, i) + 4095) / 4096 * 4096;
+    need += image::BlobExtent(index_.Size(s, i), 9);
+    need_4k += image::BlobExtent(index_.Size(s, i), 12);
   });
   if (need > (uint64_t{2} << 40)) need = need_4k;
   if (need <= CacheCapacity()) return true;
