@@ -246,7 +246,7 @@ Status Agent::WriteBlob(const Shards& shards) {
   if (!blob.ok()) return blob.status();
   blob_fd_ = std::move(blob).value();
   const int fd = blob_fd_.get();
-  image::BlobWriter out(fd, static_cast<uint32_t>(block));
+  image::BlobWriter out(fd, static_cast<uint32_t>(block), dir + "/" + image::kBlobName);
   format::DecoderPool decoders(&dict_);
   auto counted = [&](const format::IndexEntry& e) {
     staged_files_++;
@@ -263,7 +263,7 @@ Status Agent::WriteBlob(const Shards& shards) {
   auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
     uint64_t off = counted(e);
     return decode([&](std::string_view piece) {
-      Status st = PwriteFull(fd, piece, off, dir + "/" + image::kBlobName);
+      Status st = out.Write(off, piece);
       off += piece.size();
       return st;
     });
@@ -296,11 +296,11 @@ Status Agent::WriteTreeAndMount(const Shards& shards) {
            HumanBytes(blob_size).c_str(),
            with_remote ? " (other nodes' files to be fetched into it)" : "", data_root_.c_str(),
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (with_remote) {
-    image_blob_ = std::move(blob_fd_);
-    KeepRemoteFilesInImage(std::move(remote_extent));
-  }
-  blob_fd_.Reset();
+  // Kept open: the warm walk drops the blob's pages behind it, and other nodes' files are
+  // written into it as they arrive.
+  image_blob_ = std::move(blob_fd_);
+  if (with_remote) KeepRemoteFilesInImage(std::move(remote_extent));
+  StartImageWarmer();
   return Status::OK();
 }
 
@@ -346,46 +346,80 @@ Status Agent::MountImage(int tree, int blob) {
   image_mounted_ = true;
   data_root_fd_.Reset(::open(data_root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!data_root_fd_.valid()) return Status::FromErrno("open " + data_root_, errno);
-  StartImageWarmer();
   return Status::OK();
 }
 
 void Agent::StartImageWarmer() {
   image_warmer_stop_ = false;
-  // Also this node's files' first pages, up to a quarter of the memory available (each is then
-  // in memory twice: the blob's page and the image file's), so that a file's first read in
-  // the job finds its bytes copied from the blob already.
+  // Reading a file of the image copies its bytes from the blob's pages into the file's own, so
+  // that without more the node would hold its share twice in memory (beside the shards' pages
+  // that the staging read). The walk reads this node's files ahead in the blob's order, up to
+  // half the memory available, and drops the blob's pages behind it: then each file's first
+  // read in the job finds its bytes in memory once, as a file per file would.
   uint64_t budget = 0;
   if (auto info = ReadSmallFile("/proc/meminfo", 1 << 16); info.ok())
     if (const size_t at = info->find("MemAvailable:"); at != std::string::npos)
-      budget = std::strtoull(info->c_str() + at + 13, nullptr, 10) * 1024 / 4;
+      budget = std::strtoull(info->c_str() + at + 13, nullptr, 10) * 1024 / 2;
   try {
     image_warmer_ = std::thread([this, budget]() mutable {
       LowerThreadPriority();
       const int root = data_root_fd_.get();
-      struct stat st;
-      // The table's order: directories' children together, as the image lays them out.
+      const int blob = image_blob_.get();
       const auto t0 = std::chrono::steady_clock::now();
-      uint32_t i = 1;
-      uint64_t read = 0;
-      for (; i < view_.size() && !image_warmer_stop_.load(std::memory_order_relaxed); i++) {
-        const table::Entry& e = view_.at(i);
-        const std::string path(view_.Path(e));
-        // Never a file of another node's shards: its extent is written as it arrives.
-        if (table::IsReg(e) && !(e.flags & table::kHardLink) && e.size <= budget &&
-            InLocalShard(e)) {
-          UniqueFD fd(::openat(root, path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-          if (fd.valid() && ::readahead(fd.get(), 0, e.size) == 0) {
-            budget -= e.size;
-            read += e.size;
+      uint64_t read = 0, off = 0, mark = 0, dropped = 0;
+      auto drop = [&](uint64_t from, uint64_t to) {  // a hint: dirty pages stay
+        if (to > from)
+          (void)::posix_fadvise(blob, static_cast<off_t>(from), static_cast<off_t>(to - from),
+                                POSIX_FADV_DONTNEED);
+      };
+      auto stopped = [this] { return image_warmer_stop_.load(std::memory_order_relaxed); };
+      constexpr uint64_t kWindow = uint64_t{64} << 20, kChunk = uint64_t{128} << 10;
+      // The blob's order (WriteImageTree): this node's shards, each in its index's order. Never
+      // a file of another node's shards: its extent is written as it arrives.
+      bool full = false;
+      for (size_t k = 0; k < mine_.size() && !full && !stopped(); k++) {
+        const uint32_t s = mine_[k];
+        for (uint32_t i = 0; i < index_.count(s) && !stopped(); i++) {
+          if (!index_.IsFile(s, i)) continue;
+          const uint64_t size = index_.Size(s, i);
+          if (size > budget) {  // the rest of the blob stays as it is
+            full = true;
+            break;
           }
-        } else {
-          (void)::fstatat(root, path.c_str(), &st, AT_SYMLINK_NOFOLLOW);
+          UniqueFD fd(::openat(root, std::string(index_.Path(s, i)).c_str(),
+                               O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+          // readahead(2) reads at most the mount's readahead window (128 KiB) a call.
+          for (uint64_t at = 0; fd.valid() && at < size; at += kChunk)
+            if (::readahead(fd.get(), static_cast<off_t>(at), kChunk) != 0) break;
+          budget -= size;
+          read += size;
+          off += image::BlobExtent(size, blob_block_bits_);
+          if (off - mark >= kWindow) {  // one window behind: its reads are done
+            drop(dropped, mark);
+            dropped = mark;
+            mark = off;
+          }
         }
       }
-      LOG_INFO("image: looked up %u names and read %s ahead in %.1f s", i - 1,
-               HumanBytes(read).c_str(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      // Again, written back first, for the pages that were dirty the first time; a window at a
+      // time, so that the job's end never waits for more than one.
+      for (uint64_t at = 0; at < off && !stopped(); at += kWindow) {
+        const uint64_t len = std::min(kWindow, off - at);
+        (void)::sync_file_range(
+            blob, static_cast<off_t>(at), static_cast<off_t>(len),
+            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+        drop(at, at + len);
+      }
+      // Then every name the reads did not look up, in the table's order.
+      uint32_t i = 1;
+      struct stat st;
+      for (; i < view_.size() && !stopped(); i++) {
+        const table::Entry& e = view_.at(i);
+        if (full || !table::IsReg(e) || (e.flags & table::kHardLink) || !InLocalShard(e))
+          (void)::fstatat(root, std::string(view_.Path(e)).c_str(), &st, AT_SYMLINK_NOFOLLOW);
+      }
+      LOG_INFO("image: read %s ahead and looked up %u names in %.1f s", HumanBytes(read).c_str(),
+               i - 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     });
   } catch (const std::system_error&) {  // no thread to be had: the job's opens build them
   }

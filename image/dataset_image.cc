@@ -114,7 +114,7 @@ Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
   auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
     uint64_t off = img->BlobOffset(node_of.at(&e));
     return decode([&](std::string_view piece) {  // large pieces: written as they come
-      Status st = PwriteFull(blob->get(), piece, off, kBlobName);
+      Status st = out.Write(off, piece);
       off += piece.size();
       return st;
     });
@@ -148,8 +148,13 @@ Status BlobWriter::FlushAll() {
   return Status::OK();
 }
 
+Status BlobWriter::Write(uint64_t off, std::string_view bytes) {
+  std::lock_guard<std::mutex> l(write_mu_);
+  return PwriteFull(fd_, bytes, off, name_);
+}
+
 Status BlobWriter::Flush(Run* r) {
-  Status st = PwriteFull(fd_, r->bytes, r->start, kBlobName);
+  Status st = Write(r->start, r->bytes);
   r->start += r->bytes.size();
   r->bytes.clear();
   return st;

@@ -29,8 +29,10 @@ inline constexpr char kTreeName[] = "tree";  // the image as the agent describes
 // FlushAll once every Add has returned.
 class BlobWriter {
  public:
-  BlobWriter(int fd, uint32_t block) : fd_(fd), block_(block) {}
+  BlobWriter(int fd, uint32_t block, std::string name = kBlobName)
+      : fd_(fd), block_(block), name_(std::move(name)) {}
   Status Add(uint64_t off, std::string_view file_bytes);  // a whole file, at its extent
+  Status Write(uint64_t off, std::string_view bytes);     // now, as they are
   Status FlushAll();
 
  private:
@@ -41,7 +43,11 @@ class BlobWriter {
   Status Flush(Run* r);
   int fd_;
   uint32_t block_;
+  std::string name_;  // for errors
   std::mutex mu_;
+  // One write at a time: each holds the file's lock in the kernel, for which another thread's
+  // write would spin on a core rather than sleep.
+  std::mutex write_mu_;
   std::unordered_map<std::thread::id, Run> runs_;  // a node never moves: pointers stay valid
 };
 

@@ -68,6 +68,15 @@ check "every file reads the same through the library" grep -q SAME <<<"$out"
 # shellcheck disable=SC2016  # expanded by the command's shell
 out=$(run ds.fs -- sh -c 'cd "$FANSTORE_MOUNT" && find . -type f -print0 | sort -z | xargs -0 sha256sum' 2>&1)
 check "content hashes through the library match" diff <(hashes src) <(grep '  \./' <<<"$out")
+# The warm walk reads the node's files ahead and drops the blob's pages behind it: the share is
+# then in memory once, in the image's files.
+# shellcheck disable=SC2016  # expanded by the command's shell
+resident='res() { echo $(($(fincore -nb -o RES "$1"))); }; b=$(echo "$0"/fanstore-local.*/image/data.blob)
+for _ in $(seq 100); do [ "$(res "$b")" = 0 ] && break; sleep 0.2; done
+echo "blob $(res "$b") file $(res "$(echo "$0"/fanstore-local.*/data)/a/b/numbers.txt")"'
+out=$(run ds.fs -- sh -c "$resident" "$T/local" 2>&1)
+check "after the warm walk the blob has no page in memory and the files have theirs" \
+  grep -qx "blob 0 file $((($(stat -c %s src/a/b/numbers.txt) + 4095) / 4096 * 4096))" <<<"$out"
 check "no mount is left after the run" test "$(erofs_mounts)" = "$before"
 check "the local directory is emptied" test -z "$(ls -A local)"
 out=$(run --image no ds.fs -- sh -c "$probe" "$T/src" 2>&1)
