@@ -260,7 +260,7 @@ Status Agent::StageAndPublish(Status st) {
   // unpacks that shard: no entries beside the table.
   if (st.ok() && !lazy_) {
     for (auto& sh : *shards)
-      if (st.ok() && sh->entries.size() != sh->footer.entry_count) st = format::ReadIndex(sh.get());
+      if (st.ok() && !sh->parsed()) st = format::ReadIndex(sh.get());
     if (st.ok()) st = StageAsync(&*shards);  // with image_, the blob
   }
 

@@ -101,7 +101,7 @@ Status Agent::DigestShards(const Shards& shards, Share* share) {
     };
     // The entries when OpenShards parsed them (eager), else the index decoded once more.
     Status st;
-    if (sh->entries.size() == sh->footer.entry_count) {
+    if (sh->parsed()) {
       for (const auto& e : sh->entries)
         if (st = digest(e); !st.ok()) break;
     } else {

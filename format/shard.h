@@ -83,6 +83,7 @@ struct ShardFile {
   Footer footer;
   std::vector<IndexEntry> entries;
   std::string index_stored;  // the compressed index as read (published in the metadata exchange)
+  bool parsed() const { return entries.size() == footer.entry_count; }  // entries are the index
 };
 
 // Opens a shard and reads its header, footer and index (three preads). When dataset_id is
