@@ -194,11 +194,13 @@ class Agent {
                         std::vector<uint64_t>* remote_extent, uint64_t* blob_size);
   // Hands the remote files' extents of the mounted image, and its blob, to remote_.
   void KeepRemoteFilesInImage(std::vector<uint64_t> extent);
-  Status MountImage(int tree, int blob);  // on the data root, read-only, then the warm walk
+  Status MountImage(int tree, int blob);  // on the data root, read-only
   void UnmountImage();
-  // Looks up every name of the mounted image once, in the background on a low-priority thread,
-  // so that the kernel has built each inode and dentry before the job's first open of it (a
-  // first lookup on EROFS costs about 8 us of CPU; docs/design.md). Stopped by UnmountImage.
+  // The warm walk, in the background on a low-priority thread, once the image is mounted:
+  // reads this node's files whole in the blob's order, dropping the blob's pages behind it, then
+  // looks up every other name, so that the kernel has each inode, dentry and page before the
+  // job's first open (a first lookup on EROFS costs about 8 us of CPU; docs/design.md). Stopped
+  // by UnmountImage.
   void StartImageWarmer();
 
   // The metadata table (table_build.cc), from the exchange's stored indexes, which it frees.
@@ -250,7 +252,8 @@ class Agent {
   bool lazy_ = false;   // unpack the shard copies in the background once ready
   bool image_ = false;  // write the share as an EROFS image, mounted on the data root
   std::atomic<bool> image_mounted_{false};
-  // With the other nodes' files in the image: the blob, and each table entry's extent in it
+  // The mounted image's blob (the warm walk drops its pages; the other nodes' files, when the
+  // image takes them, are written into it), and each table entry's extent in it
   // (RemoteFiles::kNoExtent: none).
   UniqueFD image_blob_;
   // WriteBlob's: the blob (touched by nothing else until StageWait has returned, so that a stop

@@ -247,6 +247,7 @@ Status Agent::WriteBlob(const Shards& shards) {
   blob_fd_ = std::move(blob).value();
   const int fd = blob_fd_.get();
   image::BlobWriter out(fd, static_cast<uint32_t>(block), dir + "/" + image::kBlobName);
+  FS_RETURN_IF_ERROR(out.Map(next));
   format::DecoderPool decoders(&dict_);
   auto counted = [&](const format::IndexEntry& e) {
     staged_files_++;
@@ -350,6 +351,7 @@ Status Agent::MountImage(int tree, int blob) {
 }
 
 void Agent::StartImageWarmer() {
+  if (stop_requested_) return;  // the stop's cleanup may be closing the descriptors it reads
   image_warmer_stop_ = false;
   // Reading a file of the image copies its bytes from the blob's pages into the file's own, so
   // that without more the node would hold its share twice in memory (beside the shards' pages
@@ -389,7 +391,7 @@ void Agent::StartImageWarmer() {
           UniqueFD fd(::openat(root, std::string(index_.Path(s, i)).c_str(),
                                O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
           // readahead(2) reads at most the mount's readahead window (128 KiB) a call.
-          for (uint64_t at = 0; fd.valid() && at < size; at += kChunk)
+          for (uint64_t at = 0; fd.valid() && at < size && !stopped(); at += kChunk)
             if (::readahead(fd.get(), static_cast<off_t>(at), kChunk) != 0) break;
           budget -= size;
           read += size;
@@ -415,7 +417,8 @@ void Agent::StartImageWarmer() {
       struct stat st;
       for (; i < view_.size() && !stopped(); i++) {
         const table::Entry& e = view_.at(i);
-        if (full || !table::IsReg(e) || (e.flags & table::kHardLink) || !InLocalShard(e))
+        if (full || !table::IsReg(e) || (table::EntryFlagsOf(e) & table::kHardLink) ||
+            !InLocalShard(e))
           (void)::fstatat(root, std::string(view_.Path(e)).c_str(), &st, AT_SYMLINK_NOFOLLOW);
       }
       LOG_INFO("image: read %s ahead and looked up %u names in %.1f s", HumanBytes(read).c_str(),

@@ -31,6 +31,14 @@ class BlobWriter {
  public:
   BlobWriter(int fd, uint32_t block, std::string name = kBlobName)
       : fd_(fd), block_(block), name_(std::move(name)) {}
+  ~BlobWriter();
+  BlobWriter(const BlobWriter&) = delete;
+  BlobWriter& operator=(const BlobWriter&) = delete;
+  // Reserves the blob's first `size` bytes on the disk (fallocate: no space is a clear error
+  // now, not a write's later) and maps them, so that writes there are copies from every thread
+  // at once. Without it (or where the file system cannot reserve), writes take turns: the
+  // kernel holds a file's lock through each buffered write, and a second writer spins on a core.
+  Status Map(uint64_t size);
   Status Add(uint64_t off, std::string_view file_bytes);  // a whole file, at its extent
   Status Write(uint64_t off, std::string_view bytes);     // now, as they are
   Status FlushAll();
@@ -44,10 +52,10 @@ class BlobWriter {
   int fd_;
   uint32_t block_;
   std::string name_;  // for errors
+  char* map_ = nullptr;
+  uint64_t map_size_ = 0;
   std::mutex mu_;
-  // One write at a time: each holds the file's lock in the kernel, for which another thread's
-  // write would spin on a core rather than sleep.
-  std::mutex write_mu_;
+  std::mutex write_mu_;                            // the writes past the mapping, one at a time
   std::unordered_map<std::thread::id, Run> runs_;  // a node never moves: pointers stay valid
 };
 

@@ -2,14 +2,19 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "common/io.h"
 #include "common/testing/temp_dir.h"
 #include "pack/pack.h"
 
@@ -107,6 +112,69 @@ TEST_F(DatasetImage, TheKernelServesTheSourceTree) {
   ASSERT_EQ(::stat((mnt + "/class2/img5.jpg").c_str(), &b), 0);
   EXPECT_EQ(a.st_ino, b.st_ino);
   EXPECT_EQ(::umount2(mnt.c_str(), 0), 0) << std::strerror(errno);
+}
+
+// Writes through the mapping, from several threads at once, and past it through pwrite, land
+// at their offsets; the mapping's bytes are the file's.
+TEST(BlobWriter, MappedAndPastTheMapWritesLandAtTheirOffsets) {
+  test::TempDir dir("blob-writer");
+  UniqueFD fd(::open((dir.path() + "/blob").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+  ASSERT_TRUE(fd.valid());
+  constexpr uint64_t kMapped = 4 << 20, kBlock = 512;
+  std::string want(kMapped + 3 * kBlock, '\0');
+  {
+    BlobWriter out(fd.get(), kBlock);
+    ASSERT_TRUE(out.Map(kMapped).ok());
+    std::vector<std::thread> writers;
+    for (int t = 0; t < 4; t++)
+      writers.emplace_back([&, t] {
+        for (uint64_t off = t * kBlock; off < kMapped; off += 4 * kBlock) {
+          const std::string bytes(kBlock, static_cast<char>('a' + t));
+          EXPECT_TRUE(out.Write(off, bytes).ok());
+        }
+      });
+    for (auto& w : writers) w.join();
+    for (uint64_t off = 0; off < kMapped; off += kBlock)
+      want.replace(off, kBlock, kBlock, static_cast<char>('a' + (off / kBlock) % 4));
+    const std::string past(3 * kBlock - 7, 'z');  // past the mapping: written with pwrite
+    ASSERT_TRUE(out.Write(kMapped, past).ok());
+    want.replace(kMapped, past.size(), past);
+    want.resize(kMapped + past.size());
+  }
+  struct stat st;
+  ASSERT_EQ(::fstat(fd.get(), &st), 0);
+  ASSERT_EQ(static_cast<uint64_t>(st.st_size), want.size());
+  std::string got(want.size(), '\0');
+  ASSERT_EQ(::pread(fd.get(), got.data(), got.size(), 0), static_cast<ssize_t>(got.size()));
+  EXPECT_TRUE(got == want);
+}
+
+// A share larger than the disk's free space is refused when the writer maps it, by name, before
+// any write: never a SIGBUS from a write through the mapping.
+TEST(BlobWriter, NoRoomForTheMappingIsAClearError) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "mounting a small tmpfs needs root";
+  }
+  test::TempDir dir("blob-writer-full");
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {  // a mount namespace of its own: the tmpfs goes with the child
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) ||
+        ::mount("small", dir.path().c_str(), "tmpfs", 0, "size=1m") != 0)
+      ::_exit(2);
+    UniqueFD fd(::open((dir.path() + "/blob").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+    BlobWriter out(fd.get(), 512, "the blob");
+    Status st = out.Map(64 << 20);
+    ::_exit(st.code() == Status::Code::kNoSpace &&
+                    st.message().find("the blob") != std::string::npos
+                ? 0
+                : 1);
+  }
+  int ws = 0;
+  ASSERT_EQ(::waitpid(pid, &ws, 0), pid);
+  ASSERT_TRUE(WIFEXITED(ws));
+  EXPECT_EQ(WEXITSTATUS(ws), 0) << "2: no tmpfs could be mounted; 1: not a clear NoSpace";
 }
 
 }  // namespace

@@ -71,7 +71,8 @@ check "content hashes through the library match" diff <(hashes src) <(grep '  \.
 # The warm walk reads the node's files ahead and drops the blob's pages behind it: the share is
 # then in memory once, in the image's files.
 # shellcheck disable=SC2016  # expanded by the command's shell
-resident='res() { echo $(($(fincore -nb -o RES "$1"))); }; b=$(echo "$0"/fanstore-local.*/image/data.blob)
+resident='res() { r=$(fincore -nb -o RES "$1") || exit 1; echo $((r)); }
+b=$(echo "$0"/fanstore-local.*/image/data.blob); [ -f "$b" ] || exit 1
 for _ in $(seq 100); do [ "$(res "$b")" = 0 ] && break; sleep 0.2; done
 echo "blob $(res "$b") file $(res "$(echo "$0"/fanstore-local.*/data)/a/b/numbers.txt")"'
 out=$(run ds.fs -- sh -c "$resident" "$T/local" 2>&1)
