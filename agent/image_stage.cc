@@ -225,12 +225,14 @@ Status Agent::WriteBlob(const Shards& shards) {
   // scan's, each file at the next block boundary.
   std::vector<std::pair<const format::IndexEntry*, size_t>> first;  // by address: where a
   std::vector<uint64_t> offsets;                                    // shard's entries begin
-  uint64_t next = 0;
+  uint64_t next = 0, files = 0;
   for (const auto& sh : shards) {
     first.emplace_back(sh->entries.data(), offsets.size());
     for (const auto& e : sh->entries) {
       offsets.push_back(next);
-      if (e.type == format::EntryType::kFile) next += image::BlobExtent(e.size, blob_block_bits_);
+      if (e.type != format::EntryType::kFile) continue;
+      next += image::BlobExtent(e.size, blob_block_bits_);
+      files++;
     }
   }
   std::sort(first.begin(), first.end());
@@ -247,7 +249,7 @@ Status Agent::WriteBlob(const Shards& shards) {
   blob_fd_ = std::move(blob).value();
   const int fd = blob_fd_.get();
   image::BlobWriter out(fd, static_cast<uint32_t>(block), dir + "/" + image::kBlobName);
-  FS_RETURN_IF_ERROR(out.Map(next));
+  FS_RETURN_IF_ERROR(out.Map(next, files));
   format::DecoderPool decoders(&dict_);
   auto counted = [&](const format::IndexEntry& e) {
     staged_files_++;

@@ -107,7 +107,9 @@ Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
   auto blob = Create(dir->get(), kBlobName);
   if (!blob.ok()) return blob.status();
   BlobWriter out(blob->get(), img->BlockSize());
-  FS_RETURN_IF_ERROR(out.Map(img->blob_size()));
+  uint64_t files = 0;
+  for (const Node& n : tree->nodes) files += S_ISREG(n.mode) && n.link == kNone;
+  FS_RETURN_IF_ERROR(out.Map(img->blob_size(), files));
   format::DecoderPool decoders(&ds.dict());
   auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
     if (e.type != format::EntryType::kFile) return Status::OK();
@@ -156,8 +158,8 @@ BlobWriter::~BlobWriter() {
   if (map_) ::munmap(map_, map_size_);
 }
 
-Status BlobWriter::Map(uint64_t size) {
-  if (size == 0 || map_) return Status::OK();
+Status BlobWriter::Map(uint64_t size, uint64_t files) {
+  if (size == 0 || map_ || files == 0 || size / files < kMapMeanFileSize) return Status::OK();
   if (::fallocate(fd_, 0, 0, static_cast<off_t>(size)) != 0) {
     const int err = errno;
     if (err == ENOSPC || err == EDQUOT)

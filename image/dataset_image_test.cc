@@ -122,9 +122,16 @@ TEST(BlobWriter, MappedAndPastTheMapWritesLandAtTheirOffsets) {
   ASSERT_TRUE(fd.valid());
   constexpr uint64_t kMapped = 4 << 20, kBlock = 512;
   std::string want(kMapped + 3 * kBlock, '\0');
+  struct stat st;
+  {
+    BlobWriter small(fd.get(), kBlock);  // 512 bytes a file: neither reserved nor mapped
+    ASSERT_TRUE(small.Map(kMapped, kMapped / kBlock).ok());
+    ASSERT_EQ(::fstat(fd.get(), &st), 0);
+    EXPECT_EQ(st.st_size, 0);
+  }
   {
     BlobWriter out(fd.get(), kBlock);
-    ASSERT_TRUE(out.Map(kMapped).ok());
+    ASSERT_TRUE(out.Map(kMapped, 1).ok());
     std::vector<std::thread> writers;
     for (int t = 0; t < 4; t++)
       writers.emplace_back([&, t] {
@@ -141,7 +148,6 @@ TEST(BlobWriter, MappedAndPastTheMapWritesLandAtTheirOffsets) {
     want.replace(kMapped, past.size(), past);
     want.resize(kMapped + past.size());
   }
-  struct stat st;
   ASSERT_EQ(::fstat(fd.get(), &st), 0);
   ASSERT_EQ(static_cast<uint64_t>(st.st_size), want.size());
   std::string got(want.size(), '\0');
@@ -165,7 +171,7 @@ TEST(BlobWriter, NoRoomForTheMappingIsAClearError) {
       ::_exit(2);
     UniqueFD fd(::open((dir.path() + "/blob").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
     BlobWriter out(fd.get(), 512, "the blob");
-    Status st = out.Map(64 << 20);
+    Status st = out.Map(64 << 20, 1);
     ::_exit(st.code() == Status::Code::kNoSpace &&
                     st.message().find("the blob") != std::string::npos
                 ? 0
