@@ -152,13 +152,23 @@ std::string Agent::ExchangeMessage(const Shards& shards) {
   return exchange::Encode(boot_->size() > 1 && cfg_.peers ? peer_server_.Endpoint() : "", primary);
 }
 
+template <typename Round>
+auto Agent::InExchange(Round round) {
+  exchange_entered_ns_ =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  ScopeExit left([this] { exchange_entered_ns_ = 0; });
+  return round();
+}
+
 Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shards>& shards,
                               bool* fenced) {
   if (!st.ok()) stage_abort_ = true;
   auto t0 = Clock::now();
-  TestPause("exchange");
-  auto all = boot_->Exchange(st.ok() ? std::move(message) : exchange::EncodeHead(st), fenced,
-                             LargeExchange());
+  auto all = InExchange([&] {
+    TestPause("exchange");
+    return boot_->Exchange(st.ok() ? std::move(message) : exchange::EncodeHead(st), fenced,
+                           LargeExchange());
+  });
   exchange_seconds_ = Since(t0);
   FS_RETURN_IF_ERROR(st);
   if (!all.ok()) return all.status().Prefixed("metadata exchange");
@@ -174,7 +184,8 @@ Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shard
 }
 
 Status Agent::AgreeAllStaged(const Status& st) {
-  auto verdicts = boot_->Exchange(exchange::EncodeHead(st), nullptr, false);
+  auto verdicts =
+      InExchange([&] { return boot_->Exchange(exchange::EncodeHead(st), nullptr, false); });
   // The last use of PMIx. An agent that dies later must die as a finalized client: Slurm's
   // PMIx server kills the whole step, every other agent with it, when a client that did not
   // finalize goes away (its error handler, seen at 64 nodes; slurm_wide).

@@ -136,6 +136,9 @@ class Agent {
                          bool* fenced);
   // The second round: did every agent stage its share?
   Status AgreeAllStaged(const Status& st);
+  // Runs one round of the exchange, marked as such in status.json while it lasts.
+  template <typename Round>
+  auto InExchange(Round round);
   // The remote files and, in lazy mode, the unpacker, once the indexes are known.
   void InitRoles();
   Status PublishTable();
@@ -298,6 +301,9 @@ class Agent {
   std::atomic<uint64_t> stage_bytes_total_{0}, stage_files_total_{0};
   std::atomic<double> stage_seconds_{0};  // written by the staging thread, read by stats
   double exchange_seconds_ = 0;
+  // When the agent entered the exchange round it is in (steady clock, ns; 0: in none), for
+  // status.json: a fence that never completes then shows as such, not as staging.
+  std::atomic<int64_t> exchange_entered_ns_{0};
   std::atomic<double> cpu_ready_{0}, cpu_unpacked_{0};  // CpuSeconds() then (0: not yet)
   uint64_t exchange_bytes_ = 0;
   std::atomic<uint64_t> opens_local_{0}, open_errors_{0};

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "agent/peer_wire.h"
+#include "agent/testing.h"
 #include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
@@ -30,7 +31,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-bool MungeWorks() { return std::system("munge -n 2>/dev/null | unmunge >/dev/null 2>&1") == 0; }
+using testing::MungeWorks;
 
 // The file served for (shard, entry): its content is a pattern of its own, `entry * 1000` bytes.
 std::string Content(uint32_t shard, uint32_t entry) {
@@ -43,16 +44,7 @@ std::string Content(uint32_t shard, uint32_t entry) {
 class PeerTest : public ::testing::Test {
  protected:
   test::TempDir tmp_{"peer-test"};
-  static void SetUpTestSuite() {
-    // Root (CI) starts the node's munged the way tests/lib.sh does; others need it running.
-    if (!MungeWorks() && ::getuid() == 0)
-      (void)std::system(
-          "mkdir -p /run/munge /var/log/munge /var/lib/munge && chown munge:munge /run/munge "
-          "/var/log/munge "
-          "/var/lib/munge && runuser -u munge -- /usr/sbin/munged --force >/dev/null 2>&1; "
-          "for i in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && break; sleep "
-          "0.1; done");
-  }
+  static void SetUpTestSuite() { (void)testing::StartMunged(); }
   void SetUp() override {
     if (!MungeWorks()) GTEST_SKIP() << "munged is not running";
     dir_ = tmp_.path();

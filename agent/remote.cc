@@ -386,9 +386,12 @@ void RemoteFiles::PrefetchShard(uint32_t shard) {
           if (off + piece.size() < size) return true;
           if (!copy->Finish().ok()) return !(full = true);
           if (hash.Digest() != index.frame(shard, i).xxh3) return false;
-          if (extent != kNoExtent)
+          if (extent != kNoExtent) {
             image_.keep(shard, i);
-          else if (!cache_.Commit(&pending, /*want_fd=*/false).ok())
+            // An open waiting for this file has it now, not when the next file's first piece
+            // arrives (a peer that stalls mid-stream would hold it until then).
+            Release(key, &claim);
+          } else if (!cache_.Commit(&pending, /*want_fd=*/false).ok())
             return !(full = true);
           prefetched_files_++;
           prefetched_bytes_ += size;

@@ -12,10 +12,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,11 +26,13 @@
 #include "agent/testing.h"
 #include "common/io.h"
 #include "common/testing/threads.h"
+#include "common/thread_pool.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::agent {
 namespace {
 
+using namespace std::chrono_literals;
 using testing::Dataset;
 using testing::ReadFd;
 
@@ -51,9 +56,9 @@ class RemoteTest : public ::testing::Test {
       for (uint32_t i : ds_.Files(s)) out.push_back({s, i});
     return out;
   }
-  // Rank 0 of 2 (or `rank`), peers and prefetch off: the other rank's files come from the
-  // dataset directory.
-  void Init(uint64_t cache_capacity, uint32_t rank = 0) {
+  // Rank 0 of 2 (or `rank`), peers and prefetch off (unless `peers`): the other rank's files
+  // come from the dataset directory.
+  void Init(uint64_t cache_capacity, uint32_t rank = 0, bool peers = false) {
     RemoteFiles::Context ctx;
     ctx.index = &ds_.index();
     ctx.manifest = &ds_.manifest();
@@ -62,8 +67,8 @@ class RemoteTest : public ::testing::Test {
     ctx.size = 2;
     ctx.rank = rank;
     ctx.replicas = 1;
-    ctx.peers = false;
-    ctx.prefetch = false;
+    ctx.peers = peers;
+    ctx.prefetch = peers;
     remote_.Init(std::move(ctx), cache_dir_, cache_capacity);
   }
   const std::string& Expected(FileId f) const {
@@ -185,8 +190,8 @@ TEST_F(RemoteTest, ConcurrentOpensOfOneFileReadTheSourceOnce) {
 // "opening through the mount" reads the extent back into a memfd.
 class RemoteImageTest : public RemoteTest {
  protected:
-  void InitImage(int blob_flags = O_RDWR) {
-    Init(1 << 20);
+  void InitImage(int blob_flags = O_RDWR, bool peers = false) {
+    Init(1 << 20, 0, peers);
     blob_path_ = ds_.tmp() + "/blob";
     blob_.Reset(::open(blob_path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
     ASSERT_TRUE(blob_.valid());
@@ -208,6 +213,7 @@ class RemoteImageTest : public RemoteTest {
       return kept_.count(Key({s, i})) != 0;
     };
     x.keep = [this](uint32_t s, uint32_t i) {
+      if (on_keep_) on_keep_({s, i});
       std::lock_guard<std::mutex> l(mu_);
       kept_.insert(Key({s, i}));
     };
@@ -239,6 +245,7 @@ class RemoteImageTest : public RemoteTest {
   std::mutex mu_;
   std::set<uint64_t> kept_;
   std::atomic<int> opens_through_image_{0};
+  std::function<void(FileId)> on_keep_;  // called as a file is kept, before it is
 };
 
 TEST_F(RemoteImageTest, FetchedFilesGoToTheirExtentsNotTheCache) {
@@ -286,6 +293,71 @@ TEST_F(RemoteImageTest, UnwritableBlobServesFromMemory) {
 TEST_F(RemoteImageTest, ConcurrentOpensOfOneFileReadTheSourceOnce) {
   InitImage();
   ExpectOneReadForConcurrentOpens(remote_files_[3]);
+}
+
+// An open that waits for a file the prefetch stream is writing has it as soon as the file is
+// kept, not when the stream's next file begins: here the holder stalls before its next file.
+TEST_F(RemoteImageTest, AnOpenWaitingForAStreamedFileHasItOnceItIsKept) {
+  if (!testing::StartMunged()) GTEST_SKIP() << "munged is not running";
+  const uint32_t shard = remote_files_[0].shard;
+  const std::vector<uint32_t> files = ds_.Files(shard);
+  ASSERT_GE(files.size(), 2u);
+  const FileId first{shard, files[0]}, next{shard, files[1]};
+  std::promise<void> resume;
+  std::shared_future<void> resumed = resume.get_future().share();
+  ThreadPool pool(2);
+  PeerServer holder;
+  ASSERT_TRUE(holder
+                  .Start(
+                      "127.0.0.1", PeerIdentity{"job-r", 1},
+                      [&](uint32_t s, uint32_t e, int* fd, uint64_t* n) {
+                        if (s == next.shard && e == next.entry) resumed.wait_for(10s);
+                        const std::string& bytes = Expected({s, e});
+                        UniqueFD m(::memfd_create("served", MFD_CLOEXEC));
+                        if (!m.valid() || !PwriteFull(m.get(), bytes, 0, "memfd").ok()) return EIO;
+                        *fd = m.Release();
+                        *n = bytes.size();
+                        return 0;
+                      },
+                      [&](uint32_t s) { return s == shard ? files : std::vector<uint32_t>{}; },
+                      &pool)
+                  .ok());
+  bool resumed_once = false;
+  ScopeExit release([&] {  // before the holder's pool joins
+    if (!resumed_once) resume.set_value();
+  });
+  std::promise<std::future<std::string>> opener;  // set by the stream's thread: outlives it
+  InitImage(O_RDWR, /*peers=*/true);
+  ScopeExit stop([&] {  // the stream's thread must not outlive what on_keep_ refers to
+    remote_.Stop();
+    on_keep_ = nullptr;
+  });
+  remote_.peers().SetIdentity(PeerIdentity{"job-r", 0});
+  remote_.peers().SetEndpoints({"", holder.Endpoint()});
+  on_keep_ = [&](FileId f) {
+    if (f.shard != first.shard || f.entry != first.entry) return;
+    auto opened = std::async(std::launch::async, [&] { return OpenAndRead(first); });
+    std::this_thread::sleep_for(300ms);  // the open finds the stream's claim and waits on it
+    opener.set_value(std::move(opened));
+  };
+  remote_.MaybePrefetch(shard);
+  auto started = opener.get_future();
+  ASSERT_EQ(started.wait_for(10s), std::future_status::ready) << "the stream never kept the file";
+  std::future<std::string> opened = started.get();
+  // Within the client's I/O timeout (kIoTimeoutMs, 3 s), after which a stalled stream fails
+  // and gives its claim back anyway.
+  ASSERT_EQ(opened.wait_for(2s), std::future_status::ready)
+      << "the open waited for the holder's next file";
+  EXPECT_EQ(opened.get(), Expected(first));
+  EXPECT_TRUE(Kept(first));
+  EXPECT_FALSE(Kept(next));  // the holder still stalls before it
+  resume.set_value();
+  resumed_once = true;
+  for (int i = 0; i < 500 && remote_.counters().prefetched_shards == 0; i++)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(remote_.counters().prefetched_shards, 1u);  // the stream went on, it did not time out
+  EXPECT_EQ(remote_.counters().peer_errors, 0u);
+  EXPECT_TRUE(Kept(next));
 }
 
 // With a file that takes longer to read and decode than a time slice, concurrent readers are

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -24,6 +26,21 @@
 namespace fanstore::agent::testing {
 
 using format::testing::TempDir;
+
+// Whether the node's munged answers (the peer service's handshake needs it). Root (CI) starts it
+// first, the way tests/lib.sh does; others need it running.
+inline bool MungeWorks() {
+  return std::system("munge -n 2>/dev/null | unmunge >/dev/null 2>&1") == 0;
+}
+inline bool StartMunged() {
+  if (!MungeWorks() && ::getuid() == 0)
+    (void)std::system(
+        "mkdir -p /run/munge /var/log/munge /var/lib/munge && chown munge:munge /run/munge "
+        "/var/log/munge /var/lib/munge && runuser -u munge -- /usr/sbin/munged --force "
+        ">/dev/null 2>&1; for i in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 "
+        "&& break; sleep 0.1; done");
+  return MungeWorks();
+}
 
 // Distinct bytes per file (and per position), so that a wrong file or offset shows.
 inline std::string Content(int file, size_t size) {

@@ -73,6 +73,9 @@ Result<RunStatus> ParseStatus(const std::string& text) {
   st.image = copy != j.end() && copy->is_string() && copy->get_ref<const std::string&>() == "image";
   const auto whole = j.find("whole");
   st.whole = whole != j.end() && whole->is_boolean() && whole->get<bool>();
+  const auto waiting = j.find("exchange_waiting_seconds");
+  if (waiting != j.end() && waiting->is_number() && waiting->get<double>() >= 0)
+    st.exchange_waiting_s = waiting->get<double>();
   if (st.state == AgentState::kFailed && st.error.empty())
     st.error = "the agent failed without a message";
   return st;

@@ -43,6 +43,9 @@ struct RunStatus {
   bool alive = false;  // an agent held the directory's lock when the file was read
   bool image = false;  // "local_copy": "image": the node's share is a mounted EROFS image
   bool whole = false;  // "whole": the node holds every shard
+  // "exchange_waiting_seconds": how long the agent has been in a round of the metadata exchange
+  // (the PMIx fence with every other node's agent), as of its last write; -1 when in none.
+  double exchange_waiting_s = -1;
   // A live state with no agent behind it: the agent died (killed, crashed) without a word.
   bool Dead() const { return !alive && state != AgentState::kFailed; }
 };

@@ -108,6 +108,17 @@ TEST_F(RunDirTest, EveryStateTheAgentWrites) {
     EXPECT_EQ(ParseState(other), std::nullopt) << other;
 }
 
+TEST_F(RunDirTest, TheExchangeWaitIsReadWhenWellFormed) {
+  WriteStatus(R"({"exchange_waiting_seconds":95.5,"state":"staging"})");
+  EXPECT_DOUBLE_EQ(ReadStatus(dir_)->exchange_waiting_s, 95.5);
+  for (const char* other :
+       {R"({"state":"staging"})", R"({"exchange_waiting_seconds":-3,"state":"staging"})",
+        R"({"exchange_waiting_seconds":"95","state":"staging"})"}) {
+    WriteStatus(other);
+    EXPECT_EQ(ReadStatus(dir_)->exchange_waiting_s, -1) << other;
+  }
+}
+
 TEST_F(RunDirTest, TornOrForeignFilesAreCorrupt) {
   for (const char* bad : {"", "{", R"({"state":"rea)", "[]", "null", R"({"state":1})",
                           R"({"error":"x"})", "\x01\xff\xfe garbage", R"({"state":"dancing"})"}) {

@@ -58,6 +58,19 @@ Observation Observe(const WaitRequest& req) {
   return o;
 }
 
+// What a live agent that is not ready yet is doing, as its status.json says.
+std::string WhereItWaits(const WaitRequest& req, const Observation& o) {
+  if (!o.have_status) return "no status in " + req.run_dir;
+  if (o.status.exchange_waiting_s < 0) return "still staging";
+  // The fence completes only once every node's agent has reached it and Slurm's PMIx has carried
+  // every contribution around: one agent stuck or dead, or slurmstepd's PMIx failing between two
+  // nodes (its errors are in slurmd's log, "mpi/pmix"), holds every node here.
+  return "in the metadata exchange with the other nodes' agents for " +
+         Seconds(o.status.exchange_waiting_s) +
+         " s: Slurm's PMIx fence has not completed; slurmd's log on the nodes says why "
+         "(mpi/pmix errors)";
+}
+
 // The agents' own words from the launch log: its error lines if any, else its last lines.
 std::string LaunchLogExcerpt(const std::string& path, uid_t owner) {
   const std::string tail = TailOfFile(path, 200, owner);
@@ -190,10 +203,10 @@ Status WaitForAgent(const WaitRequest& req, double* waited_s) {
     }
 
     if (*waited_s >= req.timeout_s) {
-      return Status::Timeout(
-          "the FanStore agent on " + req.node + " was not ready after " + Seconds(*waited_s) +
-          " s (" + (o.have_status ? "still staging" : "no status in " + req.run_dir) +
-          "); the admin's stagein_timeout is " + std::to_string(req.timeout_s) + " s");
+      return Status::Timeout("the FanStore agent on " + req.node + " was not ready after " +
+                             Seconds(*waited_s) + " s (" + WhereItWaits(req, o) +
+                             "); the admin's stagein_timeout is " + std::to_string(req.timeout_s) +
+                             " s");
     }
     struct timespec ts = {0, kPollMs * 1000000L};
     ::nanosleep(&ts, nullptr);

@@ -189,7 +189,23 @@ TEST_F(AgentWaitTest, TimesOut) {
   Status s = WaitForAgent(req_, &waited);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("not ready after"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("still staging"), std::string::npos) << s.message();
   EXPECT_GE(waited, 1.0);
+}
+
+// An agent held in the exchange (a fence that never completes) is said to be there, not staging.
+TEST_F(AgentWaitTest, TimesOutInTheExchange) {
+  MakeRunDir();
+  WriteStatus(R"({"state":"staging","exchange_waiting_seconds":95.5})");
+  req_.timeout_s = 1;
+  double waited = 0;
+  Status s = WaitForAgent(req_, &waited);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("in the metadata exchange with the other nodes' agents for 95.5 s"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("PMIx fence"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("still staging"), std::string::npos) << s.message();
 }
 
 }  // namespace

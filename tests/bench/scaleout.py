@@ -222,11 +222,25 @@ def leftovers(job):
     return glob.glob(f"/dev/shm/fanstore.{u}.{job}*") + glob.glob(f"{BASE}/nodes/*/local/fanstore.{u}.{job}*")
 
 
+def job_state(job):
+    """The job's state, or GONE once slurmctld has purged it (MinJobAge after its end)."""
+    try:
+        return asroot("squeue", "-h", "-t", "all", "-j", str(job), "-o", "%T").strip()
+    except subprocess.CalledProcessError as e:
+        if "Invalid job id" in (e.stderr or "") + (e.stdout or ""):
+            return "GONE"
+        raise
+
+
+def job_ended(st):
+    return st not in ("", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+
+
 def wait_state(job, timeout):
     deadline, st = time.time() + timeout, ""
     while time.time() < deadline:
-        st = asroot("squeue", "-h", "-t", "all", "-j", str(job), "-o", "%T").strip()
-        if st not in ("", "PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+        st = job_state(job)
+        if job_ended(st):
             return st
         time.sleep(0.3)
     return "TIMEOUT(" + st + ")"
@@ -258,9 +272,12 @@ def one_job(kind, n, k, ds, fence):
                   f"--fanstore={ds}", "--fanstore-replicas=1", f"{jd}/job.sh", cwd=jd).strip().split(";")[0])
     states = {}
     if kind == "read":
-        deadline = time.time() + 300 + 10 * n
+        deadline, polls = time.time() + 300 + 10 * n, 0
+        # Until every reader is done, or the script ended (a reader failed), or the job did (its
+        # batch step failed before the script ran: `end` is never written).
         while time.time() < deadline and len(glob.glob(f"{jd}/done.*")) < n and \
-                not os.path.exists(f"{jd}/end"):  # the script ended: a reader failed
+                not os.path.exists(f"{jd}/end") and not (polls % 25 == 24 and job_ended(job_state(job))):
+            polls += 1
             time.sleep(0.2)
         states = {x: agent_state(job, x) for x in nodes}
         open(f"{jd}/go", "w").close()

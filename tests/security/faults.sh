@@ -72,6 +72,11 @@ for phase in staging exchange; do
     --run-dir "/dev/shm/fanstore-faults.$$.%r" --mount $M --replicas 1 >mpi.$phase.log 2>&1 &
   MPI_PID=$!
   for _ in $(seq 200); do [[ $(grep -c "test pause: $phase" mpi.$phase.log) -ge 2 ]] && break; sleep 0.05; done
+  if [[ $phase == exchange ]]; then  # what the plugin quotes when the fence never completes
+    st="/dev/shm/fanstore-faults.$$.0/status.json"
+    for _ in $(seq 40); do grep -qs '"exchange_waiting_seconds"' "$st" && break; sleep 0.1; done
+    check "held in the exchange: its status.json says how long" grep -qs '"exchange_waiting_seconds"' "$st"
+  fi
   kill -9 "$(agent_pid 1)"
   for _ in $(seq 300); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
   check "peer killed while $phase: the agents stop (mpirun ended)" bash -c "! kill -0 $MPI_PID 2>/dev/null"
