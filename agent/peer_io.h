@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,10 @@ bool SendAll(int fd, const void* buf, size_t len, int flags = 0);
 // where a poll first would make it three; a timeout fails the receive).
 bool RecvAll(int fd, void* buf, size_t len);
 
-// Receives a stream into one growing buffer and hands out contiguous pieces of it.
+// Receives a stream into one growing buffer and hands out contiguous pieces of it. The
+// storage is the thread's, kept for its life and never zero-filled: a stream per remote shard
+// would otherwise allocate and clear 4 MiB each time, fresh pages on every shard of every peer.
+// So one RecvBuffer per thread at a time.
 class RecvBuffer {
  public:
   explicit RecvBuffer(int fd) : fd_(fd) {}
@@ -46,8 +50,13 @@ class RecvBuffer {
 
  private:
   static constexpr size_t kMin = 4u << 20;
+  struct Storage {
+    std::unique_ptr<char[]> data;
+    size_t size = 0;
+  };
+  static Storage& ThreadStorage();
   int fd_;
-  std::vector<char> buf_;
+  Storage& buf_ = ThreadStorage();
   size_t pos_ = 0, end_ = 0;
 };
 
