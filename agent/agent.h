@@ -161,6 +161,9 @@ class Agent {
   // The exact space check: how much the share and the cache may take, and whether the lazy
   // copies and files fit side by side after all.
   Status PlanStage(const Shards& shards, const Share& totals, bool* lazy_fits);
+  // NoSpace, naming the local directory and the share, when fewer than `inodes` are free.
+  Status CheckInodes(uint64_t inodes) const;
+  std::string ShareWords() const;  // "this node's share of the dataset (S of T shards) needs "
   // Copies this node's shards (lazy), unpacks `shards` (eager) or writes their image's blob
   // (image_) in the background; StageWait returns its outcome. The staging stops on
   // stage_abort_.
@@ -251,6 +254,7 @@ class Agent {
   uint32_t replicas_ = 1;          // copies of each shard among the agents
   uint64_t free_bytes_ = 0;        // in the local directory, before stage-in
   uint64_t free_inodes_ = UINT64_MAX;
+  uint64_t share_inodes_ = 0;  // what the share's files take (PlanStage)
   uint64_t cache_capacity_ = 0;
   bool lazy_ = false;   // unpack the shard copies in the background once ready
   bool image_ = false;  // write the share as an EROFS image, mounted on the data root

@@ -110,7 +110,8 @@ Status Agent::StageImage(const Shards& shards) {
     staged_files_ = 0;
     staged_bytes_ = 0;
     read_bytes_ = 0;
-    st = MakeDataDirs();
+    st = CheckInodes(share_inodes_);
+    if (st.ok()) st = MakeDataDirs();
     if (st.ok()) st = Stage(&shards);
   }
   stage_seconds_ =

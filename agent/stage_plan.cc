@@ -112,21 +112,30 @@ Status Agent::DigestShards(const Shards& shards, Share* share) {
   return Status::OK();
 }
 
+std::string Agent::ShareWords() const {
+  return "this node's share of the dataset (" + std::to_string(mine_.size()) + " of " +
+         std::to_string(manifest_.shards.size()) + " shards) needs ";
+}
+
+Status Agent::CheckInodes(uint64_t inodes) const {
+  if (inodes <= free_inodes_) return Status::OK();
+  return Status::NoSpace("local directory " + cfg_.local_dir + " has " +
+                         std::to_string(free_inodes_) + " free inodes; " + ShareWords() +
+                         std::to_string(inodes));
+}
+
 Status Agent::PlanStage(const Shards& shards, const Share& totals, bool* lazy_fits) {
   const uint64_t need = totals.bytes, files = totals.files;
   uint64_t stored = 0;
   for (const auto& sh : shards) stored += sh->size;
-  // Files, and the directories they need; an image is two files, but it may fall back to files.
-  uint64_t inodes = totals.entries;
-  const std::string share = "this node's share of the dataset (" + std::to_string(mine_.size()) +
-                            " of " + std::to_string(manifest_.shards.size()) + " shards) needs ";
-  // Every file is created before the job reads it (eager) or while it does (lazy): short of
-  // inodes, reads would fail with ENOSPC after "ready".
-  inodes += (lazy_ ? mine_.size() : 0) + kSpareInodes;
-  if (inodes > free_inodes_)
-    return Status::NoSpace("local directory " + cfg_.local_dir + " has " +
-                           std::to_string(free_inodes_) + " free inodes; " + share +
-                           std::to_string(inodes));
+  // Files, and the directories they need. Every file is created before the job reads it (eager)
+  // or while it does (lazy): short of inodes, reads would fail with ENOSPC after "ready". An
+  // image is two files; should the kernel refuse it, StageImage checks for the files before it
+  // creates any (a disk formatted with few inodes serves an image all the same).
+  share_inodes_ = totals.entries + kSpareInodes;
+  FS_RETURN_IF_ERROR(
+      CheckInodes(image_ ? kSpareInodes : share_inodes_ + (lazy_ ? mine_.size() : 0)));
+  const std::string share = ShareWords();
   if (need > free_bytes_)
     return Status::NoSpace("local directory " + cfg_.local_dir + " has " + HumanBytes(free_bytes_) +
                            " free; " + share + HumanBytes(need));

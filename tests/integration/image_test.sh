@@ -85,6 +85,22 @@ check "--image no: files, no image" bash -c "grep -q SAME <<<'$out' && ! grep -q
 out=$("$F" run --local-dir /dev/shm ds.fs -- sh -c "$probe" "$T/src" 2>&1)
 check "a tmpfs local directory: files, no image" bash -c "grep -q SAME <<<'$out' && ! grep -q IMAGE <<<'$out'"
 
+echo "== a disk formatted with fewer inodes than the share has files: the image needs two"
+truncate -s 64M few.img && mkfs.ext4 -q -F -b 4096 -I 256 -N 96 few.img && mkdir few
+if mount -o loop few.img few 2>/dev/null; then
+  free=$(df --output=iavail few | tail -1 | tr -d ' ')
+  out=$("$F" run --local-dir "$T/few" ds.fs -- sh -c "$probe" "$T/src" 2>&1)
+  check "an image with $free free inodes for $(find src | wc -l) entries" \
+    bash -c "grep -q IMAGE <<<'$out' && grep -q SAME <<<'$out'"
+  out=$("$F" run --image no --local-dir "$T/few" ds.fs -- true 2>&1)
+  check "files there are refused before any is made, naming the inodes" \
+    grep -qE 'has [0-9]+ free inodes; .* needs [0-9]+' <<<"$out"
+  check "and nothing is left there" test -z "$(ls -A few | grep -vx lost+found)"
+  umount few
+else
+  echo "skip: no loop device to mount a small ext4 on"
+fi
+
 echo "== two agents split the dataset: the other's files are fetched into the image"
 # Two agents as root (mpirun as the PMIx server), one copy of each shard: each node's image
 # names every file, and what the peer holds is written into its extent of the blob as it
