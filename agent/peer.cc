@@ -112,26 +112,34 @@ RecvBuffer::Storage& RecvBuffer::ThreadStorage() {
   return storage;
 }
 
+RecvBuffer::RecvBuffer(int fd) : fd_(fd) {
+  Storage& mine = ThreadStorage();
+  buf_ = mine.in_use ? &own_ : &mine;
+  buf_->in_use = true;
+}
+
+RecvBuffer::~RecvBuffer() { buf_->in_use = false; }
+
 const char* RecvBuffer::Take(size_t n) {
   if (end_ - pos_ < n) {
     // Move what is left to the front, make room for n, and receive at least the rest.
-    if (end_ > pos_) std::memmove(buf_.data.get(), buf_.data.get() + pos_, end_ - pos_);
+    if (end_ > pos_) std::memmove(buf_->data.get(), buf_->data.get() + pos_, end_ - pos_);
     end_ -= pos_;
     pos_ = 0;
-    if (buf_.size < std::max(n, kMin)) {
+    if (buf_->size < std::max(n, kMin)) {
       std::unique_ptr<char[]> bigger(new char[std::max(n, kMin)]);  // not zero-filled
-      if (end_ > 0) std::memcpy(bigger.get(), buf_.data.get(), end_);
-      buf_.data = std::move(bigger);
-      buf_.size = std::max(n, kMin);
+      if (end_ > 0) std::memcpy(bigger.get(), buf_->data.get(), end_);
+      buf_->data = std::move(bigger);
+      buf_->size = std::max(n, kMin);
     }
     while (end_ < n) {
-      ssize_t r = ::recv(fd_, buf_.data.get() + end_, buf_.size - end_, 0);
+      ssize_t r = ::recv(fd_, buf_->data.get() + end_, buf_->size - end_, 0);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) return nullptr;
       end_ += static_cast<size_t>(r);
     }
   }
-  const char* p = buf_.data.get() + pos_;
+  const char* p = buf_->data.get() + pos_;
   pos_ += n;
   return p;
 }

@@ -39,10 +39,13 @@ bool RecvAll(int fd, void* buf, size_t len);
 // Receives a stream into one growing buffer and hands out contiguous pieces of it. The
 // storage is the thread's, kept for its life and never zero-filled: a stream per remote shard
 // would otherwise allocate and clear 4 MiB each time, fresh pages on every shard of every peer.
-// So one RecvBuffer per thread at a time.
+// A second RecvBuffer alive on the same thread gets storage of its own.
 class RecvBuffer {
  public:
-  explicit RecvBuffer(int fd) : fd_(fd) {}
+  explicit RecvBuffer(int fd);
+  ~RecvBuffer();
+  RecvBuffer(const RecvBuffer&) = delete;
+  RecvBuffer& operator=(const RecvBuffer&) = delete;
   // The next n bytes, valid until the next call; nullptr when the connection ends first.
   const char* Take(size_t n);
 
@@ -53,10 +56,12 @@ class RecvBuffer {
   struct Storage {
     std::unique_ptr<char[]> data;
     size_t size = 0;
+    bool in_use = false;
   };
   static Storage& ThreadStorage();
   int fd_;
-  Storage& buf_ = ThreadStorage();
+  Storage own_;  // when the thread's is taken
+  Storage* buf_;
   size_t pos_ = 0, end_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <optional>
 #include <system_error>
 
@@ -38,7 +39,8 @@ RemoteFiles::Counters RemoteFiles::counters() const {
   return Counters{opens_remote_.load(),     opens_cached_.load(),      opens_fallback_.load(),
                   bytes_remote_.load(),     bytes_cached_.load(),      bytes_fallback_.load(),
                   peer_errors_.load(),      prefetched_shards_.load(), prefetched_files_.load(),
-                  prefetched_bytes_.load(), source_peak_.load()};
+                  prefetched_bytes_.load(), source_peak_.load(),       opens_waited_.load(),
+                  opens_waited_out_.load()};
 }
 
 void RemoteFiles::Stop() {
@@ -102,8 +104,19 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
     // One fetch per file: later openers wait for the first, then take it from where it is kept.
     std::shared_ptr<Inflight> wait, mine = TryClaim(key, &wait);
     if (wait) {
+      opens_waited_++;
       std::unique_lock<std::mutex> l(wait->mu);
-      wait->cv.wait(l, [&] { return wait->done; });
+      if (!wait->cv.wait_for(l, std::chrono::milliseconds(claim_wait_ms_),
+                             [&] { return wait->done; })) {
+        // The holder of the claim is stuck: this open fetches the file for itself, into memory
+        // (its extent and cache file are the holder's to write).
+        l.unlock();
+        opens_waited_out_++;
+        LOG_WARN("'%s': its fetch by another did not end within %d ms; fetching it for this open",
+                 ctx_.index->Entry(shard, entry).path.c_str(), claim_wait_ms_);
+        return FetchNew(
+            shard, entry, key, [] {}, /*keep=*/false);
+      }
       // Kept by the first opener, unless it failed.
       if (cache_.capacity() > 0 || ExtentOf(shard, entry) != kNoExtent) continue;
     }
@@ -121,9 +134,9 @@ Result<int> RemoteFiles::Open(uint32_t shard, uint32_t entry) {
 // The file goes straight to its extent of the image, or into a cache file; when neither can
 // hold it (or writing it fails), into a sealed memfd: never whole into the agent's memory.
 Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
-                                  const std::function<void()>& finish) {
+                                  const std::function<void()>& finish, bool keep) {
   const IndexEntry e = ctx_.index->Entry(shard, entry);
-  const uint64_t extent = ExtentOf(shard, entry);
+  const uint64_t extent = keep ? ExtentOf(shard, entry) : kNoExtent;
   if (extent != kNoExtent) {
     bool local_error = false;
     Status st = FetchInto(shard, entry, image_.blob, extent, &local_error);
@@ -139,7 +152,7 @@ Result<int> RemoteFiles::FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
     LOG_WARN("%s; serving it from memory", st.ToString().c_str());
   }
   FileCache::Pending pending;
-  if (extent == kNoExtent && cache_.Begin(key, e.size, /*evict=*/true, &pending).ok()) {
+  if (keep && extent == kNoExtent && cache_.Begin(key, e.size, /*evict=*/true, &pending).ok()) {
     bool local_error = false;
     Status st = FetchInto(shard, entry, pending.fd.get(), kNoExtent, &local_error);
     if (st.ok()) {

@@ -43,7 +43,15 @@ class RemoteFiles {
     uint64_t bytes_remote, bytes_cached, bytes_fallback, peer_errors;
     uint64_t prefetched_shards, prefetched_files, prefetched_bytes;
     int source_peak;
+    // Opens that waited for another's fetch of their file, and those of them that gave up
+    // after kClaimWaitMs and fetched it themselves, into memory.
+    uint64_t opens_waited, opens_waited_out;
   };
+  // How long an open waits for another's fetch of its file (a prefetch stream's, or an open's)
+  // before it fetches the file itself: a peer that trickles a byte now and then never trips
+  // the I/O timeout, which bounds each receive, not a transfer.
+  static constexpr int kClaimWaitMs = 10000;
+  void SetClaimWaitForTest(int ms) { claim_wait_ms_ = ms; }
   // Reads from the dataset at once: when a peer stalls or dies, this node's opens of its files
   // fall back to the parallel file system, never more than this many at a time.
   static constexpr std::ptrdiff_t kMaxSourceReads = 4;
@@ -100,10 +108,10 @@ class RemoteFiles {
   // blob; kNoExtent: a file of its own), from a holder, then from the dataset. A failure to
   // write `out` ends the attempts and sets *local_error.
   Status FetchInto(uint32_t shard, uint32_t entry, int out, uint64_t extent, bool* local_error);
-  // Fetches into the image or the cache, else into a memfd; `finish` wakes the openers waiting
-  // for us.
+  // Fetches into the image or the cache (unless !keep: the claim is another's), else into a
+  // memfd; `finish` wakes the openers waiting for us.
   Result<int> FetchNew(uint32_t shard, uint32_t entry, uint64_t key,
-                       const std::function<void()>& finish);
+                       const std::function<void()>& finish, bool keep = true);
   Status ReadFromDataset(uint32_t shard, uint32_t entry,
                          const std::function<Status(std::string_view)>& sink);
   void PrefetchLoop();
@@ -131,6 +139,8 @@ class RemoteFiles {
   std::atomic<uint64_t> opens_remote_{0}, opens_cached_{0}, opens_fallback_{0};
   std::atomic<uint64_t> bytes_remote_{0}, bytes_cached_{0}, bytes_fallback_{0}, peer_errors_{0};
   std::atomic<uint64_t> prefetched_files_{0}, prefetched_bytes_{0}, prefetched_shards_{0};
+  std::atomic<uint64_t> opens_waited_{0}, opens_waited_out_{0};
+  int claim_wait_ms_ = kClaimWaitMs;
 };
 
 }  // namespace fanstore::agent

@@ -295,69 +295,113 @@ TEST_F(RemoteImageTest, ConcurrentOpensOfOneFileReadTheSourceOnce) {
   ExpectOneReadForConcurrentOpens(remote_files_[3]);
 }
 
+// A holder of one remote shard, over the peer service on loopback, whose stream stalls before
+// the shard's second file until resume().
+class RemotePrefetchTest : public RemoteImageTest {
+ protected:
+  void SetUp() override {
+    RemoteImageTest::SetUp();
+    if (!testing::StartMunged()) GTEST_SKIP() << "munged is not running";
+    shard_ = remote_files_[0].shard;
+    files_ = ds_.Files(shard_);
+    ASSERT_GE(files_.size(), 2u);
+    first_ = {shard_, files_[0]};
+    next_ = {shard_, files_[1]};
+    resumed_ = resume_.get_future().share();
+    ASSERT_TRUE(
+        holder_
+            .Start(
+                "127.0.0.1", PeerIdentity{"job-r", 1},
+                [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) {
+                  if (s == next_.shard && e == next_.entry) resumed_.wait_for(10s);
+                  const std::string& bytes = Expected({s, e});
+                  UniqueFD m(::memfd_create("served", MFD_CLOEXEC));
+                  if (!m.valid() || !PwriteFull(m.get(), bytes, 0, "memfd").ok()) return EIO;
+                  *fd = m.Release();
+                  *n = bytes.size();
+                  return 0;
+                },
+                [this](uint32_t s) { return s == shard_ ? files_ : std::vector<uint32_t>{}; },
+                &pool_)
+            .ok());
+    InitImage(O_RDWR, /*peers=*/true);
+    remote_.peers().SetIdentity(PeerIdentity{"job-r", 0});
+    remote_.peers().SetEndpoints({"", holder_.Endpoint()});
+  }
+  void TearDown() override {
+    Resume();        // the stream ends, and the holder's pool can join
+    remote_.Stop();  // the stream's thread must not outlive what on_keep_ refers to
+    on_keep_ = nullptr;
+  }
+  void Resume() {
+    if (!resumed_once_) resume_.set_value();
+    resumed_once_ = true;
+  }
+  // On keeping the first file, with its claim held: an open of it on another thread, returned
+  // once that open waits for the claim.
+  std::future<std::future<std::string>> OpenTheFirstFileAsItIsKept(int hold_ms = 0) {
+    on_keep_ = [this, hold_ms](FileId f) {
+      if (f.shard != first_.shard || f.entry != first_.entry) return;
+      auto opened = std::async(std::launch::async, [this] { return OpenAndRead(first_); });
+      for (int i = 0; i < 500 && remote_.counters().opens_waited == 0; i++)
+        std::this_thread::sleep_for(10ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+      opener_.set_value(std::move(opened));
+    };
+    return opener_.get_future();
+  }
+
+  uint32_t shard_ = 0;
+  std::vector<uint32_t> files_;
+  FileId first_{}, next_{};
+  std::promise<void> resume_;
+  std::shared_future<void> resumed_;
+  bool resumed_once_ = false;
+  std::promise<std::future<std::string>> opener_;  // set by the stream's thread: outlives it
+  ThreadPool pool_{2};
+  PeerServer holder_;  // after the pool: stopped before it
+};
+
 // An open that waits for a file the prefetch stream is writing has it as soon as the file is
 // kept, not when the stream's next file begins: here the holder stalls before its next file.
-TEST_F(RemoteImageTest, AnOpenWaitingForAStreamedFileHasItOnceItIsKept) {
-  if (!testing::StartMunged()) GTEST_SKIP() << "munged is not running";
-  const uint32_t shard = remote_files_[0].shard;
-  const std::vector<uint32_t> files = ds_.Files(shard);
-  ASSERT_GE(files.size(), 2u);
-  const FileId first{shard, files[0]}, next{shard, files[1]};
-  std::promise<void> resume;
-  std::shared_future<void> resumed = resume.get_future().share();
-  ThreadPool pool(2);
-  PeerServer holder;
-  ASSERT_TRUE(holder
-                  .Start(
-                      "127.0.0.1", PeerIdentity{"job-r", 1},
-                      [&](uint32_t s, uint32_t e, int* fd, uint64_t* n) {
-                        if (s == next.shard && e == next.entry) resumed.wait_for(10s);
-                        const std::string& bytes = Expected({s, e});
-                        UniqueFD m(::memfd_create("served", MFD_CLOEXEC));
-                        if (!m.valid() || !PwriteFull(m.get(), bytes, 0, "memfd").ok()) return EIO;
-                        *fd = m.Release();
-                        *n = bytes.size();
-                        return 0;
-                      },
-                      [&](uint32_t s) { return s == shard ? files : std::vector<uint32_t>{}; },
-                      &pool)
-                  .ok());
-  bool resumed_once = false;
-  ScopeExit release([&] {  // before the holder's pool joins
-    if (!resumed_once) resume.set_value();
-  });
-  std::promise<std::future<std::string>> opener;  // set by the stream's thread: outlives it
-  InitImage(O_RDWR, /*peers=*/true);
-  ScopeExit stop([&] {  // the stream's thread must not outlive what on_keep_ refers to
-    remote_.Stop();
-    on_keep_ = nullptr;
-  });
-  remote_.peers().SetIdentity(PeerIdentity{"job-r", 0});
-  remote_.peers().SetEndpoints({"", holder.Endpoint()});
-  on_keep_ = [&](FileId f) {
-    if (f.shard != first.shard || f.entry != first.entry) return;
-    auto opened = std::async(std::launch::async, [&] { return OpenAndRead(first); });
-    std::this_thread::sleep_for(300ms);  // the open finds the stream's claim and waits on it
-    opener.set_value(std::move(opened));
-  };
-  remote_.MaybePrefetch(shard);
-  auto started = opener.get_future();
+TEST_F(RemotePrefetchTest, AnOpenWaitingForAStreamedFileHasItOnceItIsKept) {
+  auto started = OpenTheFirstFileAsItIsKept();
+  remote_.MaybePrefetch(shard_);
   ASSERT_EQ(started.wait_for(10s), std::future_status::ready) << "the stream never kept the file";
   std::future<std::string> opened = started.get();
+  ASSERT_EQ(remote_.counters().opens_waited, 1u) << "the open did not wait for the stream";
   // Within the client's I/O timeout (kIoTimeoutMs, 3 s), after which a stalled stream fails
   // and gives its claim back anyway.
   ASSERT_EQ(opened.wait_for(2s), std::future_status::ready)
       << "the open waited for the holder's next file";
-  EXPECT_EQ(opened.get(), Expected(first));
-  EXPECT_TRUE(Kept(first));
-  EXPECT_FALSE(Kept(next));  // the holder still stalls before it
-  resume.set_value();
-  resumed_once = true;
+  EXPECT_EQ(opened.get(), Expected(first_));
+  EXPECT_TRUE(Kept(first_));
+  EXPECT_FALSE(Kept(next_));  // the holder still stalls before it
+  Resume();
   for (int i = 0; i < 500 && remote_.counters().prefetched_shards == 0; i++)
     std::this_thread::sleep_for(20ms);
   EXPECT_EQ(remote_.counters().prefetched_shards, 1u);  // the stream went on, it did not time out
   EXPECT_EQ(remote_.counters().peer_errors, 0u);
-  EXPECT_TRUE(Kept(next));
+  EXPECT_TRUE(Kept(next_));
+  EXPECT_EQ(remote_.counters().opens_waited_out, 0u);
+}
+
+// An open never waits for ever for another's fetch of its file: a holder of the claim that
+// stays stuck (here, for 3 s while it keeps the file) is passed by, and the open reads the
+// file from the peer into memory, leaving the extent to the holder.
+TEST_F(RemotePrefetchTest, AnOpenStopsWaitingForAStuckFetch) {
+  remote_.SetClaimWaitForTest(300);
+  auto started = OpenTheFirstFileAsItIsKept(/*hold_ms=*/3000);
+  remote_.MaybePrefetch(shard_);
+  ASSERT_EQ(started.wait_for(15s), std::future_status::ready) << "the stream never kept the file";
+  std::future<std::string> opened = started.get();
+  ASSERT_EQ(opened.wait_for(1s), std::future_status::ready);
+  EXPECT_EQ(opened.get(), Expected(first_));
+  const auto c = remote_.counters();
+  EXPECT_EQ(c.opens_waited, 1u);
+  EXPECT_EQ(c.opens_waited_out, 1u);
+  EXPECT_EQ(c.opens_remote, 1u);       // from the peer, into memory
+  EXPECT_EQ(opens_through_image_, 0);  // not through the extent: the holder's to write
 }
 
 // With a file that takes longer to read and decode than a time slice, concurrent readers are

@@ -128,11 +128,13 @@ Status Agent::PlanStage(const Shards& shards, const Share& totals, bool* lazy_fi
   const uint64_t need = totals.bytes, files = totals.files;
   uint64_t stored = 0;
   for (const auto& sh : shards) stored += sh->size;
-  // Files, and the directories they need. Every file is created before the job reads it (eager)
-  // or while it does (lazy): short of inodes, reads would fail with ENOSPC after "ready". An
-  // image is two files; should the kernel refuse it, StageImage checks for the files before it
-  // creates any (a disk formatted with few inodes serves an image all the same).
-  share_inodes_ = totals.entries + kSpareInodes;
+  // The share's files and every directory of the namespace (MakeDataDirs). Every file is created
+  // before the job reads it (eager) or while it does (lazy): short of inodes, reads would fail
+  // with ENOSPC after "ready". An image is two files; should the kernel refuse it, StageImage
+  // checks for the files before it creates any (a disk formatted with few inodes serves an image
+  // all the same). Files fetched from other nodes that no image takes go to the cache, which
+  // serves them from memory when it cannot create one.
+  share_inodes_ = totals.entries + manifest_.dirs + kSpareInodes;
   FS_RETURN_IF_ERROR(
       CheckInodes(image_ ? kSpareInodes : share_inodes_ + (lazy_ ? mine_.size() : 0)));
   const std::string share = ShareWords();

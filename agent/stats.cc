@@ -168,6 +168,8 @@ std::string Agent::StatsJson(bool series) const {
   j["bytes"] = {
       {"local", served[0]}, {"remote", served[1]}, {"cached", served[2]}, {"fallback", served[3]}};
   j["peers"] = {{"fetch_errors", r.peer_errors},
+                {"opens_that_waited_for_a_fetch", r.opens_waited},
+                {"opens_that_gave_up_waiting", r.opens_waited_out},
                 {"refused_connections", peer_server_.refused()},
                 {"evicted_connections", peer_server_.evicted()}};
   j["source_reads"] = {{"in_flight_peak", r.source_peak}, {"limit", RemoteFiles::kMaxSourceReads}};
