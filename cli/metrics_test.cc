@@ -55,7 +55,8 @@ std::string CheckExposition(const std::string& text) {
 const char* kSample = R"({"node":"c1","rank":1,"size":2,"bytes_staged":1048576,
   "stage_in_seconds":1.25,"opens":{"local":10,"remote":2,"cached":3,"fallback":1,"errors":4},
   "bytes":{"local":4096,"remote":512,"cached":256,"fallback":128},
-  "peers":{"fetch_errors":5,"refused_connections":0},
+  "peers":{"fetch_errors":5,"refused_connections":0,"opens_that_waited_for_a_fetch":7,
+           "opens_that_gave_up_waiting":1},
   "cache":{"used":768,"capacity":1000000,"evictions":0},
   "unpack":{"mode":"eager","done":true,"on_demand":0,"seconds":0}})";
 
@@ -91,6 +92,12 @@ fanstore_cache_capacity_bytes{node="c1",rank="1"} 1000000
 # HELP fanstore_peer_fetch_errors_total Failed fetches from other nodes' agents.
 # TYPE fanstore_peer_fetch_errors_total counter
 fanstore_peer_fetch_errors_total{node="c1",rank="1"} 5
+# HELP fanstore_opens_waited_total Opens that waited for another's fetch of their file from a peer.
+# TYPE fanstore_opens_waited_total counter
+fanstore_opens_waited_total{node="c1",rank="1"} 7
+# HELP fanstore_opens_waited_out_total Opens that gave up waiting for another's fetch and fetched the file themselves.
+# TYPE fanstore_opens_waited_out_total counter
+fanstore_opens_waited_out_total{node="c1",rank="1"} 1
 # HELP fanstore_unpack_done 1 once every staged file is unpacked, else 0.
 # TYPE fanstore_unpack_done gauge
 fanstore_unpack_done{node="c1",rank="1"} 1
