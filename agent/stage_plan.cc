@@ -1,4 +1,5 @@
 // Staging: the space check, the unpack mode, and the staging thread (see agent.h).
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -60,6 +61,7 @@ Status Agent::ChooseUnpack() {
 // the free space; eager unpack needs the indexes and starts after.
 Status Agent::OpenAndPlan(Result<Shards>* shards) {
   WriteStatus(AgentState::kStaging, "");
+  FS_RETURN_IF_ERROR(MakeRoomForShards());
   FS_RETURN_IF_ERROR(ChooseUnpack());
   if (lazy_) FS_RETURN_IF_ERROR(StageAsync(nullptr));
   // Eager unpack stages from the entries: parsed here, several shards at once.
@@ -80,6 +82,35 @@ Status Agent::OpenAndPlan(Result<Shards>* shards) {
   read_bytes_ = 0;
   lazy_ = false;
   return RemoveTree(copy_dir_);
+}
+
+// Descriptors the agent keeps beside its shards': sockets of peers and clients, the cache's and
+// the image's files, the table, pipes.
+constexpr rlim_t kOwnDescriptors = 512;
+
+// Every shard of the share stays open while the agent serves (its raw frames, its peers): a node
+// that holds a thousand shards needs more than the usual soft limit of 1,024 descriptors. The
+// soft limit is raised as far as that needs and the hard limit allows; past the hard one, a
+// clear error before any shard is opened.
+Status Agent::MakeRoomForShards() const {
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return Status::OK();
+  const rlim_t need = mine_.size() + kOwnDescriptors;
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return Status::OK();
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+    return Status::NoSpace("this node's share of the dataset is " + std::to_string(mine_.size()) +
+                           " shards, each kept open, and the open-file limit is " +
+                           std::to_string(rl.rlim_max) + " (ulimit -Hn); it needs " +
+                           std::to_string(need) +
+                           ": raise nofile (limits.conf, and LimitNOFILE= of slurmd.service)");
+  const rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = need;
+  if (::setrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return Status::FromErrno("raise the open-file limit to " + std::to_string(need), errno);
+  LOG_INFO("open-file limit raised from %llu to %llu for %zu shards",
+           static_cast<unsigned long long>(was), static_cast<unsigned long long>(need),
+           mine_.size());
+  return Status::OK();
 }
 
 // Inodes kept free beyond the share: the cache's files, the table's temporary, status.json.

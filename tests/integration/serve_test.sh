@@ -329,6 +329,15 @@ err=$("$F" run bad.fs --unpack lazy -- touch started 2>&1); rc=$?
 check "corrupt shard, lazy: run exits non-zero, names the shard, COMMAND never started" \
   bash -c "[[ $rc -ne 0 ]] && grep -q '$(basename "$big")' <<<'$err' && [[ ! -e started ]]"
 check "corrupt shard, lazy: nothing left in /dev/shm or the local dir" bash -c "! ls -d /dev/shm/fanstore.$(id -u).run.* /tmp/fanstore-local.* 2>/dev/null"
+# Every shard of a node's share stays open: 1,100 shards on one node pass the usual soft limit
+# of 1,024 descriptors, which the agent raises; a hard limit below that is a clear error.
+mkdir -p many && for i in $(seq 1100); do : >"many/f$i"; done
+"$F" pack -q --shard-files 1 many many.fs
+out=$(bash -c 'ulimit -Sn 1024; "$0" run many.fs -- sh -c "ls \"\$FANSTORE_MOUNT\" | wc -l"' "$F" 2>&1)
+check "1,100 shards under a soft limit of 1,024 open files: served ($(tail -1 <<<"$out"))" test "$(tail -1 <<<"$out")" = 1100
+out=$(bash -c 'ulimit -n 1200; "$0" run many.fs -- touch started' "$F" 2>&1); rc=$?
+check "under a hard limit of 1,200: refused before COMMAND" bash -c "[[ $rc -ne 0 && ! -e started ]]"
+check "the message names the limit and the need" grep -q 'open-file limit is 1200 (ulimit -Hn); it needs 1612' <<<"$out"
 if [[ $(id -u) -eq 0 ]]; then
   mkdir -p full && mount -t tmpfs -o size=2m tmpfs full
   err=$("$F" run ds.fs --local-dir full -- touch started 2>&1); rc=$?
