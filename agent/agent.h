@@ -164,7 +164,7 @@ class Agent {
   // NoSpace, naming the local directory and the share, when fewer than `inodes` are free.
   Status CheckInodes(uint64_t inodes) const;
   Status MakeRoomForShards() const;  // the open-file limit, for every shard of the share
-  std::string ShareWords() const;  // "this node's share of the dataset (S of T shards) needs "
+  std::string ShareWords() const;    // "this node's share of the dataset (S of T shards) needs "
   // Copies this node's shards (lazy), unpacks `shards` (eager) or writes their image's blob
   // (image_) in the background; StageWait returns its outcome. The staging stops on
   // stage_abort_.
