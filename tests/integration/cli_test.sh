@@ -41,6 +41,18 @@ check "extract: a hard link comes back as another name of the same file" \
   "$(stat -c %h restored/a/numbers-again.txt)" = 2
 check "info: the dataset is version 3" bash -c "'$F' info ds.fs --json | grep -q '\"version\": 3'"
 
+echo "== a dataset of more shards than the usual soft limit of open files"
+mkdir many && for i in $(seq 1100); do : >"many/f$i"; done
+"$F" pack -q --shard-files 1 many many.fs
+if (($(ulimit -Hn) >= 4096)); then
+  # shellcheck disable=SC2016  # expanded by the inner shell
+  check "verify, ls and extract of 1,100 shards under a soft limit of 1,024" bash -c \
+    'ulimit -Sn 1024 && "$0" verify -q many.fs && [[ $("$0" ls many.fs | wc -l) == 1100 ]] &&
+     "$0" extract many.fs many.out >/dev/null && [[ $(ls many.out | wc -l) == 1100 ]]' "$F"
+else
+  echo "skip: the hard limit of open files is $(ulimit -Hn)"
+fi
+
 echo "== pack from archives"
 # The same tree through tar(1) (pax keeps nanosecond mtimes), from a file and, compressed, from
 # a pipe: extracting the dataset gives the tree back.
@@ -96,7 +108,7 @@ cat > job.stats <<'EOF2'
 {"node":"c2","rank":1,"bytes_staged":1024,"stage_in_seconds":0.75,"opens":{"local":5,"remote":0,"cached":2,"fallback":1,"errors":1},"bytes":{"local":500,"remote":0,"cached":20,"fallback":7},"cache":{"used":0,"capacity":1000},"peers":{"fetch_errors":2},"unpack":{"done":false}}
 EOF2
 prom=$("$F" stats job.stats --prometheus)
-check "stats --prometheus: HELP and TYPE per family" test "$(grep -c '^# TYPE fanstore_[a-z_]* \(counter\|gauge\)$' <<<"$prom")" -eq 9
+check "stats --prometheus: HELP and TYPE per family" test "$(grep -c '^# TYPE fanstore_[a-z_]* \(counter\|gauge\)$' <<<"$prom")" -eq 11
 check "stats --prometheus: a sample per node and kind" grep -qx 'fanstore_bytes_total{node="c2",rank="1",kind="fallback"} 7' <<<"$prom"
 check "stats --prometheus: gauges" grep -qx 'fanstore_stage_in_seconds{node="c1",rank="0"} 0.5' <<<"$prom"
 "$F" stats job.stats --prometheus >prom.txt
