@@ -154,8 +154,7 @@ std::string Agent::ExchangeMessage(const Shards& shards) {
 
 template <typename Round>
 auto Agent::InExchange(Round round) {
-  exchange_entered_ns_ =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  exchange_entered_ns_ = SteadyNs();
   ScopeExit left([this] { exchange_entered_ns_ = 0; });
   return round();
 }

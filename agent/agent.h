@@ -309,6 +309,11 @@ class Agent {
   // When the agent entered the exchange round it is in (steady clock, ns; 0: in none), for
   // status.json: a fence that never completes then shows as such, not as staging.
   std::atomic<int64_t> exchange_entered_ns_{0};
+  static int64_t SteadyNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
   std::atomic<double> cpu_ready_{0}, cpu_unpacked_{0};  // CpuSeconds() then (0: not yet)
   uint64_t exchange_bytes_ = 0;
   std::atomic<uint64_t> opens_local_{0}, open_errors_{0};

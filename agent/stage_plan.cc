@@ -1,5 +1,4 @@
 // Staging: the space check, the unpack mode, and the staging thread (see agent.h).
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
@@ -7,6 +6,7 @@
 #include <chrono>
 
 #include "agent/agent.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "common/remove_tree.h"
 #include "common/text.h"
@@ -93,23 +93,18 @@ constexpr rlim_t kOwnDescriptors = 512;
 // soft limit is raised as far as that needs and the hard limit allows; past the hard one, a
 // clear error before any shard is opened.
 Status Agent::MakeRoomForShards() const {
-  struct rlimit rl;
-  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return Status::OK();
   const rlim_t need = mine_.size() + kOwnDescriptors;
-  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return Status::OK();
-  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+  const OpenFileLimit lim = RaiseOpenFileLimit(need);
+  if (lim.soft != RLIM_INFINITY && lim.soft < need)
     return Status::NoSpace("this node's share of the dataset is " + std::to_string(mine_.size()) +
                            " shards, each kept open, and the open-file limit is " +
-                           std::to_string(rl.rlim_max) + " (ulimit -Hn); it needs " +
+                           std::to_string(lim.hard) + " (ulimit -Hn); it needs " +
                            std::to_string(need) +
                            ": raise nofile (limits.conf, and LimitNOFILE= of slurmd.service)");
-  const rlim_t was = rl.rlim_cur;
-  rl.rlim_cur = need;
-  if (::setrlimit(RLIMIT_NOFILE, &rl) != 0)
-    return Status::FromErrno("raise the open-file limit to " + std::to_string(need), errno);
-  LOG_INFO("open-file limit raised from %llu to %llu for %zu shards",
-           static_cast<unsigned long long>(was), static_cast<unsigned long long>(need),
-           mine_.size());
+  if (lim.soft != lim.was)
+    LOG_INFO("open-file limit raised from %llu to %llu for %zu shards",
+             static_cast<unsigned long long>(lim.was), static_cast<unsigned long long>(lim.soft),
+             mine_.size());
   return Status::OK();
 }
 

@@ -106,12 +106,8 @@ std::string Agent::StatusJson() const {
   j["local_copy"] =
       image_mounted_ ? "image" : "files";  // the kernel-native path (issue 31), or not
   j["whole"] = HoldsEveryShard();
-  if (const int64_t entered = exchange_entered_ns_.load(); entered != 0) {
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch())
-                            .count();
-    j["exchange_waiting_seconds"] = static_cast<double>(now - entered) / 1e9;
-  }
+  if (const int64_t entered = exchange_entered_ns_.load(); entered != 0)
+    j["exchange_waiting_seconds"] = static_cast<double>(SteadyNs() - entered) / 1e9;
   j["node"] = cfg_.node_name;
   j["rank"] = boot_ ? boot_->rank() : 0;
   j["size"] = boot_ ? boot_->size() : 0;

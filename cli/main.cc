@@ -2,7 +2,6 @@
 // This file only dispatches: each subcommand, with its options, is in its own NAME_cmd.cc.
 // Exit codes: 0 OK, 1 bad data or a failed operation, 2 usage.
 #include <signal.h>
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
@@ -10,6 +9,7 @@
 
 #include "build_commit.h"  // generated: FANSTORE_COMMIT
 #include "cli/cli.h"
+#include "common/io.h"
 #include "common/log.h"
 #include "format/format.h"
 
@@ -63,17 +63,6 @@ int Usage(const std::string& error) {
 
 void OnSignal(int) { g_cancel = true; }
 
-// verify, ls, cat and extract keep a dataset's shards open, and a large dataset has thousands
-// (ImageNet-22k: 5,078 of 256 MB) where the usual soft limit is 1,024 descriptors: the soft limit
-// goes up to the hard one. Not for `run`, whose COMMAND keeps the limits it was given (its agent
-// raises its own as far as its share needs).
-void RaiseOpenFileLimit() {
-  struct rlimit rl;
-  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max) return;
-  rl.rlim_cur = rl.rlim_max;
-  (void)::setrlimit(RLIMIT_NOFILE, &rl);
-}
-
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -95,7 +84,11 @@ int Main(int argc, char** argv) {
                 FANSTORE_COMMIT);
     return kExitOk;
   }
-  if (cmd != "run") RaiseOpenFileLimit();
+  // verify, ls, cat and extract keep a dataset's shards open, and a large dataset has thousands
+  // (ImageNet-22k: 5,078 of 256 MB) where the usual soft limit is 1,024 descriptors. Not for
+  // `run`, whose COMMAND keeps the limits it was given (its agent raises its own as far as its
+  // share needs).
+  if (cmd != "run") (void)RaiseOpenFileLimit(RLIM_INFINITY);
   for (const Command& c : kCommands)
     if (cmd == c.name) return c.run(argc - 1, argv + 1);
   return Usage("unknown command '" + cmd + "'");

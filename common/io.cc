@@ -208,4 +208,16 @@ Status MakeDirs(int root_fd, const std::string& rel, mode_t mode) {
   return Status::OK();
 }
 
+OpenFileLimit RaiseOpenFileLimit(rlim_t want) {
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0) return {RLIM_INFINITY, RLIM_INFINITY, RLIM_INFINITY};
+  const rlim_t was = rl.rlim_cur;
+  const rlim_t to = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+  if (was != RLIM_INFINITY && to != RLIM_INFINITY && to > was) {
+    rl.rlim_cur = to;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) == 0) return {was, to, rl.rlim_max};
+  }
+  return {was, was, rl.rlim_max};
+}
+
 }  // namespace fanstore

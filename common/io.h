@@ -1,6 +1,7 @@
 // Small I/O helpers over POSIX calls, returning Status with the path named.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <string>
@@ -54,5 +55,13 @@ Result<UniqueFD> OpenParentDir(int root_fd, const std::string& rel, std::string*
 // Creates every missing directory of the canonical relative path `rel` under root_fd (mode),
 // without following symlinks.
 Status MakeDirs(int root_fd, const std::string& rel, mode_t mode);
+
+// The open-file limits, before and after RaiseOpenFileLimit.
+struct OpenFileLimit {
+  rlim_t was, soft, hard;
+};
+// Raises the soft limit of open files to `want`, or as far as the hard limit allows (never
+// lowers it): for programs that keep many shards open where the usual soft limit is 1,024.
+OpenFileLimit RaiseOpenFileLimit(rlim_t want);
 
 }  // namespace fanstore
