@@ -121,14 +121,17 @@ Status Agent::StartPeerService() {
   if (boot_->size() < 2 || !cfg_.peers) return Status::OK();
   peer_pool_ = std::make_unique<ThreadPool>(8);
   peer_stream_pool_ = std::make_unique<ThreadPool>(PeerServer::kStreamThreads);
-  const PeerIdentity me{wire::JobKey(boot_->nspace(), cfg_.job_id), boot_->rank()};
+  const PeerIdentity me{wire::JobKey(boot_->nspace(), cfg_.job_id), boot_->rank(), boot_->size()};
   remote_.peers().SetIdentity(me);
   auto addr = PeerListenAddress(cfg_.peer_addr);
   if (!addr.ok()) return addr.status();
   return peer_server_.Start(
       *addr, me,
       [this](uint32_t s, uint32_t e, int* fd, uint64_t* n) { return ServeLocal(s, e, fd, n); },
-      [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get(), peer_stream_pool_.get());
+      [this](uint32_t s) { return ShardFiles(s); }, peer_pool_.get(), peer_stream_pool_.get(),
+      [this](uint32_t r, int ms, std::shared_ptr<const std::string>* m) {
+        return gather_.Wait(r, ms, m);
+      });
 }
 
 bool Agent::IsPrimary(uint32_t shard) const {
@@ -140,6 +143,15 @@ bool Agent::LargeExchange() const {
   for (uint32_t s = 0; s < manifest_.shards.size(); s++)
     files[Holders(s, boot_->size(), replicas_)[0]] += manifest_.shards[s].files;
   return *std::max_element(files.begin(), files.end()) > kFenceMaxFiles;
+}
+
+bool Agent::GatherOverPeers() const { return boot_->size() > 1 && cfg_.peers && LargeExchange(); }
+
+std::vector<uint64_t> Agent::MessageBounds() const {
+  std::vector<uint64_t> bound(boot_->size(), 64 << 10);  // head and endpoint
+  for (uint32_t s = 0; s < manifest_.shards.size(); s++)
+    bound[Holders(s, boot_->size(), replicas_)[0]] += manifest_.shards[s].bytes + 128;
+  return bound;
 }
 
 std::string Agent::ExchangeMessage(const Shards& shards) {
@@ -163,17 +175,35 @@ Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shard
                               bool* fenced) {
   if (!st.ok()) stage_abort_ = true;
   auto t0 = Clock::now();
-  auto all = InExchange([&] {
+  const bool gather = st.ok() && GatherOverPeers();
+  if (gather) {
+    gather_.Begin(boot_->rank(), boot_->size(), std::move(message));
+    message = exchange::EncodePointer(peer_server_.Endpoint(), gather_.mine());
+  }
+  auto all = InExchange([&]() -> Result<std::vector<std::string>> {
     TestPause("exchange");
-    return boot_->Exchange(st.ok() ? std::move(message) : exchange::EncodeHead(st), fenced,
-                           LargeExchange());
+    auto got = boot_->Exchange(st.ok() ? std::move(message) : exchange::EncodeHead(st), fenced,
+                               !gather && LargeExchange());
+    if (!gather || !got.ok() || !st.ok()) return got;
+    auto pointers = exchange::ReadPointers(*got);
+    if (!pointers.ok()) return pointers.status();
+    std::vector<std::string> endpoints;
+    for (const auto& p : *pointers) endpoints.push_back(p ? p->endpoint : "");
+    remote_.peers().SetEndpoints(std::move(endpoints));
+    FS_RETURN_IF_ERROR(gather_.Run(&remote_.peers(), *pointers, &*got, MessageBounds()));
+    LOG_INFO("metadata exchange: every agent's indexes gathered over the peer service in %.2f s",
+             Since(t0));
+    return std::vector<std::string>();
   });
   exchange_seconds_ = Since(t0);
   FS_RETURN_IF_ERROR(st);
   if (!all.ok()) return all.status().Prefixed("metadata exchange");
   exchanged_ = std::move(all).value();
-  auto d = exchange::Decode(exchanged_, static_cast<uint32_t>(manifest_.shards.size()),
-                            boot_->rank(), Pointers(*shards));
+  std::vector<std::string_view> views =
+      gather ? gather_.Views()
+             : std::vector<std::string_view>(exchanged_.begin(), exchanged_.end());
+  auto d = exchange::Decode(views, static_cast<uint32_t>(manifest_.shards.size()), boot_->rank(),
+                            Pointers(*shards));
   if (!d.ok()) return d.status();
   exchange_bytes_ = d->bytes;
   decoded_ = std::move(d).value();  // its views into exchanged_ stay valid
@@ -189,6 +219,7 @@ Status Agent::AgreeAllStaged(const Status& st) {
   // PMIx server kills the whole step, every other agent with it, when a client that did not
   // finalize goes away (its error handler, seen at 64 nodes; slurm_wide).
   boot_->Finalize();
+  gather_.End();  // every agent has its messages: each is in this round
   if (!st.ok()) return st;
   if (!verdicts.ok()) return verdicts.status().Prefixed("metadata exchange");
   for (uint32_t r = 0; r < verdicts->size(); r++)
@@ -362,6 +393,7 @@ Status Agent::Start() {
 Status Agent::Fail(const Status& st) {
   // Nothing half-made stays behind: only status.json, for the launcher to read.
   serving_ = false;
+  gather_.End();  // no request waits for a message any more
   peer_server_.Stop();
   server_.Stop();
   RemoveOwnFiles(/*keep_status=*/true);
@@ -400,6 +432,7 @@ void Agent::Shutdown() {
   unpacker_.Stop();
   remote_.Stop();
   server_.Stop();
+  gather_.End();
   peer_server_.Stop();
   if (boot_) boot_->Finalize();
   RemoveOwnFiles(/*keep_status=*/false);

@@ -28,6 +28,7 @@
 
 #include "agent/bootstrap.h"
 #include "agent/exchange.h"
+#include "agent/gather.h"
 #include "agent/index.h"
 #include "agent/kernel_view.h"
 #include "agent/peer.h"
@@ -131,6 +132,11 @@ class Agent {
   // ring fence to carry (it deadlocked on 14 MB contributions), where fetching each blob from
   // its node costs N-1 messages through slurmd per node (docs/design.md, "PMIx fence").
   static constexpr uint64_t kFenceMaxFiles = 4096;
+  // A large exchange with the peer service on: the fence carries pointers and the messages
+  // travel over the peer service (agent/gather.h). Without it, by PMIx's direct modex.
+  bool GatherOverPeers() const;
+  // The most each rank's message can hold: the bytes of the shards it is primary for.
+  std::vector<uint64_t> MessageBounds() const;
   // Sends `message` (or the failure `st`; freed once sent) and reads every agent's.
   Status ExchangeIndexes(Status st, std::string message, const Result<Shards>& shards,
                          bool* fenced);
@@ -279,7 +285,8 @@ class Agent {
   // What the exchange said, and the table built from it.
   std::vector<exchange::Links> own_links_;  // by shard: the targets of our shards' links
   std::vector<std::string> exchanged_;      // every agent's message, until the table is built
-  exchange::Decoded decoded_;               // views into exchanged_, until the table is built
+  Gather gather_;  // a large exchange's messages, served to peers until the second round ends
+  exchange::Decoded decoded_;  // views into exchanged_ or gather_, until the table is built
   std::unordered_map<std::string, std::string> links_;  // symlink targets by path
   table::FileImage table_image_;                        // the published table, and the
   table::TableView view_;                               // agent's own view of it

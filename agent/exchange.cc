@@ -1,6 +1,8 @@
 // The metadata exchange's message (see exchange.h).
 #include "agent/exchange.h"
 
+#include <xxhash.h>
+
 #include <cstring>
 
 namespace fanstore::agent::exchange {
@@ -8,6 +10,7 @@ namespace {
 
 constexpr uint32_t kMagic = 0x58534d46;  // "FMSX"
 constexpr uint32_t kVersion = 1;
+constexpr uint32_t kPointerMagic = 0x50534d46;  // "FMSP"
 
 void Put32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
 void Put64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
@@ -128,7 +131,49 @@ std::string Encode(const std::string& endpoint, const std::vector<Published>& pr
   return blob;
 }
 
+bool Pointer::Matches(std::string_view message) const {
+  const XXH128_hash_t h = XXH3_128bits(message.data(), message.size());
+  return message.size() == size && h.low64 == hash_lo && h.high64 == hash_hi;
+}
+
+std::string EncodePointer(const std::string& endpoint, std::string_view message) {
+  const XXH128_hash_t h = XXH3_128bits(message.data(), message.size());
+  std::string b;
+  Put32(b, kPointerMagic);
+  Put32(b, kVersion);
+  PutStr(b, endpoint);
+  Put64(b, message.size());
+  Put64(b, h.low64);
+  Put64(b, h.high64);
+  return b;
+}
+
+Result<std::vector<std::optional<Pointer>>> ReadPointers(const std::vector<std::string>& all) {
+  std::vector<std::optional<Pointer>> out(all.size());
+  for (uint32_t r = 0; r < all.size(); r++) {
+    Reader rd(all[r]);
+    uint32_t magic = 0, version = 0;
+    if (all[r].size() < 4 || (std::memcpy(&magic, all[r].data(), 4), magic != kPointerMagic)) {
+      FS_RETURN_IF_ERROR(ReadHead(rd, r));  // a failed agent's head, or a whole message
+      continue;
+    }
+    Pointer p;
+    std::string_view ep;
+    if (!rd.U32(&magic) || !rd.U32(&version) || version != kVersion || !rd.Str(&ep) ||
+        !rd.U64(&p.size) || !rd.U64(&p.hash_lo) || !rd.U64(&p.hash_hi))
+      return Status::Corruption("metadata exchange: bad pointer from rank " + std::to_string(r));
+    p.endpoint = std::string(ep);
+    out[r] = std::move(p);
+  }
+  return out;
+}
+
 Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, uint32_t self,
+                       const std::vector<const format::ShardFile*>& own) {
+  return Decode(std::vector<std::string_view>(all.begin(), all.end()), nshards, self, own);
+}
+
+Result<Decoded> Decode(const std::vector<std::string_view>& all, uint32_t nshards, uint32_t self,
                        const std::vector<const format::ShardFile*>& own) {
   Decoded d;
   d.index.assign(nshards, {});

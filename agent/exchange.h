@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -41,6 +42,20 @@ struct Published {
 // This agent's message: the shards it is primary for.
 std::string Encode(const std::string& endpoint, const std::vector<Published>& primary);
 
+// A large exchange's first round carries a pointer in place of each agent's message: its peer
+// endpoint, and its message's size and XXH3-128. The messages then travel over the peer service
+// (agent/gather.h), each checked against its pointer.
+struct Pointer {
+  std::string endpoint;
+  uint64_t size = 0;
+  uint64_t hash_lo = 0, hash_hi = 0;
+  bool Matches(std::string_view message) const;
+};
+std::string EncodePointer(const std::string& endpoint, std::string_view message);
+// Round one's values: an error for an agent that failed (its head), as Decode gives; else by
+// rank, the pointer, or nullopt where the value is the message itself.
+Result<std::vector<std::optional<Pointer>>> ReadPointers(const std::vector<std::string>& all);
+
 // What every agent's message says, put together.
 struct Decoded {
   // By shard: its stored index, a view into the messages (which must outlive it) or, for a
@@ -56,6 +71,8 @@ struct Decoded {
 // held here, whose index_stored must be kept (and outlive the result) where another rank is
 // their primary. Fails when a message is malformed, an agent failed, or a shard is published twice
 // or never. The indexes themselves are decoded (and checked) as the table is built.
+Result<Decoded> Decode(const std::vector<std::string_view>& all, uint32_t nshards, uint32_t self,
+                       const std::vector<const format::ShardFile*>& own);
 Result<Decoded> Decode(const std::vector<std::string>& all, uint32_t nshards, uint32_t self,
                        const std::vector<const format::ShardFile*>& own);
 

@@ -149,7 +149,7 @@ TEST_F(ExchangeTest, CorruptRecordsAreRefusedNamingTheShard) {
   const size_t record = 16 + 4 + 13 + 4, footer = record + 12, index = footer + 64 + 4;
   std::string bad = all[1];
   bad[footer + 3] ^= 0x5a;
-  auto d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
+  auto d = Decode(std::vector<std::string>{all[0], bad}, nshards(), 0, Range(0, 1));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().ToString().find("metadata exchange: shard 1"), std::string::npos)
       << d.status().ToString();
@@ -177,16 +177,18 @@ TEST_F(ExchangeTest, CorruptRecordsAreRefusedNamingTheShard) {
                   .ok());
   bad = all[1];
   bad[0] ^= 1;  // the magic
-  d = Decode({all[0], bad}, nshards(), 0, Range(0, 1));
+  d = Decode(std::vector<std::string>{all[0], bad}, nshards(), 0, Range(0, 1));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().ToString().find("bad data from rank 1"), std::string::npos);
 }
 
 TEST_F(ExchangeTest, ShardPublishedTwiceOrNeverIsRefused) {
-  auto twice = Decode({Message("", 0, 2), Message("", 1, nshards())}, nshards(), 0, Range(0, 2));
+  auto twice = Decode(std::vector<std::string>{Message("", 0, 2), Message("", 1, nshards())},
+                      nshards(), 0, Range(0, 2));
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.status().ToString().find("bad shard record from rank 1"), std::string::npos);
-  auto never = Decode({Message("", 0, 1), Message("", 2, nshards())}, nshards(), 0, Range(0, 1));
+  auto never = Decode(std::vector<std::string>{Message("", 0, 1), Message("", 2, nshards())},
+                      nshards(), 0, Range(0, 1));
   ASSERT_FALSE(never.ok());
   EXPECT_NE(never.status().ToString().find("no agent published shard 1"), std::string::npos);
 }

@@ -7,6 +7,11 @@
 //   kGetShard: a = shard. Replies, one per regular file of the shard, in index order, as for
 //              kGet; then {a = status, b = kEndOfShard, len = 0} to end (status 0, or errno when
 //              the stream stopped early). Bulk prefetch: one request, large transfers.
+//   kGetMessages: a = first rank, b = count. The metadata exchange's messages of ranks first,
+//              first + 1, ... (modulo the job's size), from an agent that has gathered them
+//              (agent/gather.h). Replies, one per rank in that order: a = status (0, or errno
+//              when the agent does not have it in time), b = rank, len = the message's size,
+//              then the message. Served from the start of the exchange, before any file.
 // Every message after the handshake carries its tag. The client also checks the XXH3 of what it
 // receives against the index that came through PMIx.
 //
@@ -32,10 +37,12 @@
 
 namespace fanstore::agent {
 
-// Who this agent is, for the handshake: the job's key (wire::JobKey) and the agent's rank.
+// Who this agent is, for the handshake: the job's key (wire::JobKey) and the agent's rank
+// (and the job's size, for the exchange's messages).
 struct PeerIdentity {
   std::string job;
   uint32_t rank = 0;
+  uint32_t size = 0;  // agents in the job
 };
 
 // Resolves (shard, entry) to an open read-only descriptor of the staged file and its size;
@@ -43,6 +50,10 @@ struct PeerIdentity {
 using LocalFileFn = std::function<int(uint32_t shard, uint32_t entry, int* fd, uint64_t* size)>;
 // The entry indexes of the regular files of a shard held here (empty when not held).
 using ShardFilesFn = std::function<std::vector<uint32_t>(uint32_t shard)>;
+// The exchange message of `rank`, waiting for it at most `wait_ms`; errno when it is not here
+// (ETIMEDOUT: not yet; EINVAL: no such rank; ESHUTDOWN: the exchange is over).
+using MessageFn =
+    std::function<int(uint32_t rank, int wait_ms, std::shared_ptr<const std::string>* out)>;
 
 // The IPv4 address the peer service listens on: `want` (an address or an interface name)
 // when given; else the local address of the route to the job's launch node
@@ -73,8 +84,12 @@ class PeerServer {
   ~PeerServer();
   // Listens on `addr`, on an ephemeral port. `pool` runs the requests, `streams` the
   // whole-shard streams (default: `pool`); the handshakes have a pool of their own.
+  // `messages` serves kGetMessages (none: refused).
   Status Start(const std::string& addr, PeerIdentity me, LocalFileFn local,
-               ShardFilesFn shard_files, ThreadPool* pool, ThreadPool* streams = nullptr);
+               ShardFilesFn shard_files, ThreadPool* pool, ThreadPool* streams = nullptr,
+               MessageFn messages = nullptr);
+  // How long a kGetMessages request waits for each message the agent has not gathered yet.
+  static constexpr int kMessageWaitMs = 60000;
   void Stop();
   std::string Endpoint() const;  // "addr:port"; "" before Start
   uint64_t refused() const { return refused_.load(); }
@@ -98,10 +113,12 @@ class PeerServer {
   bool DropSilentLocked();                    // mu_ held
   void EvictIdle();
   bool SendFile(Conn* c, uint32_t op, uint32_t entry, int fd, uint64_t size);
+  bool SendMessages(Conn* c, uint32_t first, uint32_t count);
 
   PeerIdentity me_;
   LocalFileFn local_;
   ShardFilesFn shard_files_;
+  MessageFn messages_;
   ThreadPool* pool_ = nullptr;
   ThreadPool* streams_ = nullptr;
   std::unique_ptr<ThreadPool> handshakes_;
@@ -140,6 +157,14 @@ class PeerClient {
   Status FetchShard(uint32_t rank, uint32_t shard,
                     const std::function<std::optional<uint64_t>(uint32_t)>& size_of,
                     const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn);
+  // The exchange messages of ranks first, first + 1, ... (count of them, modulo `size`) from
+  // agent `rank`; `expect(r)` is the size rank r's message must have (as its pointer says).
+  // `fn(r, message)` gets each whole and authenticated, and may refuse it (an error ends the
+  // transfer). The first bytes of each may take up to `wait_ms` (the peer may still be
+  // gathering them).
+  Status FetchMessages(uint32_t rank, uint32_t first, uint32_t count, uint32_t size, int wait_ms,
+                       const std::function<uint64_t(uint32_t)>& expect,
+                       const std::function<Status(uint32_t, std::string)>& fn);
   bool IsDown(uint32_t rank);
 
  private:

@@ -343,4 +343,51 @@ Status PeerClient::FetchShardOnce(
   }
 }
 
+Status PeerClient::FetchMessages(uint32_t rank, uint32_t first, uint32_t count, uint32_t size,
+                                 int wait_ms, const std::function<uint64_t(uint32_t)>& expect,
+                                 const std::function<Status(uint32_t, std::string)>& fn) {
+  if (size == 0 || count == 0 || count > size) return Status::InvalidArgument("bad message range");
+  auto c = Connect(rank);
+  if (!c.ok()) return c.status();
+  std::unique_ptr<Session> s = std::move(c).value();
+  const int fd = s->fd.get();
+  const std::string who = Rank(rank);
+  Header rq{wire::kMagic, wire::kGetMessages, first, count, 0};
+  s->tx.Begin(rq);
+  wire::Tag tag = s->tx.Finish();
+  struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
+  auto fail = [&](Status st) {
+    MarkDown(rank);
+    return st;
+  };
+  if (!SendIov(fd, iov, 2)) return fail(Status::IOError(who + ": connection lost"));
+  for (uint32_t i = 0; i < count; i++) {
+    const uint32_t r = static_cast<uint32_t>((uint64_t{first} + i) % size);
+    // The peer may still be gathering this one: wait for its first bytes longer than for the
+    // rest, which the socket's own timeout bounds.
+    struct pollfd p = {fd, POLLIN, 0};
+    Header rp;
+    if (::poll(&p, 1, wait_ms) != 1 || !RecvAll(fd, &rp, sizeof rp))
+      return fail(Status::IOError(who + ": no reply for the message of rank " + std::to_string(r)));
+    if (rp.magic != wire::kMagic || rp.op != wire::kGetMessages || rp.b != r ||
+        (rp.a == 0 && rp.len != expect(r)) || (rp.a != 0 && rp.len != 0))
+      return fail(Status::Corruption(who + " sent a message that was not asked for"));
+    s->rx.Begin(rp);
+    std::string m(static_cast<size_t>(rp.len), '\0');
+    if (!RecvAll(fd, m.data(), m.size()) || !RecvAll(fd, tag.data(), tag.size()))
+      return fail(Status::IOError(who + ": connection lost mid-transfer"));
+    s->rx.Update(m.data(), m.size());
+    if (!s->rx.Verify(tag))
+      return fail(Status::Corruption(who + ": a reply failed its authentication tag"));
+    if (rp.a != 0) {
+      Release(rank, std::move(s));
+      return Status::FromErrno(who + ": the message of rank " + std::to_string(r),
+                               static_cast<int>(rp.a));
+    }
+    FS_RETURN_IF_ERROR(fn(r, std::move(m)));
+  }
+  Release(rank, std::move(s));
+  return Status::OK();
+}
+
 }  // namespace fanstore::agent

@@ -51,10 +51,12 @@ PeerServer::PeerServer() = default;
 PeerServer::~PeerServer() { Stop(); }
 
 Status PeerServer::Start(const std::string& addr, PeerIdentity me, LocalFileFn local,
-                         ShardFilesFn shard_files, ThreadPool* pool, ThreadPool* streams) {
+                         ShardFilesFn shard_files, ThreadPool* pool, ThreadPool* streams,
+                         MessageFn messages) {
   me_ = std::move(me);
   local_ = std::move(local);
   shard_files_ = std::move(shard_files);
+  messages_ = std::move(messages);
   pool_ = pool;
   streams_ = streams ? streams : pool;
   handshakes_ = std::make_unique<ThreadPool>(kHandshakeThreads);
@@ -280,7 +282,8 @@ void PeerServer::OnReadable(int fd) {
   if (c->phase == wire::Phase::kReady) {
     wire::Header h{};
     if (c->in.size() >= sizeof h) std::memcpy(&h, c->in.data(), sizeof h);
-    to = h.op == wire::kGetShard ? streams_ : pool_;
+    // Streams, and gathers that may wait for their messages, keep the files' pool free.
+    to = h.op == wire::kGetShard || h.op == wire::kGetMessages ? streams_ : pool_;
   }
   to->Submit([this, c] {
     Serve(c);
@@ -416,11 +419,39 @@ bool PeerServer::Request(Conn* c) {
     }
     return reply_status(wire::kGetShard, status, wire::kEndOfShard);
   }
+  if (h.op == wire::kGetMessages) {
+    if (!messages_ || h.b == 0) return reply_status(wire::kGetMessages, EINVAL, h.a);
+    return SendMessages(c, h.a, h.b);
+  }
   int fd = -1;
   uint64_t size = 0;
   int status = local_(h.a, h.b, &fd, &size);
   if (status != 0) return reply_status(wire::kGet, status, h.b);
   return SendFile(c, wire::kGet, h.b, fd, size);
+}
+
+// The messages of ranks first, first + 1, ... (count of them, modulo the job's size), each as
+// soon as the agent has it. The first that does not come in time ends the reply with its errno:
+// the client fetches the rest elsewhere.
+bool PeerServer::SendMessages(Conn* c, uint32_t first, uint32_t count) {
+  for (uint32_t i = 0; i < count; i++) {
+    const uint32_t r = me_.size ? static_cast<uint32_t>((uint64_t{first} + i) % me_.size) : first;
+    std::shared_ptr<const std::string> m;
+    const int status = count > me_.size ? EINVAL : messages_(r, kMessageWaitMs, &m);
+    Header rp{wire::kMagic, wire::kGetMessages, static_cast<uint32_t>(status), r,
+              status == 0 ? m->size() : 0};
+    c->tx.Begin(rp);
+    if (status == 0) c->tx.Update(m->data(), m->size());
+    wire::Tag tag = c->tx.Finish();
+    struct iovec iov[3];
+    int k = 0;
+    iov[k++] = {&rp, sizeof rp};
+    if (status == 0 && !m->empty()) iov[k++] = {const_cast<char*>(m->data()), m->size()};
+    iov[k++] = {tag.data(), tag.size()};
+    if (!SendIov(c->fd.get(), iov, k, i + 1 < count && status == 0 ? MSG_MORE : 0)) return false;
+    if (status != 0) return true;
+  }
+  return true;
 }
 
 // Sends a reply header, the file's content and the tag over both; takes ownership of fd. A

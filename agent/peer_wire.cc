@@ -58,7 +58,7 @@ int64_t MaxRequestPayload(Phase phase, uint32_t op) {
     case Phase::kAuth:
       return op == kAuth ? static_cast<int64_t>(kMaxCred) : -1;
     case Phase::kReady:
-      return op == kGet || op == kGetShard ? 0 : -1;
+      return op == kGet || op == kGetShard || op == kGetMessages ? 0 : -1;
   }
   return -1;
 }

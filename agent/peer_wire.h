@@ -34,7 +34,7 @@
 namespace fanstore::agent::wire {
 
 inline constexpr uint32_t kMagic = 0x32505346;  // "FSP2"
-enum Op : uint32_t { kHello = 1, kAuth = 2, kGet = 3, kGetShard = 4 };
+enum Op : uint32_t { kHello = 1, kAuth = 2, kGet = 3, kGetShard = 4, kGetMessages = 5 };
 inline constexpr uint32_t kEndOfShard = 0xffffffffu;
 
 inline constexpr size_t kNonceLen = 32;

@@ -1,0 +1,109 @@
+// The large exchange's messages over the peer service (see gather.h).
+#include "agent/gather.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+#include "common/log.h"
+
+namespace fanstore::agent {
+
+void Gather::Begin(uint32_t rank, uint32_t size, std::string mine) {
+  std::lock_guard<std::mutex> l(mu_);
+  rank_ = rank;
+  size_ = size;
+  ended_ = false;
+  msgs_.assign(size, nullptr);
+  msgs_[rank] = std::make_shared<const std::string>(std::move(mine));
+}
+
+int Gather::Wait(uint32_t rank, int wait_ms, std::shared_ptr<const std::string>* out) {
+  std::unique_lock<std::mutex> l(mu_);
+  if (ended_) return ESHUTDOWN;
+  if (rank >= size_) return EINVAL;
+  const bool got = arrived_.wait_for(l, std::chrono::milliseconds(wait_ms),
+                                     [&] { return ended_ || msgs_[rank] != nullptr; });
+  if (ended_) return ESHUTDOWN;
+  if (!got) return ETIMEDOUT;
+  *out = msgs_[rank];
+  return 0;
+}
+
+bool Gather::Has(uint32_t r) {
+  std::lock_guard<std::mutex> l(mu_);
+  return msgs_[r] != nullptr;
+}
+
+Status Gather::Keep(uint32_t r, std::string m, uint32_t via) {
+  if (!pointers_[r] || !pointers_[r]->Matches(m))
+    return Status::Corruption("metadata exchange: the message of rank " + std::to_string(r) +
+                              " from rank " + std::to_string(via) + " does not match its pointer");
+  std::lock_guard<std::mutex> l(mu_);
+  if (!msgs_[r]) msgs_[r] = std::make_shared<const std::string>(std::move(m));
+  arrived_.notify_all();
+  return Status::OK();
+}
+
+std::vector<Gather::Step> Gather::Schedule(uint32_t rank, uint32_t size) {
+  std::vector<Step> steps;
+  for (uint64_t step = 1; step < size; step <<= 1) {
+    const auto from = static_cast<uint32_t>((rank + step) % size);
+    steps.push_back({from, from, static_cast<uint32_t>(std::min<uint64_t>(step, size - step))});
+  }
+  return steps;
+}
+
+Status Gather::Run(PeerClient* peers, const std::vector<std::optional<exchange::Pointer>>& pointers,
+                   std::vector<std::string>* in_fence, const std::vector<uint64_t>& bound) {
+  if (pointers.size() != size_ || in_fence->size() != size_ || bound.size() != size_)
+    return Status::InvalidArgument("metadata exchange: ranks do not match the job's size");
+  pointers_ = pointers;
+  for (uint32_t r = 0; r < size_; r++) {
+    if (!pointers_[r]) {  // the message itself came in the fence
+      std::lock_guard<std::mutex> l(mu_);
+      if (!msgs_[r]) msgs_[r] = std::make_shared<const std::string>(std::move((*in_fence)[r]));
+      continue;
+    }
+    if (pointers_[r]->size > bound[r])
+      return Status::Corruption("metadata exchange: rank " + std::to_string(r) + " announces " +
+                                std::to_string(pointers_[r]->size) +
+                                " bytes of indexes, more than its shards hold");
+  }
+  if (!pointers_[rank_] || !pointers_[rank_]->Matches(mine()))
+    return Status::Corruption("metadata exchange: this agent's pointer does not match its message");
+  std::vector<std::string>().swap(*in_fence);
+  auto expect = [&](uint32_t r) { return pointers_[r] ? pointers_[r]->size : 0; };
+  auto fetch = [&](uint32_t from, uint32_t first, uint32_t count) {
+    return peers->FetchMessages(
+        from, first, count, size_, wait_ms_, expect,
+        [&](uint32_t r, std::string m) { return Keep(r, std::move(m), from); });
+  };
+  for (const Step& s : Schedule(rank_, size_)) {
+    Status st = fetch(s.from, s.first, s.count);
+    if (!st.ok())  // the rest come from their own agents below
+      LOG_WARN("metadata exchange: messages from rank %u: %s", s.from, st.ToString().c_str());
+  }
+  for (uint32_t r = 0; r < size_; r++) {
+    if (Has(r)) continue;
+    Status st = fetch(r, r, 1);
+    if (!st.ok()) return st.Prefixed("metadata exchange: the indexes of rank " + std::to_string(r));
+  }
+  return Status::OK();
+}
+
+std::vector<std::string_view> Gather::Views() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string_view> v;
+  for (const auto& m : msgs_) v.emplace_back(m ? std::string_view(*m) : std::string_view());
+  return v;
+}
+
+void Gather::End() {
+  std::lock_guard<std::mutex> l(mu_);
+  ended_ = true;
+  std::vector<std::shared_ptr<const std::string>>().swap(msgs_);
+  arrived_.notify_all();
+}
+
+}  // namespace fanstore::agent
