@@ -20,6 +20,11 @@ inline constexpr char kDisable[] = "FANSTORE_DISABLE";
 // measurements; the default is the plugin's kAgentPmixFence.
 inline constexpr char kPmixFence[] = "FANSTORE_PMIX_FENCE";
 
+// Read by the agent (the job's environment reaches the agent step): "pmix" sends a large
+// exchange's indexes through PMIx (direct modex) even where the peer service could gather them.
+// For measurements, side by side with the default.
+inline constexpr char kExchangeVia[] = "FANSTORE_EXCHANGE";
+
 // Set by the SPANK plugin.
 inline constexpr char kAgentStep[] = "FANSTORE_AGENT_STEP";  // "1" in the agent step
 inline constexpr char kJobAgents[] = "FANSTORE_JOB_AGENTS";  // job whose agents the batch step runs

@@ -246,7 +246,7 @@ def wait_state(job, timeout):
     return "TIMEOUT(" + st + ")"
 
 
-def one_job(kind, n, k, ds, fence):
+def one_job(kind, n, k, ds, fence, via="peers"):
     jd = job_dir(f"scaleout-{kind}")
     nodes = [f"node{i}" for i in range(1, n + 1)]
     listing = f"{jd}/files.list"
@@ -265,6 +265,8 @@ def one_job(kind, n, k, ds, fence):
     # The agents' fence: FANSTORE_PMIX_FENCE, which the plugin turns into the agent step's
     # SLURM_PMIX_FENCE (builds before that passed the job's SLURM_PMIX_FENCE on: both are set).
     env_export = "ALL" if fence == "default" else f"ALL,FANSTORE_PMIX_FENCE={fence},SLURM_PMIX_FENCE={fence}"
+    if via != "peers":  # a large exchange's indexes through PMIx's direct modex (agent: FANSTORE_EXCHANGE)
+        env_export += f",FANSTORE_EXCHANGE={via}"
     net0 = {x: net_bytes(x) for x in nodes}
     watch = Inotify(ds)
     busy0 = busy_seconds()
@@ -312,7 +314,7 @@ def one_job(kind, n, k, ds, fence):
             r = json.load(open(f"{jd}/sum.{x}"))
             a.update(files_read=r["files"], bytes_read=r["bytes"], read_seconds=r["seconds"], reader_cpu=r["cpu"])
         agents.append(a)
-    res = {"n": n, "run": k, "kind": kind, "fence": fence, "job": job, "state": st, "replicas": 1,
+    res = {"n": n, "run": k, "kind": kind, "fence": fence, "exchange_via": via, "job": job, "state": st, "replicas": 1,
            "machine_cpu_seconds": busy,
            "j1_seconds": max(ready) - t0 if ready and t0 else None,
            "teardown_seconds": clean - end if clean and end else None,
@@ -321,7 +323,7 @@ def one_job(kind, n, k, ds, fence):
            (kind != "read" or all(a.get("files_read") == len(paths) for a in agents))}
     ex = sorted(a["exchange_seconds"] for a in agents if a["exchange_seconds"] is not None)
     rd = sorted(a["read_seconds"] for a in agents if a.get("read_seconds"))
-    log(f"N={n} {kind} fence={fence} run {k}: job {job} {st}, J1 {res['j1_seconds'] or 0:.2f} s, exchange median "
+    log(f"N={n} {kind} fence={fence} via={via} run {k}: job {job} {st}, J1 {res['j1_seconds'] or 0:.2f} s, exchange median "
         f"{ex[len(ex) // 2] if ex else 0:.3f} max {ex[-1] if ex else 0:.3f} s, "
         + (f"read median {rd[len(rd) // 2]:.2f} max {rd[-1]:.2f} s, " if rd else "")
         + f"source opens {source['opens']}, teardown {res['teardown_seconds'] or 0:.2f} s"
@@ -354,7 +356,12 @@ def main():
     ap.add_argument("--size", type=int, default=8192, help="mean file size")
     ap.add_argument("--shards", type=int, default=64)
     ap.add_argument("--no-fences", action="store_true", help="skip the exchange-only jobs")
+    ap.add_argument("--fences", default=",".join(FENCES), help="the exchange-only jobs' fences")
     ap.add_argument("--no-fault", action="store_true", help="skip wide.sh")
+    ap.add_argument("--no-read", action="store_true", help="skip the all-to-all read jobs")
+    ap.add_argument("--exchange-via", default="peers",
+                    help="how the exchange-only jobs move large indexes, a list run side by side: "
+                         "peers (the default) and pmix (direct modex)")
     ap.add_argument("--merge", action="store_true",
                     help="add to OUT/results-scaleout.json, replacing the runs of the N measured now")
     a = ap.parse_args()
@@ -374,13 +381,14 @@ def main():
         res["version"] = version()
         res["dataset"] = {"path": ds, "files": info.get("files"), "entries": info.get("files", 0) + info.get("dirs", 0) + 1, "shards": len(json.load(open(f"{ds}/manifest.json"))["shards"]),
                           "bytes": info.get("raw_bytes"), "stored_bytes": info.get("stored_bytes")}
-        for k in range(a.runs):
+        for k in range(0 if a.no_read else a.runs):
             res["runs"].append(one_job("read", n, k, ds, "default"))
             json.dump(res, open(out_file, "w"), separators=(",", ":"))
-        for fence in () if a.no_fences else FENCES:
+        for fence in () if a.no_fences else a.fences.split(","):
             for k in range(a.runs):
-                res["runs"].append(one_job("exchange", n, k, ds, fence))
-                json.dump(res, open(out_file, "w"), separators=(",", ":"))
+                for via in a.exchange_via.split(","):  # interleaved: side by side
+                    res["runs"].append(one_job("exchange", n, k, ds, fence, via))
+                    json.dump(res, open(out_file, "w"), separators=(",", ":"))
         if not a.no_fault and n >= 4:
             t = time.time()
             p = subprocess.run([os.path.join(SLURM, "e2e", "wide.sh"), a.build], capture_output=True, text=True)
