@@ -145,7 +145,11 @@ bool Agent::LargeExchange() const {
   return *std::max_element(files.begin(), files.end()) > kFenceMaxFiles;
 }
 
-bool Agent::GatherOverPeers() const { return boot_->size() > 1 && cfg_.peers && LargeExchange(); }
+bool Agent::GatherOverPeers() const {
+  const char* via = std::getenv(env::kExchangeVia);
+  return boot_->size() > 1 && cfg_.peers && !(via && std::string_view(via) == "pmix") &&
+         (LargeExchange() || manifest_.files > kGatherMinFiles);
+}
 
 std::vector<uint64_t> Agent::MessageBounds() const {
   std::vector<uint64_t> bound(boot_->size(), 64 << 10);  // head and endpoint

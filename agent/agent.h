@@ -132,9 +132,13 @@ class Agent {
   // ring fence to carry (it deadlocked on 14 MB contributions), where fetching each blob from
   // its node costs N-1 messages through slurmd per node (docs/design.md, "PMIx fence").
   static constexpr uint64_t kFenceMaxFiles = 4096;
-  // A large exchange with the peer service on: the fence carries pointers and the messages
-  // travel over the peer service (agent/gather.h). Without it, by PMIx's direct modex.
+  // With the peer service on, the fence carries pointers and the messages travel over it
+  // (agent/gather.h) when the exchange is large, or when the whole dataset has more than
+  // kGatherMinFiles files: every node would otherwise take the whole blob from its PMIx server
+  // at about 40 MB/s (docs/design.md, "What a Get costs"), where the gather moves it over TCP
+  // in log2 N steps. Without the peer service, a large exchange goes by PMIx's direct modex.
   bool GatherOverPeers() const;
+  static constexpr uint64_t kGatherMinFiles = 256 << 10;  // about 6 MB of indexes
   // The most each rank's message can hold: the bytes of the shards it is primary for.
   std::vector<uint64_t> MessageBounds() const;
   // Sends `message` (or the failure `st`; freed once sent) and reads every agent's.

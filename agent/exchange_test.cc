@@ -200,6 +200,31 @@ TEST_F(ExchangeTest, ShardIdOutOfRangeIsRefused) {
   EXPECT_NE(d.status().ToString().find("bad shard record from rank 1"), std::string::npos);
 }
 
+// A large exchange's round one: pointers, whole messages, and failed agents' heads.
+TEST_F(ExchangeTest, PointersNameTheirMessagesAndFailuresStillComeThrough) {
+  auto all = TwoRanks();
+  auto read = ReadPointers({EncodePointer("10.0.0.1:7000", all[0]), all[1]});
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_TRUE((*read)[0].has_value());
+  EXPECT_FALSE((*read)[1].has_value());  // the message itself
+  const Pointer& p = *(*read)[0];
+  EXPECT_EQ(p.endpoint, "10.0.0.1:7000");
+  EXPECT_EQ(p.size, all[0].size());
+  EXPECT_TRUE(p.Matches(all[0]));
+  std::string altered = all[0];
+  altered[altered.size() / 2] ^= 1;
+  EXPECT_FALSE(p.Matches(altered));
+  EXPECT_FALSE(p.Matches(all[0] + "x"));
+
+  auto failed = ReadPointers({EncodePointer("", all[0]), EncodeHead(Status::NoSpace("disk full"))});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), Status::Code::kAborted);
+  EXPECT_NE(failed.status().ToString().find("disk full"), std::string::npos);
+  const std::string ptr = EncodePointer("10.0.0.1:7000", all[0]);
+  for (size_t n = 4; n < ptr.size(); n++)
+    EXPECT_FALSE(ReadPointers({ptr.substr(0, n)}).ok()) << "truncated to " << n;
+}
+
 // A symlink leading out of the dataset, lexically or through another link, is refused.
 TEST(ExchangeLinks, LinksLeadingOutAreRefused) {
   auto is_dir = [](const std::string& p) { return p == "d" || p == "d/e"; };
