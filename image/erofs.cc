@@ -249,11 +249,11 @@ void ErofsImage::Layout(const std::vector<uint32_t>& blob_order) {
   meta_blocks_ = blk;
 }
 
-std::string ErofsImage::Inode(uint32_t i) const {
+size_t ErofsImage::Inode(uint32_t i, char* p) const {
   const Node& x = nodes_[i];
   const bool chunked = IsRegular(x) && x.size > 0;
-  std::string rec(chunked ? kInodeBytes + kChunkIndexBytes : kInodeBytes, '\0');
-  char* p = rec.data();
+  const size_t len = chunked ? kInodeBytes + kChunkIndexBytes : kInodeBytes;
+  std::memset(p, 0, len);
   uint64_t size = x.size;
   uint32_t nlink = 1 + names_[i];
   if (S_ISDIR(x.mode)) {
@@ -286,7 +286,7 @@ std::string ErofsImage::Inode(uint32_t i) const {
   Put64(p + 32, static_cast<uint64_t>(sec));
   Put32(p + 40, static_cast<uint32_t>(nsec));
   Put32(p + 44, nlink);
-  return rec;
+  return len;
 }
 
 std::string ErofsImage::DirBlocks(uint32_t dir) const {
@@ -335,8 +335,10 @@ Status ErofsImage::WriteMeta(int fd) const {
   Status st = out.Put(kSuperOffset, std::string_view(sb, sizeof sb));
   if (st.ok()) st = out.Put(kSlotOffset, std::string_view(slot, sizeof slot));
   const uint64_t base = meta_blkaddr_ << block_bits_;
+  char rec[kInodeBytes + kChunkIndexBytes];
   for (uint32_t i = 0; st.ok() && i < nodes_.size(); i++)
-    if (nodes_[i].link == kNone) st = out.Put(base + nid_[i] * kSlotBytes, Inode(i));
+    if (nodes_[i].link == kNone)
+      st = out.Put(base + nid_[i] * kSlotBytes, std::string_view(rec, Inode(i, rec)));
   for (uint32_t i = 0; st.ok() && i < nodes_.size(); i++) {
     const Node& x = nodes_[i];
     if (x.link != kNone) continue;

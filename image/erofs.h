@@ -95,7 +95,8 @@ class ErofsImage {
   std::vector<std::pair<std::string_view, uint32_t>> Entries(uint32_t dir) const;
   // Its size: whole blocks, then the last one's use (computed once, into the node's size).
   uint64_t DirBytes(uint32_t dir) const;
-  std::string Inode(uint32_t n) const;  // the record: inode and chunk index
+  // The record: inode and chunk index, into `rec` (72 bytes); its length.
+  size_t Inode(uint32_t n, char* rec) const;
   std::string DirBlocks(uint32_t dir) const;
 
   std::vector<Node> nodes_;

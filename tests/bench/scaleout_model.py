@@ -25,6 +25,7 @@ Predictions along the directions the runs do determine follow the runs.
 import argparse
 import json
 import math
+import os
 import sys
 import textwrap
 
@@ -582,16 +583,32 @@ def fanstore_epoch_io(m, ref, ds, n, first):
     return max(cpu / cores, remote * files * s / ref["net_bw"], lat)
 
 
+# The agent gathers the indexes over its peer service (agent/gather.h) when some node publishes more
+# than FENCE_MAX_FILES files' indexes or the dataset has more than GATHER_MIN_FILES files
+# (Agent::kFenceMaxFiles, Agent::kGatherMinFiles); the fence then carries a pointer per node.
+FENCE_MAX_FILES, GATHER_MIN_FILES, POINTER_BYTES = 4096, 256 << 10, 80
+
+
+def gathers_over_peers(ds, n):
+    shards = ds.get("shards") or max(1, ds["bytes"] / 256e6)
+    per_node = ds["files"] * math.ceil(shards / n) / shards
+    return n > 1 and (per_node > FENCE_MAX_FILES or ds["files"] > GATHER_MIN_FILES)
+
+
 def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
     """J1, exchange, stage-in, epochs and the all-to-all rate at each N, on the reference node:
       slurm    = j0 + j_node·C_test             (Slurm's per-node work, now on each node's own cores)
       stage    = max(D·r/pfs_bw, (D·r/N)/min(net_bw, nvme_bw), (c_file·F·r/N + c_byte·D·r/N)/threads),
                  threads = min(cores, shards per node)
       exchange = fence(ring for the default) + arrival spread (w0 + s·launch window of the runs'
-                 dataset at N = C_test: one agent per core) + gets, gets = N·get + round + B·byte:
-                 the node's own N Gets of its peers' values from its PMIx server, each at most what
-                 the runs bound (get_bound), and the bytes of the whole blob B that they take
-                 (GET_PROBE; the runs' blobs are too small)
+                 dataset at N = C_test: one agent per core) + gets. Where the fence carries the
+                 blob: gets = N·get + round + B·byte, the node's own N Gets of its peers' values
+                 from its PMIx server, each at most what the runs bound (get_bound), and the bytes
+                 of the whole blob B that they take (GET_PROBE; the runs' blobs are too small).
+                 Where the agents gather it over their peer service (ImageNet: gathers_over_peers),
+                 the fence carries a pointer per node and gets = ceil(log2 N)·e_peer + B·q_byte +
+                 B/net_bw: a connection per step, and the blob received and forwarded once at the
+                 moving of files' cost per byte (both ends)
       table    = c0 + c_entry·E + c_peer·N      (one core)
       J1       = slurm + max(stage, spread_max + fence + table) + second fence (N·64 B)
       peers    = min(N-1, S·(N-r)/N)              (holders a node fetches from)
@@ -606,19 +623,26 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
     out = []
     for n in nodes:
         r = min(ref["replicas"], n)
-        fences = {alg: ref_fence(m, ref, ds, n, alg) for alg in ("ring", "tree")}
+        small = dict(ds, entries=0)
+        over_peers = gathers_over_peers(ds, n)
+        pointers = dict(m, blob={"values": {"b": 0, "c": POINTER_BYTES}})
+        fences = {alg: ref_fence(pointers, ref, small, n, alg) if over_peers else ref_fence(m, ref, ds, n, alg)
+                  for alg in ("ring", "tree")}
         fence = fences[FENCE_ALGORITHM["default"]]
-        # The node's N Gets and the bytes they take; the agents' arrival spread as the runs show it
-        # with one agent per core (C_test nodes): on a cluster nodes launch and stage side by side,
-        # and stage-in is J1's own term below.
-        gets = m["get_bound"] * n + GET_PROBE["round_s"] + GET_PROBE["byte_s"] * blob_bytes(m, ds, n)
+        # The node's N Gets and the bytes they take, or the gather; the agents' arrival spread as
+        # the runs show it with one agent per core (C_test nodes): on a cluster nodes launch and
+        # stage side by side, and stage-in is J1's own term below.
+        blob = blob_bytes(m, ds, n)
+        if over_peers:
+            gets = math.ceil(math.log2(n)) * k["e_peer"] + blob * k["q_byte"] + blob / ref["net_bw"]
+        else:
+            gets = m["get_bound"] * n + GET_PROBE["round_s"] + GET_PROBE["byte_s"] * blob
         spread_med, spread_max = (_lin(m[k], spread_row(m, m["dataset"], C)) + gets
                                   for k in ("spread_med", "spread_max"))
         threads = max(1, min(ref["cores"], math.ceil(S * r / n)))
         stage = max(D * r / ref["pfs_bw"], D * r / n / min(ref["net_bw"], ref["nvme_bw"]),
                     (v["c_file"] * F * r / n + v["c_byte"] * D * r / n) / threads) + S * r / ref["pfs_opens_per_s"]
         table = v["c0"] + v["c_entry"] * E + v["c_peer"] * n
-        small = dict(ds, entries=0)
         fence2 = ref_fence(dict(m, blob={"values": {"b": 0, "c": 64}}), ref, small, n, FENCE_ALGORITHM["default"])
         slurm = _lin(m["j1"], [1, C])
         j1 = slurm + max(stage, spread_max + fence + table) + fence2
@@ -630,7 +654,7 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
         a2a = max(F * k["p_file"] + D * k["p_byte"],
                   (share * (F * k["q_file"] + D * k["q_byte"]) + 2 * peers * k["e_peer"]) / (2 * st),
                   share * D / ref["net_bw"])
-        out.append({"nodes": n, "dataset": ds["name"], "blob_bytes": blob_bytes(m, ds, n),
+        out.append({"nodes": n, "dataset": ds["name"], "blob_bytes": blob, "over_peers": over_peers,
                     "fence_ring": fences["ring"], "fence_tree": fences["tree"], "exchange_med": fence + spread_med,
                     "exchange_max": fence + spread_max, "stage_in": stage, "table": table, "slurm": slurm, "j1": j1, "gets": gets,
                     "epoch1_io": fanstore_epoch_io(m, ref, ds, n, True),
@@ -667,7 +691,7 @@ def simulate_efficiency(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=None)
         tar = copy + F * ref["create_s"] + D / ref["nvme_bw"]
         local = max(F / n * (C1["native"][1] + D / F * C1["native"][0]) / ref["io_cores"], D / n / ref["nvme_bw"])
         arms["tar_local"] = (tar, local, local)
-        row = {"nodes": n, "compute": tc, "j1_parts": {k: p[k] for k in ("slurm", "stage_in", "fence_ring", "gets", "table")}}
+        row = {"nodes": n, "compute": tc, "j1_parts": {k: p[k] for k in ("slurm", "stage_in", "fence_ring", "gets", "table", "over_peers")}}
         for arm, (stage, io1, io) in arms.items():
             e = ref["epochs"]
             row[arm] = {"staging": stage, "io_first": io1, "io_steady": io,
@@ -830,7 +854,7 @@ def _verdict(eff):
             if low:
                 s += (f' Below 90 % for {", ".join(low)}: an epoch is {_n(row["compute"], "s")} of compute per node, '
                       f'while J1 is {_n(f["staging"], "s")}: the table of every entry on each node {_n(j["table"], "s")}, '
-                      f'the fence {_n(j["fence_ring"], "s")}, the Gets of the blob {_n(j["gets"], "s")}, stage-in {_n(j["stage_in"], "s")}, Slurm and the agents\' '
+                      f'the fence {_n(j["fence_ring"], "s")}, {"the gather of" if j.get("over_peers") else "the Gets of"} the blob {_n(j["gets"], "s")}, stage-in {_n(j["stage_in"], "s")}, Slurm and the agents\' '
                       f'start {_n(j["slurm"], "s")}.')
                 if f["steady"] < 0.9:
                     s += f' The steady epoch\'s I/O is {_n(f["io_steady"], "s")} per node (peer fetches of a cold cache).'
@@ -932,11 +956,49 @@ def markdown(results, m, preds=None, eff=None):
     return "\n".join(parts) + "\n"
 
 
+def exchange_section(files):
+    """Large indexes over the peer service against PMIx's direct modex: exchange-only jobs of
+    scaleout.py --exchange-via peers,pmix (interleaved), medians over each N's jobs of each way."""
+    rows, notes = [], []
+    for path in files:
+        with open(path) as f:
+            res = json.load(f)
+        d = res.get("dataset", {})
+        notes.append(f"{os.path.basename(path)}: {d.get('files', 0):,} files in {d.get('shards', 0)} shards, "
+                     f"{res.get('version', '–')}, started {res.get('started', '–')}")
+        for n in sorted({r["n"] for r in res["runs"]}):
+            line = [f"{n}", f"{d.get('files', 0):,}"]
+            for via in ("peers", "pmix"):
+                rs = [r for r in res["runs"] if r["n"] == n and r.get("exchange_via", "peers") == via
+                      and r["kind"] == "exchange"]
+                ok = [r for r in rs if r.get("complete")]
+                med = [float(np.median([a["exchange_seconds"] for a in r["agents"]])) for r in ok]
+                mx = [max(a["exchange_seconds"] for a in r["agents"]) for r in ok]
+                j1 = [r["j1_seconds"] for r in ok if r.get("j1_seconds")]
+                line += [f"{len(ok)}/{len(rs)}",
+                         f"{_n(float(np.median(med)), 's')} ({_n(min(med), 's')}–{_n(max(med), 's')})" if med else "–",
+                         _n(float(np.median(mx)), "s") if mx else "–",
+                         _n(float(np.median(j1)), "s") if j1 else "–"]
+            rows.append(line)
+    return "\n".join([
+        "### Large indexes: over the peer service, against PMIx's direct modex", "",
+        "Exchange-only jobs (`scaleout.py --no-read --fences ring --exchange-via peers,pmix`), each way in turn, "
+        "on the netns cluster: the default (the fence carries a pointer per node, the agents gather the indexes "
+        "over their peer service, agent/gather.h) against `FANSTORE_EXCHANGE=pmix` (every index by direct modex, "
+        "through the other nodes' slurmd). Exchange: each job's median and maximum over its agents; the table "
+        "gives the median over jobs (and the range of the jobs' medians).", "",
+        _table(["N", "files", "peers: jobs", "peers: exchange median", "peers: max", "peers: J1",
+                "pmix: jobs", "pmix: exchange median", "pmix: max", "pmix: J1"], rows), "",
+        "Runs: " + "; ".join(notes) + ".", ""])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", help="results-scaleout.json")
     ap.add_argument("--md", help="write the Markdown section here (default: standard output)")
     ap.add_argument("--json", help="write the model, predictions and efficiencies here")
+    ap.add_argument("--exchange", action="append", default=[],
+                    help="results of scaleout.py --exchange-via peers,pmix: a section comparing the two")
     a = ap.parse_args(argv)
     with open(a.results) as f:
         results = json.load(f)
@@ -944,6 +1006,8 @@ def main(argv=None):
     preds = {k: predict(m, REF_NODE, ds) for k, ds in IMAGENET.items()}
     eff = {k: simulate_efficiency(m, REF_NODE, ds) for k, ds in IMAGENET.items()}
     md = markdown(results, m, preds, eff)
+    if a.exchange:
+        md += "\n" + exchange_section(a.exchange)
     if a.md:
         with open(a.md, "w") as f:
             f.write(md)

@@ -172,7 +172,15 @@ class EfficiencyTest(unittest.TestCase):
 
     def test_prediction_terms(self):
         p512, p4096 = sm.predict(self.model, sm.REF_NODE, sm.IMAGENET["imagenet-22k"])
-        self.assertGreater(p4096["fence_tree"], p4096["fence_ring"])  # 312 MB sent 102 times along the tree
+        # ImageNet's indexes travel over the peer service: the fence carries a pointer per node,
+        # and the gather costs less than the Gets of the whole blob from the PMIx server.
+        self.assertTrue(p4096["over_peers"])
+        self.assertLess(p4096["gets"], sm.GET_PROBE["byte_s"] * p4096["blob_bytes"])
+        # Where the fence carries the blob (few files, in many shards): 312 MB sent 102 times along the tree.
+        fenced = sm.predict(self.model, sm.REF_NODE, dict(sm.IMAGENET["imagenet-22k"], files=200_000,
+                                                          shards=100_000), nodes=(4096,))[0]
+        self.assertFalse(fenced["over_peers"])
+        self.assertGreater(fenced["fence_tree"], fenced["fence_ring"])
         self.assertGreater(p4096["j1"], p4096["table"])
         self.assertLess(p4096["compute"], p512["compute"])
 
