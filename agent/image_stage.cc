@@ -298,12 +298,13 @@ Status Agent::WriteTreeAndMount(const Shards& shards) {
   const auto t1 = std::chrono::steady_clock::now();
   FS_RETURN_IF_ERROR(MountImage(tree->get(), blob_fd_.get()));
   const auto t2 = std::chrono::steady_clock::now();
-  LOG_INFO("image: %s of data%s, mounted on %s (tree written in %.2f s, planned, its metadata "
-           "written and mounted by root in %.2f s)",
-           HumanBytes(blob_size).c_str(),
-           with_remote ? " (other nodes' files to be fetched into it)" : "", data_root_.c_str(),
-           std::chrono::duration<double>(t1 - t0).count(),
-           std::chrono::duration<double>(t2 - t1).count());
+  LOG_INFO(
+      "image: %s of data%s, mounted on %s (tree written in %.2f s, planned, its metadata "
+      "written and mounted by root in %.2f s)",
+      HumanBytes(blob_size).c_str(),
+      with_remote ? " (other nodes' files to be fetched into it)" : "", data_root_.c_str(),
+      std::chrono::duration<double>(t1 - t0).count(),
+      std::chrono::duration<double>(t2 - t1).count());
   // Kept open: the warm walk drops the blob's pages behind it, and other nodes' files are
   // written into it as they arrive.
   image_blob_ = std::move(blob_fd_);

@@ -19,23 +19,27 @@ class StoredNodes : public table::NodeSource {
   table::Node Root() const override { return src_.root; }
 
   Status ForEach(int pass, const NodeFn& fn) const override {
-    for (uint32_t s = 0; s < src_.shards.size(); s++) {
-      const StoredIndex& si = src_.shards[s];
-      std::vector<Frame>* frames = pass == 1 ? &(*frames_)[s] : nullptr;
-      if (frames) frames->reserve(si.footer.entry_count);  // exact: the first pass counted them
-      uint32_t i = 0;
-      Status st = format::ForEachIndexEntry(si.stored, si.footer, [&](const IndexEntry& e) {
-        if (e.offset >= uint64_t{1} << 48) return Status::Corruption("frame beyond 256 TiB");
-        if (frames)
-          frames->push_back(Frame{e.offset, static_cast<uint8_t>(e.type),
-                                  static_cast<uint8_t>(e.codec), e.stored_len, e.xxh3});
-        table::Node n;
-        FS_RETURN_IF_ERROR(MakeNode(s, i++, e, &n));
-        return fn(n);
-      });
-      if (!st.ok()) return st.Prefixed("shard " + std::to_string(s) + " index");
-    }
+    for (uint32_t s = 0; s < src_.shards.size(); s++) FS_RETURN_IF_ERROR(ForEachIn(s, pass, fn));
     return Status::OK();
+  }
+  // A part is a shard: the builder decodes several at once, each into its own frames.
+  size_t Parts() const override { return src_.shards.size(); }
+  Status ForEachIn(size_t part, int pass, const NodeFn& fn) const override {
+    const auto s = static_cast<uint32_t>(part);
+    const StoredIndex& si = src_.shards[s];
+    std::vector<Frame>* frames = pass == 1 ? &(*frames_)[s] : nullptr;
+    if (frames) frames->reserve(si.footer.entry_count);  // exact: the first pass counted them
+    uint32_t i = 0;
+    Status st = format::ForEachIndexEntry(si.stored, si.footer, [&](const IndexEntry& e) {
+      if (e.offset >= uint64_t{1} << 48) return Status::Corruption("frame beyond 256 TiB");
+      if (frames)
+        frames->push_back(Frame{e.offset, static_cast<uint8_t>(e.type),
+                                static_cast<uint8_t>(e.codec), e.stored_len, e.xxh3});
+      table::Node n;
+      FS_RETURN_IF_ERROR(MakeNode(s, i++, e, &n));
+      return fn(n);
+    });
+    return st.ok() ? st : st.Prefixed("shard " + std::to_string(s) + " index");
   }
 
  private:

@@ -15,6 +15,7 @@
 
 #include "common/hash.h"
 #include "common/path.h"
+#include "common/thread_pool.h"
 #include "common/unique_fd.h"
 
 namespace fanstore::table {
@@ -52,30 +53,63 @@ using PathTimes = std::unordered_map<std::string, int64_t, PathHash, std::equal_
 // index cannot make the census itself grow past what a table could hold.
 constexpr uint64_t kMaxStrings = 0xffff0000u;
 
-Status Count(const NodeSource& src, const Node& root, Census* c) {
-  const Status too_large = Status::InvalidArgument("table: namespace too large");
-  // Directories only: they are few (files are never held here).
+// What the first pass learns of one part of the source: its counts, its directories, and the
+// parents its nodes name, in the order it first names them.
+struct PartCensus {
+  uint32_t given = 0;
+  uint64_t string_bytes = 0;
+  uint32_t xattr_count = 0;
   PathSet dirs;
-  PathTimes parents;
-  c->string_bytes = StringBytes(root);
-  c->xattr_count = root.Xattrs().empty() ? 0 : 1;
+  std::vector<std::pair<std::string, int64_t>> parents;  // first seen, with that node's mtime
+};
+
+Status CountPart(const NodeSource& src, size_t part, PartCensus* c) {
+  const Status too_large = Status::InvalidArgument("table: namespace too large");
+  PathSet seen;  // parents: few (files are never held here)
   bool first = true;
   std::string_view last_parent;  // siblings come together: one lookup per run of them
-  FS_RETURN_IF_ERROR(src.ForEach(0, [&](const Node& nd) -> Status {
+  return src.ForEachIn(part, 0, [&](const Node& nd) -> Status {
     if (!IsCanonicalPath(nd.path))
       return Status::InvalidArgument("table: non-canonical path '" + std::string(nd.path) + "'");
     if (++c->given >= kNone - 1) return too_large;
     c->string_bytes += StringBytes(nd);
     if (c->string_bytes > kMaxStrings) return too_large;
     if (!nd.Xattrs().empty()) c->xattr_count++;
-    if (S_ISDIR(nd.mode)) dirs.emplace(nd.path);
+    if (S_ISDIR(nd.mode)) c->dirs.emplace(nd.path);
     const std::string_view parent = ParentOf(nd.path);
     if (first || parent != last_parent) {
       first = false;
-      last_parent = parents.emplace(parent, nd.mtime_ns).first->first;  // a key: stays put
+      auto [it, added] = seen.emplace(parent);
+      if (added) c->parents.emplace_back(*it, nd.mtime_ns);
+      last_parent = *it;  // a key: stays put
     }
     return Status::OK();
-  }));
+  });
+}
+
+// The census of every part (at once, on `threads`), merged in the parts' order: the same as
+// one walk of the whole source.
+Status Count(const NodeSource& src, const Node& root, size_t threads,
+             std::vector<PartCensus>* parts, Census* c) {
+  const Status too_large = Status::InvalidArgument("table: namespace too large");
+  parts->assign(src.Parts(), {});
+  std::vector<Status> st(parts->size());
+  ParallelFor(parts->size(), threads, [&](size_t p) { st[p] = CountPart(src, p, &(*parts)[p]); });
+  for (const Status& s : st) FS_RETURN_IF_ERROR(s);
+  PathSet dirs;
+  PathTimes parents;
+  c->string_bytes = StringBytes(root);
+  c->xattr_count = root.Xattrs().empty() ? 0 : 1;
+  for (PartCensus& pc : *parts) {
+    c->given += pc.given;
+    c->string_bytes += pc.string_bytes;
+    c->xattr_count += pc.xattr_count;
+    if (c->given >= kNone - 1 || c->string_bytes > kMaxStrings) return too_large;
+    dirs.merge(pc.dirs);
+    for (auto& [path, mtime] : pc.parents) parents.emplace(std::move(path), mtime);
+    pc.dirs = {};
+    pc.parents = {};
+  }
   // Each missing ancestor once: a walk stops at a given directory or at one already added
   // (whose own ancestors are then in too).
   for (const auto& [path, mtime] : parents)
@@ -135,16 +169,35 @@ class Writer {
         strings_(base + h.strings_off),
         xattrs_(reinterpret_cast<XattrRef*>(base + h.xattrs_off)) {}
 
-  void PutString(std::string_view v) {
-    std::memcpy(strings_ + str_off_, v.data(), v.size());
-    str_off_ += v.size();
+  // Where a walk writes: its next entry, string and extended-attribute slot, and how far it may
+  // go (what the census counted for it). Walks of different parts write disjoint ranges.
+  struct Cursor {
+    uint32_t next = 0, end = 0;
+    uint64_t str = 0, str_end = 0;
+    uint32_t xattr = 0, xattr_end = 0;
+    uint32_t hardlinks = 0;
+    std::vector<std::pair<std::string_view, uint32_t>> dirs;  // views into the image
+  };
+  static Cursor Span(uint32_t next, uint32_t end, uint64_t str, uint64_t str_end, uint32_t xattr,
+                     uint32_t xattr_end) {
+    Cursor c;
+    c.next = next, c.end = end, c.str = str, c.str_end = str_end;
+    c.xattr = xattr, c.xattr_end = xattr_end;
+    return c;
+  }
+  // The cursor of the whole image, for the strings, root and missing parents around the parts.
+  Cursor& main() { return main_; }
+
+  void PutString(Cursor& c, std::string_view v) {
+    std::memcpy(strings_ + c.str, v.data(), v.size());
+    c.str += v.size();
   }
   // Fails when the source gives more than it did in the first pass.
-  Status Add(const Node& nd) {
-    if (next_ >= h_.entry_count || xattrs_done_ + !nd.Xattrs().empty() > h_.xattr_count ||
-        StringBytes(nd) > h_.strings_size - str_off_)
+  Status Add(Cursor& c, const Node& nd) {
+    if (c.next >= c.end || c.xattr + !nd.Xattrs().empty() > c.xattr_end ||
+        StringBytes(nd) > c.str_end - c.str)
       return Status::Corruption("table: the nodes changed between the builder's passes");
-    const uint32_t i = next_++;
+    const uint32_t i = c.next++;
     Entry& e = entries_[i];  // zeroed with the image
     e.hash = Xxh3(nd.path);
     e.mode = nd.mode;
@@ -152,14 +205,15 @@ class Writer {
     e.mtime_ns = nd.mtime_ns;
     e.ctime_ns = nd.ctime_ns != 0 ? nd.ctime_ns : nd.mtime_ns;
     e.flags = nd.flags;
-    e.path_off = static_cast<uint32_t>(str_off_);
+    e.path_off = static_cast<uint32_t>(c.str);
     e.path_len = static_cast<uint32_t>(nd.path.size());
-    PutString(nd.path);
-    if (S_ISDIR(nd.mode)) dirs_.emplace(std::string_view(strings_ + e.path_off, e.path_len), i);
+    PutString(c, nd.path);
+    if (S_ISDIR(nd.mode))
+      c.dirs.emplace_back(std::string_view(strings_ + e.path_off, e.path_len), i);
     if (!nd.Xattrs().empty()) {
       e.flags |= kXattrs;
-      xattrs_[xattrs_done_++] = XattrRef{i, static_cast<uint32_t>(nd.text.size()), str_off_};
-      PutString(nd.text);
+      xattrs_[c.xattr++] = XattrRef{i, static_cast<uint32_t>(nd.text.size()), c.str};
+      PutString(c, nd.text);
     }
     if (S_ISREG(nd.mode)) {
       // A file has no children: first_child holds its source index, child_count its frame's
@@ -170,14 +224,20 @@ class Writer {
     }
     if (S_ISLNK(nd.mode) || nd.hardlink) {
       // A hard link keeps the path it names here until LinkNames points it at that entry.
-      e.aux = static_cast<uint32_t>(str_off_);
+      e.aux = static_cast<uint32_t>(c.str);
       e.size = nd.text.size();
-      if (nd.hardlink) e.flags = kHardLink, hardlinks_++;
-      PutString(nd.text);
+      if (nd.hardlink) e.flags = kHardLink, c.hardlinks++;
+      PutString(c, nd.text);
     }
     return Status::OK();
   }
-  uint32_t added() const { return next_; }
+  // Takes a part's directories and hard links once its walk is done (in the parts' order).
+  void Join(Cursor& c) {
+    for (const auto& [path, i] : c.dirs) dirs_.emplace(path, i);
+    c.dirs.clear();
+    hardlinks_ += c.hardlinks;
+    c.hardlinks = 0;
+  }
 
   // Parents and children (contiguous per directory, sorted by name), then the hash table;
   // fails on a duplicate path.
@@ -267,8 +327,8 @@ class Writer {
   Entry* entries_;
   char* strings_;
   XattrRef* xattrs_;
-  uint64_t str_off_ = 0;
-  uint32_t next_ = 0, xattrs_done_ = 0, hardlinks_ = 0;
+  Cursor main_ = Span(0, h_.entry_count, 0, h_.strings_size, 0, h_.xattr_count);
+  uint32_t hardlinks_ = 0;
   // Directories by path (views into the image), for the parents.
   std::unordered_map<std::string_view, uint32_t, PathHash> dirs_;
 };
@@ -307,8 +367,10 @@ Status BuildInto(const NodeSource& src, const BuildOptions& opts, const AllocFn&
   const Node root = src.Root();
   if (!root.path.empty() || !S_ISDIR(root.mode))
     return Status::InvalidArgument("table: the root is not a directory");
+  const size_t threads = std::max<size_t>(1, opts.threads);
   Census c;
-  FS_RETURN_IF_ERROR(Count(src, root, &c));
+  std::vector<PartCensus> parts;
+  FS_RETURN_IF_ERROR(Count(src, root, threads, &parts, &c));
   uint64_t string_bytes =
       opts.local_root.size() + opts.cache_root.size() + opts.dataset.size() + opts.tool.size();
   string_bytes += c.string_bytes;
@@ -319,14 +381,34 @@ Status BuildInto(const NodeSource& src, const BuildOptions& opts, const AllocFn&
   if (!mem.ok()) return mem.status();
   std::memcpy(mem.value(), &h, sizeof h);
   Writer w(h, mem.value());
+  Writer::Cursor& all = w.main();
   for (std::string_view s : {opts.local_root, opts.cache_root, opts.dataset, opts.tool})
-    w.PutString(s);
-  FS_RETURN_IF_ERROR(w.Add(root));
-  FS_RETURN_IF_ERROR(src.ForEach(1, [&](const Node& nd) { return w.Add(nd); }));
-  if (w.added() != 1 + c.given)
-    return Status::Corruption("table: the nodes changed between the builder's passes");
+    w.PutString(all, s);
+  FS_RETURN_IF_ERROR(w.Add(all, root));
+  // Each part writes where the census puts it: the image is the one walk in order would write.
+  std::vector<Writer::Cursor> cur(parts.size());
+  for (size_t p = 0; p < parts.size(); p++) {
+    cur[p] =
+        Writer::Span(all.next, all.next + parts[p].given, all.str, all.str + parts[p].string_bytes,
+                     all.xattr, all.xattr + parts[p].xattr_count);
+    all.next = cur[p].end;
+    all.str = cur[p].str_end;
+    all.xattr = cur[p].xattr_end;
+  }
+  std::vector<Status> st(parts.size());
+  ParallelFor(parts.size(), threads, [&](size_t p) {
+    st[p] = src.ForEachIn(p, 1, [&](const Node& nd) { return w.Add(cur[p], nd); });
+    if (st[p].ok() && (cur[p].next != cur[p].end || cur[p].str != cur[p].str_end ||
+                       cur[p].xattr != cur[p].xattr_end))
+      st[p] = Status::Corruption("table: the nodes changed between the builder's passes");
+  });
+  for (size_t p = 0; p < parts.size(); p++) {
+    FS_RETURN_IF_ERROR(st[p]);
+    w.Join(cur[p]);
+  }
   for (const auto& [path, mtime] : c.missing)
-    FS_RETURN_IF_ERROR(w.Add(Node{path, S_IFDIR | 0555, 0, mtime, 0, {}}));
+    FS_RETURN_IF_ERROR(w.Add(all, Node{path, S_IFDIR | 0555, 0, mtime, 0, {}}));
+  w.Join(all);
   return w.Link();
 }
 

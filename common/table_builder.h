@@ -46,6 +46,9 @@ struct BuildOptions {
   uint32_t uid = 0, gid = 0;
   std::string dataset;  // the dataset directory
   std::string tool;     // reads one file of it (see Header::tool_off)
+  // Threads that walk a source's parts at once (NodeSource::Parts); the image is the same
+  // whatever the count.
+  size_t threads = 1;
 };
 
 // A table image written straight into its file, mapped read-write, so that the agent keeps no
@@ -77,6 +80,12 @@ class NodeSource {
   virtual ~NodeSource() = default;
   virtual Node Root() const;  // default: mode 0555, time 0
   virtual Status ForEach(int pass, const NodeFn& fn) const = 0;
+  // A source may come in parts that can be walked at once, each on its own thread (the agent's:
+  // one per shard): ForEachIn gives part `part`'s nodes, and the parts in order are ForEach's.
+  virtual size_t Parts() const { return 1; }
+  virtual Status ForEachIn(size_t /*part*/, int pass, const NodeFn& fn) const {
+    return ForEach(pass, fn);
+  }
 };
 
 // Serialises the nodes into a table image in the memory `alloc` gives for its size (zeroed).

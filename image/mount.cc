@@ -199,7 +199,9 @@ Status MountTree(const MountRequest& req) {
   FS_RETURN_IF_ERROR(Regular(req.blob_fd, req.owner, "blob", &blob_st));
   FS_RETURN_IF_ERROR(RootsDirectory(req.meta_dir_fd));
   const auto t0 = std::chrono::steady_clock::now();
-  auto since = [&t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto since = [&t0] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   auto tree = ReadTree(req.tree_fd);
   if (!tree.ok()) return tree.status();
   const double read_s = since();
@@ -241,10 +243,11 @@ Status MountTree(const MountRequest& req) {
   if (::mount(source.c_str(), target.c_str(), "erofs", MS_RDONLY | MS_NOSUID | MS_NODEV,
               options.c_str()) != 0)
     return Status::FromErrno("image: mount it", errno);
-  LOG_DEBUG("image: %zu names; tree read in %.2f s, planned in %.2f s, %llu bytes of metadata "
-            "written in %.2f s, mounted in %.2f s",
-            names, read_s, plan_s - read_s, static_cast<unsigned long long>(img->meta_size()),
-            write_s - plan_s, since() - write_s);
+  LOG_DEBUG(
+      "image: %zu names; tree read in %.2f s, planned in %.2f s, %llu bytes of metadata "
+      "written in %.2f s, mounted in %.2f s",
+      names, read_s, plan_s - read_s, static_cast<unsigned long long>(img->meta_size()),
+      write_s - plan_s, since() - write_s);
   return Status::OK();
 }
 
