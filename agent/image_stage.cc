@@ -145,15 +145,24 @@ bool Agent::ImageTakesRemoteFiles() const {
 Status Agent::WriteImageTree(int fd, const Shards& shards, bool with_remote,
                              std::vector<uint64_t>* remote_extent, uint64_t* blob_size) {
   // The image's tree: every directory and symlink of the table, this node's files and their
-  // other names, and with_remote every other file too, in the table's order. Root plans the
-  // image from it (image/mount.h); the agent plans nothing itself.
+  // other names, and with_remote every other file too, breadth first, each directory's children
+  // in the table's order, which is by name: root's check of the tree (ErofsImage::Plan) then
+  // finds every directory sorted, where the entries' own order (the shards') would have it sort
+  // them (at 14.2M names, a fifth of root's time). Root plans the image from it
+  // (image/mount.h); the agent plans nothing itself.
   const uint32_t n = view_.size();
-  std::vector<uint32_t> node_of(n, image::kNone);
-  uint32_t count = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    const table::Entry& t = view_.Target(view_.at(i));
-    if (!with_remote && table::IsReg(t) && !InLocalShard(t)) continue;
-    node_of[i] = count++;
+  std::vector<uint32_t> node_of(n, image::kNone), entry_of;
+  entry_of.reserve(n);
+  entry_of.push_back(0);
+  node_of[0] = 0;
+  for (size_t k = 0; k < entry_of.size(); k++) {  // grows as it goes: the queue
+    for (uint32_t c : view_.Children(view_.at(entry_of[k]))) {
+      if (c >= n || node_of[c] != image::kNone) continue;  // a table of the agent's own: never
+      const table::Entry& t = view_.Target(view_.at(c));
+      if (!with_remote && table::IsReg(t) && !InLocalShard(t)) continue;
+      node_of[c] = static_cast<uint32_t>(entry_of.size());
+      entry_of.push_back(c);
+    }
   }
   // The blob's order: this node's files as WriteBlob wrote them, shard by shard, each in its
   // index's order (shard s's entry i is table entry index_.TableEntry(s, i)); then the other
@@ -192,8 +201,7 @@ Status Agent::WriteImageTree(int fd, const Shards& shards, bool with_remote,
     return Status::Unsupported("image: the tree's block size differs from the blob's");
   *blob_size = next;
   auto nodes = [&](const std::function<Status(const image::Node&)>& emit) {
-    for (uint32_t i = 0; i < n; i++) {
-      if (node_of[i] == image::kNone) continue;
+    for (uint32_t i : entry_of) {
       const table::Entry& e = view_.at(i);
       image::Node x;
       x.parent = node_of[e.parent];

@@ -142,8 +142,9 @@ Status ErofsImage::Check() {
     if (x.parent >= n || x.parent == i || !S_ISDIR(nodes_[x.parent].mode) ||
         nodes_[x.parent].link != kNone)
       return bad("its parent is not a directory");
+    // Two scans of the name (find_first_of would call memchr once per byte of it).
     if (x.name.empty() || x.name.size() > kNameMax || x.name == "." || x.name == ".." ||
-        x.name.find_first_of(std::string_view("/\0", 2)) != std::string_view::npos)
+        x.name.find('/') != std::string_view::npos || x.name.find('\0') != std::string_view::npos)
       return bad("not a valid file name");
     if (x.link != kNone) {
       if (x.link >= n || !IsRegular(nodes_[x.link]) || !S_ISREG(x.mode))

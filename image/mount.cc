@@ -7,6 +7,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -137,6 +138,66 @@ Status WriteTree(int fd, const NodeSource& nodes, const std::vector<uint32_t>& b
   return PwriteFull(fd, header, 0, "image: the tree");
 }
 
+namespace {
+
+// Reads `len` bytes at `off` of the tree into `dst`, or fails.
+using ReadFn = std::function<Status(uint64_t off, size_t len, char* dst)>;
+
+// The tree of `size` bytes, each read once: the names into the tree's own memory, the records a
+// MiB at a time (never the whole file: it is mostly records, which become nodes).
+Result<Tree> Parse(uint64_t size, const ReadFn& read) {
+  Tree t;
+  t.file_bytes = size;
+  if (size < kHeaderBytes)
+    return Status::Corruption("image: the tree file is shorter than a header");
+  char h[kHeaderBytes];
+  FS_RETURN_IF_ERROR(read(0, kHeaderBytes, h));
+  if (std::memcmp(h, kTreeMagic, sizeof kTreeMagic) != 0)
+    return Status::Corruption("image: not a tree file");
+  const uint64_t nodes = Get<uint32_t>(h + 8), order = Get<uint32_t>(h + 12);
+  if (nodes > kMaxTreeNodes)
+    return Status::Corruption("image: the tree has " + std::to_string(nodes) +
+                              " names, more than " + std::to_string(kMaxTreeNodes));
+  const uint64_t strings = Get<uint64_t>(h + 16);
+  t.blob_size = Get<uint64_t>(h + 24);
+  // Each term is below 2^38, so the sum cannot wrap.
+  if (strings > size || kHeaderBytes + nodes * kRecordBytes + order * 4 + strings != size)
+    return Status::Corruption("image: the tree file's size does not match its header");
+  const uint64_t order_at = kHeaderBytes + nodes * kRecordBytes, strings_at = order_at + order * 4;
+  t.bytes.resize(strings);
+  FS_RETURN_IF_ERROR(read(strings_at, strings, t.bytes.data()));
+  t.blob_order.resize(order);
+  FS_RETURN_IF_ERROR(read(order_at, order * 4, reinterpret_cast<char*>(t.blob_order.data())));
+  t.nodes.reserve(nodes);
+  const char* str = t.bytes.data();
+  const char* end = str + strings;
+  constexpr uint64_t kChunk = (1u << 20) / kRecordBytes;
+  std::vector<char> chunk(std::min(nodes, kChunk) * kRecordBytes);
+  for (uint64_t i = 0; i < nodes; i += kChunk) {
+    const uint64_t k = std::min(kChunk, nodes - i);
+    FS_RETURN_IF_ERROR(read(kHeaderBytes + i * kRecordBytes, k * kRecordBytes, chunk.data()));
+    for (const char* rec = chunk.data(); rec != chunk.data() + k * kRecordBytes;
+         rec += kRecordBytes) {
+      Node& n = t.nodes.emplace_back();
+      n.parent = Get<uint32_t>(rec);
+      n.mode = Get<uint32_t>(rec + 4);
+      n.size = Get<uint64_t>(rec + 8);
+      n.mtime_ns = Get<int64_t>(rec + 16);
+      n.link = Get<uint32_t>(rec + 24);
+      const size_t name = Get<uint16_t>(rec + 28), target = Get<uint16_t>(rec + 30);
+      if (static_cast<size_t>(end - str) < name + target)
+        return Status::Corruption("image: the tree's names run past its end");
+      n.name = std::string_view(str, name);
+      n.target = std::string_view(str + name, target);
+      str += name + target;
+    }
+  }
+  if (str != end) return Status::Corruption("image: the tree's names do not fill its strings");
+  return t;
+}
+
+}  // namespace
+
 Result<Tree> ReadTree(int fd, uint64_t max_bytes) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return Status::FromErrno("image: the tree", errno);
@@ -144,52 +205,19 @@ Result<Tree> ReadTree(int fd, uint64_t max_bytes) {
   if (size < kHeaderBytes || size > max_bytes)
     return Status::Corruption("image: the tree file's " + std::to_string(size) +
                               " bytes are not between a header's and " + std::to_string(max_bytes));
-  std::vector<char> bytes(size);
-  FS_RETURN_IF_ERROR(PreadFull(fd, bytes.data(), size, 0, "image: the tree"));
-  return ParseTree(std::move(bytes));
+  // A file that shrinks meanwhile fails a read; one that grows is read as it was.
+  return Parse(size, [fd](uint64_t off, size_t len, char* dst) {
+    return PreadFull(fd, dst, len, static_cast<off_t>(off), "image: the tree");
+  });
 }
 
-Result<Tree> ParseTree(std::vector<char> bytes) {
-  Tree t;
-  t.bytes = std::move(bytes);
-  const uint64_t size = t.bytes.size();
-  if (size < kHeaderBytes)
-    return Status::Corruption("image: the tree file is shorter than a header");
-  const char* p = t.bytes.data();
-  if (std::memcmp(p, kTreeMagic, sizeof kTreeMagic) != 0)
-    return Status::Corruption("image: not a tree file");
-  const uint64_t nodes = Get<uint32_t>(p + 8), order = Get<uint32_t>(p + 12);
-  if (nodes > kMaxTreeNodes)
-    return Status::Corruption("image: the tree has " + std::to_string(nodes) +
-                              " names, more than " + std::to_string(kMaxTreeNodes));
-  const uint64_t strings = Get<uint64_t>(p + 16);
-  t.blob_size = Get<uint64_t>(p + 24);
-  // Each term is below 2^38, so the sum cannot wrap.
-  if (strings > size || kHeaderBytes + nodes * kRecordBytes + order * 4 + strings != size)
-    return Status::Corruption("image: the tree file's size does not match its header");
-  t.nodes.resize(nodes);
-  t.blob_order.resize(order);
-  const char* rec = p + kHeaderBytes;
-  const char* str = rec + nodes * kRecordBytes + order * 4;
-  const char* end = p + size;
-  for (uint64_t i = 0; i < nodes; i++, rec += kRecordBytes) {
-    Node& n = t.nodes[i];
-    n.parent = Get<uint32_t>(rec);
-    n.mode = Get<uint32_t>(rec + 4);
-    n.size = Get<uint64_t>(rec + 8);
-    n.mtime_ns = Get<int64_t>(rec + 16);
-    n.link = Get<uint32_t>(rec + 24);
-    const size_t name = Get<uint16_t>(rec + 28), target = Get<uint16_t>(rec + 30);
-    if (static_cast<size_t>(end - str) < name + target)
-      return Status::Corruption("image: the tree's names run past its end");
-    n.name = std::string_view(str, name);
-    n.target = std::string_view(str + name, target);
-    str += name + target;
-  }
-  if (str != end) return Status::Corruption("image: the tree's names do not fill its strings");
-  if (order != 0)
-    std::memcpy(t.blob_order.data(), p + kHeaderBytes + nodes * kRecordBytes, order * 4);
-  return t;
+Result<Tree> ParseTree(const std::vector<char>& bytes) {
+  return Parse(bytes.size(), [&bytes](uint64_t off, size_t len, char* dst) {
+    if (off > bytes.size() || len > bytes.size() - off)
+      return Status::Corruption("image: the tree file is shorter than its header says");
+    if (len) std::memcpy(dst, bytes.data() + off, len);
+    return Status::OK();
+  });
 }
 
 Status MountTree(const MountRequest& req) {
@@ -221,7 +249,7 @@ Status MountTree(const MountRequest& req) {
                               " bytes, short of its files' " + std::to_string(img->blob_size()));
   // A name costs a block of metadata at most when it is a directory or a symlink: bounded by the
   // tree's size, and by what the job could have written there itself.
-  const uint64_t bound = (uint64_t{64} << 20) + 24 * tree->bytes.size();
+  const uint64_t bound = (uint64_t{64} << 20) + 24 * tree->file_bytes;
   struct statfs fs;
   if (img->meta_size() > bound)
     return Status::InvalidArgument("image: its metadata would take " +

@@ -42,17 +42,19 @@ using NodeSource = std::function<Status(const std::function<Status(const Node&)>
 Status WriteTree(int fd, const NodeSource& nodes, const std::vector<uint32_t>& blob_order,
                  uint64_t blob_size);
 
-// A tree file read back: the nodes' names and targets point into `bytes`, a private copy (the
-// writer may change the file meanwhile: what was checked is what is used).
+// A tree file read back, each byte once: the nodes' names and targets point into `bytes`, a
+// private copy of the names (the writer may change the file meanwhile: what was checked is what
+// is used).
 struct Tree {
   std::vector<char> bytes;
   std::vector<Node> nodes;
   std::vector<uint32_t> blob_order;
   uint64_t blob_size = 0;
+  uint64_t file_bytes = 0;  // the tree file's size
 };
 Result<Tree> ReadTree(int fd, uint64_t max_bytes = kMaxTreeBytes);
 // The same from bytes already read (the fuzz target's entry).
-Result<Tree> ParseTree(std::vector<char> bytes);
+Result<Tree> ParseTree(const std::vector<char>& bytes);
 
 inline constexpr uid_t kNoOwner = static_cast<uid_t>(-1);
 
