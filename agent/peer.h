@@ -36,6 +36,9 @@
 #include "common/unique_fd.h"
 
 namespace fanstore::agent {
+namespace wire {
+struct Header;
+}
 
 // Who this agent is, for the handshake: the job's key (wire::JobKey) and the agent's rank
 // (and the job's size, for the exchange's messages).
@@ -192,6 +195,8 @@ class PeerClient {
                         const std::function<bool(uint32_t, uint64_t, std::string_view)>& fn,
                         bool fresh, bool* stale);
   Status Handshake(Session* s, uint32_t rank);
+  // Sends request `rq` (no payload) on the session, tagged; false when the send failed.
+  bool SendRequest(Session& s, const wire::Header& rq);
   void Release(uint32_t rank, std::unique_ptr<Session> s);
   void MarkDown(uint32_t rank);
 

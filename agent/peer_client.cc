@@ -196,6 +196,14 @@ Result<std::unique_ptr<PeerClient::Session>> PeerClient::Connect(uint32_t rank, 
   return s;
 }
 
+bool PeerClient::SendRequest(Session& s, const Header& request) {
+  Header rq = request;
+  s.tx.Begin(rq);
+  wire::Tag tag = s.tx.Finish();
+  struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
+  return SendIov(s.fd.get(), iov, 2);
+}
+
 Status PeerClient::LostBeforeReply(uint32_t rank, const Session& s, bool* stale) {
   // A reused session that the peer closed (its end or a reset has arrived, where a stalled peer
   // sends nothing) is stale; anything else marks the peer down.
@@ -219,12 +227,10 @@ Status PeerClient::FetchOnce(uint32_t rank, uint32_t shard, uint32_t entry, uint
   std::unique_ptr<Session> s = std::move(c).value();
   const int fd = s->fd.get();
   const std::string who = Rank(rank);
-  Header rq{wire::kMagic, wire::kGet, shard, entry, 0};
-  s->tx.Begin(rq);
-  wire::Tag tag = s->tx.Finish();
-  struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
+  wire::Tag tag;
   Header rp;
-  if (!SendIov(fd, iov, 2) || !RecvAll(fd, &rp, sizeof rp)) return LostBeforeReply(rank, *s, stale);
+  if (!SendRequest(*s, {wire::kMagic, wire::kGet, shard, entry, 0}) || !RecvAll(fd, &rp, sizeof rp))
+    return LostBeforeReply(rank, *s, stale);
   if (rp.magic != wire::kMagic || rp.op != wire::kGet || rp.b != entry) {
     MarkDown(rank);
     return Status::IOError(who + ": connection lost");
@@ -288,15 +294,13 @@ Status PeerClient::FetchShardOnce(
   if (!c.ok()) return c.status();
   std::unique_ptr<Session> s = std::move(c).value();
   const std::string who = Rank(rank);
-  Header rq{wire::kMagic, wire::kGetShard, shard, 0, 0};
-  s->tx.Begin(rq);
-  wire::Tag tag = s->tx.Finish();
-  struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
+  wire::Tag tag;
   auto fail = [&](Status st) {
     MarkDown(rank);
     return st;
   };
-  if (!SendIov(s->fd.get(), iov, 2)) return LostBeforeReply(rank, *s, stale);
+  if (!SendRequest(*s, {wire::kMagic, wire::kGetShard, shard, 0, 0}))
+    return LostBeforeReply(rank, *s, stale);
   // Headers and files are taken from one large buffer, refilled with whatever the socket has:
   // a few receives per megabyte instead of two or three per file.
   RecvBuffer in(s->fd.get());
@@ -352,15 +356,13 @@ Status PeerClient::FetchMessages(uint32_t rank, uint32_t first, uint32_t count, 
   std::unique_ptr<Session> s = std::move(c).value();
   const int fd = s->fd.get();
   const std::string who = Rank(rank);
-  Header rq{wire::kMagic, wire::kGetMessages, first, count, 0};
-  s->tx.Begin(rq);
-  wire::Tag tag = s->tx.Finish();
-  struct iovec iov[2] = {{&rq, sizeof rq}, {tag.data(), tag.size()}};
+  wire::Tag tag;
   auto fail = [&](Status st) {
     MarkDown(rank);
     return st;
   };
-  if (!SendIov(fd, iov, 2)) return fail(Status::IOError(who + ": connection lost"));
+  if (!SendRequest(*s, {wire::kMagic, wire::kGetMessages, first, count, 0}))
+    return fail(Status::IOError(who + ": connection lost"));
   for (uint32_t i = 0; i < count; i++) {
     const uint32_t r = static_cast<uint32_t>((uint64_t{first} + i) % size);
     // The peer may still be gathering this one: wait for its first bytes longer than for the

@@ -94,7 +94,10 @@ published() {
 }
 if ((scaleout)); then
   /usr/bin/python3 "$here/scaleout.py" --out "$out" --build "$build" "${scaleout_args[@]}" || rc=$?
-  published scaleout scale-out /usr/bin/python3 "$here/scaleout_model.py" "$out/results-scaleout.json" --md "$out/scaleout.md"
+  # With the published side-by-side runs of the large exchange (scaleout.py --exchange-via peers,pmix).
+  exchange=()
+  for f in "$repo"/docs/bench/results-exchange-*.json; do [[ -f $f ]] && exchange+=(--exchange "$f"); done
+  published scaleout scale-out /usr/bin/python3 "$here/scaleout_model.py" "$out/results-scaleout.json" --md "$out/scaleout.md" "${exchange[@]}"
 fi
 if ((scale)); then
   /usr/bin/python3 "$here/scale.py" --out "$out" --build "$build" --fsbench "$out/fsbench" --cache "$cache" || rc=$?
