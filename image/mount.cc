@@ -111,17 +111,22 @@ Status WriteTree(int fd, const NodeSource& nodes, const std::vector<uint32_t>& b
     if (++count > kMaxTreeNodes)
       return Status::InvalidArgument("image: more names than a tree may hold");
     strings += n.name.size() + n.target.size();
-    Put(&out, n.parent);
-    Put(&out, n.mode);
-    Put(&out, n.size);
-    Put(&out, n.mtime_ns);
-    Put(&out, n.link);
-    Put(&out, static_cast<uint16_t>(n.name.size()));
-    Put(&out, static_cast<uint16_t>(n.target.size()));
+    char rec[kRecordBytes];  // one append a record: 14M of them at ImageNet-22k's size
+    const auto name = static_cast<uint16_t>(n.name.size());
+    const auto target = static_cast<uint16_t>(n.target.size());
+    std::memcpy(rec, &n.parent, 4);
+    std::memcpy(rec + 4, &n.mode, 4);
+    std::memcpy(rec + 8, &n.size, 8);
+    std::memcpy(rec + 16, &n.mtime_ns, 8);
+    std::memcpy(rec + 24, &n.link, 4);
+    std::memcpy(rec + 28, &name, 2);
+    std::memcpy(rec + 30, &target, 2);
+    out.append(rec, sizeof rec);
     return flush(false);
   }));
-  for (uint32_t i : blob_order) {
-    Put(&out, i);
+  for (size_t i = 0; i < blob_order.size(); i += 1u << 16) {  // 256 KiB at a time
+    const size_t k = std::min<size_t>(blob_order.size() - i, 1u << 16);
+    out.append(reinterpret_cast<const char*>(blob_order.data() + i), k * sizeof(uint32_t));
     FS_RETURN_IF_ERROR(flush(false));
   }
   FS_RETURN_IF_ERROR(nodes([&](const Node& n) {

@@ -116,10 +116,10 @@ REF_NODE = {  # the stated reference node and its parallel file system
 # part): at 14.2M entries on this VM 5.9 s on one core, 3.8 s on two, so about 0.3 of it (the
 # links, the hash table) stays on one core. And on a disk-backed node the plugin mounts an EROFS
 # image of every entry (issue 31), whose tree the agent writes and root plans and writes after the
-# table: 1.4-1.6 + 5.0-5.1 s at 14.2M entries on this VM (0.46 µs an entry, one core each, much
-# of it first touches of fresh memory, which this VM makes dear), before ready. It was 1.4 + 7.5 s
+# table: 1.4 + 4.7 s at 14.2M entries on this VM (0.43 µs an entry, one core each, much of it
+# first touches of fresh memory, which this VM makes dear), before ready. It was 1.4 + 7.5 s
 # before the tree came in the table's order, read once (docs/design.md).
-TABLE_SERIAL, IMAGE_ENTRY_S = 0.3, 0.46e-6
+TABLE_SERIAL, IMAGE_ENTRY_S = 0.3, 0.43e-6
 REF_TEXT = (
     "64 cores, of which 16 are left to I/O (the rest decode and feed 4 GPUs); 2 × NVMe at 6 GB/s (12 GB/s); "
     "200 Gb/s network (25 GB/s), 10 µs per message on the wire; a file created on the NVMe's ext4 costs 150 µs "
