@@ -32,7 +32,7 @@ int Gather::Wait(uint32_t rank, int wait_ms, std::shared_ptr<const std::string>*
 
 bool Gather::Has(uint32_t r) {
   std::lock_guard<std::mutex> l(mu_);
-  return msgs_[r] != nullptr;
+  return r < msgs_.size() && msgs_[r] != nullptr;  // none once ended
 }
 
 Status Gather::Keep(uint32_t r, std::string m, uint32_t via) {
@@ -40,6 +40,7 @@ Status Gather::Keep(uint32_t r, std::string m, uint32_t via) {
     return Status::Corruption("metadata exchange: the message of rank " + std::to_string(r) +
                               " from rank " + std::to_string(via) + " does not match its pointer");
   std::lock_guard<std::mutex> l(mu_);
+  if (ended_) return Status::Aborted("metadata exchange: ended");
   if (!msgs_[r]) msgs_[r] = std::make_shared<const std::string>(std::move(m));
   arrived_.notify_all();
   return Status::OK();
