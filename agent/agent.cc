@@ -180,6 +180,7 @@ Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shard
   if (!st.ok()) stage_abort_ = true;
   auto t0 = Clock::now();
   const bool gather = st.ok() && GatherOverPeers();
+  exchange_via_ = boot_->size() < 2 ? "" : gather ? "peers" : LargeExchange() ? "pmix" : "fence";
   if (gather) {
     gather_.Begin(boot_->rank(), boot_->size(), std::move(message));
     message = exchange::EncodePointer(peer_server_.Endpoint(), gather_.mine());

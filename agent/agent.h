@@ -317,6 +317,9 @@ class Agent {
   std::atomic<uint64_t> stage_bytes_total_{0}, stage_files_total_{0};
   std::atomic<double> stage_seconds_{0};  // written by the staging thread, read by stats
   double exchange_seconds_ = 0;
+  // How the indexes travelled: "fence" (in PMIx's collective), "pmix" (direct modex) or "peers"
+  // (gathered over the peer service); "" for a single agent.
+  const char* exchange_via_ = "";
   // When the agent entered the exchange round it is in (steady clock, ns; 0: in none), for
   // status.json: a fence that never completes then shows as such, not as staging.
   std::atomic<int64_t> exchange_entered_ns_{0};

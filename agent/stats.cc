@@ -145,6 +145,7 @@ std::string Agent::StatsJson(bool series) const {
   j["stage_in_seconds"] = stage_seconds_.load();
   j["exchange_seconds"] = exchange_seconds_;
   j["exchange_bytes"] = exchange_bytes_;
+  j["exchange_via"] = exchange_via_;
   j["staging"] = StagingJson();
   // Clients open staged and cached files themselves and count those opens in shared memory;
   // the agent counts what it serves (the bytes likewise, see ServedBytes).

@@ -82,13 +82,17 @@ void PrintOutput(const nlohmann::json& j) {
 }
 
 void PrintNodeStats(const nlohmann::json& j) {
+  const std::string via = Str(j, "exchange_via");
+  const char* how = via == "peers"  ? " (indexes gathered over the peer service)"
+                    : via == "pmix" ? " (indexes by PMIx direct modex)"
+                                    : "";
   std::printf(
       "%s (rank %.0f of %.0f): staged %s (%.0f files, %.0f shards%s) in %.2f s; metadata exchange "
-      "%.3f s\n",
+      "%.3f s%s\n",
       Str(j, "node").c_str(), At(j, "rank"), At(j, "size"),
       HumanBytes(At(j, "bytes_staged")).c_str(), At(j, "files_staged"), At(j, "shards_staged"),
       Str(j, "local_copy") == "image" ? ", as an EROFS image" : "", At(j, "stage_in_seconds"),
-      At(j, "exchange_seconds"));
+      At(j, "exchange_seconds"), how);
   PrintStaging(j);
   PrintSources(Obj(j, "opens"), Obj(j, "bytes"));
   PrintOutput(j);

@@ -306,6 +306,7 @@ def one_job(kind, n, k, ds, fence, via="peers"):
         s = stats.get(x, {})
         a = {"node": x, "rank": s.get("rank"), "stage_in_seconds": s.get("stage_in_seconds"),
              "exchange_seconds": s.get("exchange_seconds"), "exchange_bytes": s.get("exchange_bytes"),
+             "exchange_via": s.get("exchange_via"),
              "cpu_ready": s.get("cpu_seconds", {}).get("ready"), "cpu_end": s.get("cpu_seconds", {}).get("now"),
              "opens": s.get("opens"), "bytes": s.get("bytes"), "bytes_read_from_source": s.get("bytes_read_from_source"),
              "prefetch": s.get("prefetch"),

@@ -3,9 +3,9 @@
 # over both nodes (--fanstore-replicas=1), so that each agent's first-round blob in the metadata
 # exchange is about 5.5 MB, more than Slurm's PMIx fences carry safely: the step daemon's default
 # store crashes on a value above about 4 MB, and the ring deadlocks, now and then, when both nodes
-# forward big contributions at once (docs/design.md, "PMIx fence"; the agents now fetch the blobs
-# by direct modex). The job completes, both nodes list every name and read every file, and nothing
-# is left.
+# forward big contributions at once (docs/design.md, "PMIx fence"). The fence carries pointers and
+# the agents gather the indexes over their peer service (agent/gather.h), as both nodes' stats
+# say. The job completes, both nodes list every name and read every file, and nothing is left.
 #
 # Usage: bigindex.sh BUILD_DIR, with the cluster up (start.sh BUILD_DIR ports). See lib.sh.
 # shellcheck disable=SC2015  # ok returns 0, so `[[ c ]] && ok .. || bad ..` is an if-else.
@@ -57,6 +57,11 @@ EOF2
       || bad "$n: the files under the mount differ from the source: $(cat "$jd/sum.$n" 2>&1)"
   done
   say "$(grep -h "metadata exchange" "$jd"/stats.node* 2>/dev/null | tr '\n' ' ')"
+  local lines gathered
+  lines=$(cat "$jd"/stats.node* 2>/dev/null | grep -c "metadata exchange")
+  gathered=$(cat "$jd"/stats.node* 2>/dev/null | grep -c "indexes gathered over the peer service")
+  [[ $lines -ge 2 && $gathered == "$lines" ]] && ok "the agents gathered the indexes over the peer service" ||
+    bad "the indexes did not all travel over the peer service: $(grep -h "metadata exchange" "$jd"/stats.node* 2>&1)"
   check_clean "$j"
 }
 
