@@ -14,7 +14,8 @@ build's packages), then runs, as the test user, jobs with --fanstore over one da
   - "exchange" jobs for each PMIx fence algorithm of Slurm (FANSTORE_PMIX_FENCE tree, ring, mixed),
     --runs of each: a script that does nothing, for the exchange and J1 alone.
   - the fault case, once: tests/slurm/e2e/wide.sh (2 agents killed mid-epoch, every read checked).
-Writes OUT/results-scaleout.json (every raw sample); scaleout_model.py fits and reports it.
+Writes OUT/results-scaleout.json (every raw sample); scaleout_model.py fits and reports it. A job
+that does not complete leaves the daemons' log lines of its time in OUT/failed-jobs/.
 All nodes share this machine's cores: the CPU seconds per file and bytes per node, not the wall
 times, are what carries over to a cluster.
 """
@@ -246,6 +247,26 @@ def wait_state(job, timeout):
     return "TIMEOUT(" + st + ")"
 
 
+FAILED_DIR = None  # where a failed job's log lines go (main: OUT/failed-jobs)
+
+
+def keep_logs(name, since):
+    """The daemons' log lines from `since` (seconds since the epoch) on, of every node, into
+    FAILED_DIR/name: the next cluster's start clears the logs, and a failed job's cause is in them
+    (a PMIx fence that stopped: docs/admin.md)."""
+    if not FAILED_DIR:
+        return
+    dest = os.path.join(FAILED_DIR, name)
+    os.makedirs(dest, exist_ok=True)
+    start = "[" + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 1))
+    for log_name in sorted(glob.glob(os.path.join(BASE, "log", "*.log"))):
+        with open(log_name, errors="replace") as f:
+            lines = [l for l in f if l[:20] >= start]  # ISO times: in order as strings
+        if lines:
+            with open(os.path.join(dest, os.path.basename(log_name)), "w") as out:
+                out.writelines(lines)
+
+
 def one_job(kind, n, k, ds, fence, via="peers"):
     jd = job_dir(f"scaleout-{kind}")
     nodes = [f"node{i}" for i in range(1, n + 1)]
@@ -267,6 +288,7 @@ def one_job(kind, n, k, ds, fence, via="peers"):
     env_export = "ALL" if fence == "default" else f"ALL,FANSTORE_PMIX_FENCE={fence},SLURM_PMIX_FENCE={fence}"
     if via != "peers":  # a large exchange's indexes through PMIx's direct modex (agent: FANSTORE_EXCHANGE)
         env_export += f",FANSTORE_EXCHANGE={via}"
+    submitted = time.time()
     net0 = {x: net_bytes(x) for x in nodes}
     watch = Inotify(ds)
     busy0 = busy_seconds()
@@ -322,6 +344,8 @@ def one_job(kind, n, k, ds, fence, via="peers"):
            "source_opens": source["opens"], "source_reads": source["reads"], "agents": agents,
            "complete": st == "COMPLETED" and len(stats) == n and
            (kind != "read" or all(a.get("files_read") == len(paths) for a in agents))}
+    if not res["complete"]:
+        keep_logs(f"N{n}-job{job}-{kind}-{fence}", submitted)
     ex = sorted(a["exchange_seconds"] for a in agents if a["exchange_seconds"] is not None)
     rd = sorted(a["read_seconds"] for a in agents if a.get("read_seconds"))
     log(f"N={n} {kind} fence={fence} via={via} run {k}: job {job} {st}, J1 {res['j1_seconds'] or 0:.2f} s, exchange median "
@@ -369,6 +393,8 @@ def main():
     if os.geteuid() != 0:
         sys.exit("scaleout: run as root (it drives the test cluster)")
     os.makedirs(a.out, exist_ok=True)
+    global FAILED_DIR
+    FAILED_DIR = os.path.join(a.out, "failed-jobs")
     out_file = os.path.join(a.out, "results-scaleout.json")
     res = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": [], "clusters": {}, "faults": {},
            "machine": {"cores": os.cpu_count(), "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}}
