@@ -13,6 +13,7 @@
 #include "agent/exchange.h"
 #include "agent/peer_wire.h"
 #include "agent/placement.h"
+#include "common/clock.h"
 #include "common/env.h"
 #include "common/io.h"
 #include "common/log.h"
@@ -21,12 +22,6 @@
 
 namespace fanstore::agent {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The directory holds nothing: the agent owns what is in it and removes it at the end.
 Status CheckEmpty(const std::string& dir) {
@@ -145,10 +140,10 @@ bool Agent::LargeExchange() const {
   return *std::max_element(files.begin(), files.end()) > kFenceMaxFiles;
 }
 
-bool Agent::GatherOverPeers() const {
+bool Agent::GatherOverPeers(bool large) const {
   const char* via = std::getenv(env::kExchangeVia);
   return boot_->size() > 1 && cfg_.peers && !(via && std::string_view(via) == "pmix") &&
-         (LargeExchange() || manifest_.files > kGatherMinFiles);
+         (large || manifest_.files > kGatherMinFiles);
 }
 
 std::vector<uint64_t> Agent::MessageBounds() const {
@@ -178,9 +173,10 @@ auto Agent::InExchange(Round round) {
 Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shards>& shards,
                               bool* fenced) {
   if (!st.ok()) stage_abort_ = true;
-  auto t0 = Clock::now();
-  const bool gather = st.ok() && GatherOverPeers();
-  exchange_via_ = boot_->size() < 2 ? "" : gather ? "peers" : LargeExchange() ? "pmix" : "fence";
+  auto t0 = SteadyClock::now();
+  const bool large = LargeExchange();
+  const bool gather = st.ok() && GatherOverPeers(large);
+  exchange_via_ = boot_->size() < 2 ? "" : gather ? "peers" : large ? "pmix" : "fence";
   if (gather) {
     gather_.Begin(boot_->rank(), boot_->size(), std::move(message));
     message = exchange::EncodePointer(peer_server_.Endpoint(), gather_.mine());
@@ -188,7 +184,7 @@ Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shard
   auto all = InExchange([&]() -> Result<std::vector<std::string>> {
     TestPause("exchange");
     auto got = boot_->Exchange(st.ok() ? std::move(message) : exchange::EncodeHead(st), fenced,
-                               !gather && LargeExchange());
+                               !gather && large);
     if (!gather || !got.ok() || !st.ok()) return got;
     auto pointers = exchange::ReadPointers(*got);
     if (!pointers.ok()) return pointers.status();
@@ -197,10 +193,10 @@ Status Agent::ExchangeIndexes(Status st, std::string message, const Result<Shard
     remote_.peers().SetEndpoints(std::move(endpoints));
     FS_RETURN_IF_ERROR(gather_.Run(&remote_.peers(), *pointers, &*got, MessageBounds()));
     LOG_INFO("metadata exchange: every agent's indexes gathered over the peer service in %.2f s",
-             Since(t0));
+             SecondsSince(t0));
     return std::vector<std::string>();
   });
-  exchange_seconds_ = Since(t0);
+  exchange_seconds_ = SecondsSince(t0);
   FS_RETURN_IF_ERROR(st);
   if (!all.ok()) return all.status().Prefixed("metadata exchange");
   exchanged_ = std::move(all).value();

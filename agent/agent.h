@@ -137,7 +137,8 @@ class Agent {
   // kGatherMinFiles files: every node would otherwise take the whole blob from its PMIx server
   // at about 40 MB/s (docs/design.md, "What a Get costs"), where the gather moves it over TCP
   // in log2 N steps. Without the peer service, a large exchange goes by PMIx's direct modex.
-  bool GatherOverPeers() const;
+  // `large`: LargeExchange().
+  bool GatherOverPeers(bool large) const;
   static constexpr uint64_t kGatherMinFiles = 256 << 10;  // about 6 MB of indexes
   // The most each rank's message can hold: the bytes of the shards it is primary for.
   std::vector<uint64_t> MessageBounds() const;
@@ -323,11 +324,6 @@ class Agent {
   // When the agent entered the exchange round it is in (steady clock, ns; 0: in none), for
   // status.json: a fence that never completes then shows as such, not as staging.
   std::atomic<int64_t> exchange_entered_ns_{0};
-  static int64_t SteadyNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
   std::atomic<double> cpu_ready_{0}, cpu_unpacked_{0};  // CpuSeconds() then (0: not yet)
   uint64_t exchange_bytes_ = 0;
   std::atomic<uint64_t> opens_local_{0}, open_errors_{0};

@@ -108,10 +108,15 @@ class GatherNet : public ::testing::Test {
     for (auto& x : f) out.push_back(x.get());
     return out;
   }
-  void ExpectAllGathered(uint32_t r) {
-    auto v = nodes_[r]->gather.Views();
-    ASSERT_EQ(v.size(), nodes_.size());
-    for (uint32_t k = 0; k < v.size(); k++) EXPECT_EQ(v[k], Message(k)) << "agent " << r;
+  // Runs every agent's gather; each succeeds and holds every agent's message.
+  void ExpectEveryAgentGathersAll() {
+    auto st = RunAll();
+    for (uint32_t r = 0; r < nodes_.size(); r++) {
+      EXPECT_TRUE(st[r].ok()) << r << ": " << st[r].ToString();
+      auto v = nodes_[r]->gather.Views();
+      ASSERT_EQ(v.size(), nodes_.size());
+      for (uint32_t k = 0; k < v.size(); k++) EXPECT_EQ(v[k], Message(k)) << "agent " << r;
+    }
   }
 
   ThreadPool pool_{16};
@@ -121,11 +126,7 @@ class GatherNet : public ::testing::Test {
 
 TEST_F(GatherNet, EveryAgentGetsEveryMessage) {
   Start(6);
-  auto st = RunAll();
-  for (uint32_t r = 0; r < 6; r++) {
-    EXPECT_TRUE(st[r].ok()) << r << ": " << st[r].ToString();
-    ExpectAllGathered(r);
-  }
+  ExpectEveryAgentGathersAll();
 }
 
 TEST_F(GatherNet, AnAlteredForwardIsFoundAndTheMessageComesFromItsPublisher) {
@@ -136,11 +137,7 @@ TEST_F(GatherNet, AnAlteredForwardIsFoundAndTheMessageComesFromItsPublisher) {
     b[b.size() / 2] ^= 1;
     return b;
   };
-  auto st = RunAll();
-  for (uint32_t r = 0; r < 5; r++) {
-    EXPECT_TRUE(st[r].ok()) << r << ": " << st[r].ToString();
-    ExpectAllGathered(r);
-  }
+  ExpectEveryAgentGathersAll();
 }
 
 TEST_F(GatherNet, ADeadAgentIsAnErrorNamingIt) {

@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "agent/agent.h"
+#include "common/clock.h"
 #include "common/io.h"
 #include "common/log.h"
 #include "common/text.h"
@@ -114,8 +115,7 @@ Status Agent::StageImage(const Shards& shards) {
     if (st.ok()) st = MakeDataDirs();
     if (st.ok()) st = Stage(&shards);
   }
-  stage_seconds_ =
-      blob_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stage_seconds_ = blob_seconds + SecondsSince(t0);
   return st;
 }
 
@@ -288,7 +288,7 @@ Status Agent::WriteBlob(const Shards& shards) {
       manifest_, ptrs, pool_.get(), [this](uint64_t b) { read_bytes_ += b; }, &stage_abort_, small,
       large, &dict_));
   FS_RETURN_IF_ERROR(out.FlushAll());
-  stage_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stage_seconds_ = SecondsSince(t0);
   return Status::OK();
 }
 
@@ -438,7 +438,7 @@ void Agent::StartImageWarmer() {
           (void)::fstatat(root, std::string(view_.Path(e)).c_str(), &st, AT_SYMLINK_NOFOLLOW);
       }
       LOG_INFO("image: read %s ahead and looked up %u names in %.1f s", HumanBytes(read).c_str(),
-               i - 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+               i - 1, SecondsSince(t0));
     });
   } catch (const std::system_error&) {  // no thread to be had: the job's opens build them
   }

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "agent/agent.h"
+#include "common/clock.h"
 #include "common/io.h"
 #include "common/log.h"
 #include "common/remove_tree.h"
@@ -220,7 +221,7 @@ Status Agent::Stage(const Shards* shards) {
                     : stage::StageShards(manifest_, dict_, *shards, data_root_, so, &ss);
   staged_files_ = ss.files;
   staged_bytes_ = ss.raw_bytes;
-  stage_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stage_seconds_ = SecondsSince(t0);
   return st;
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agent.h"
+#include "common/clock.h"
 #include "common/io.h"
 #include "common/log.h"
 
@@ -49,10 +50,7 @@ nlohmann::json Agent::SeriesJson() const {
 
 void Agent::Tick() {
   Sample s;
-  s.t = std::round(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() *
-            1000) /
-        1000;
+  s.t = std::round(SecondsSince(started_) * 1000) / 1000;
   s.served = ServedBytes();
   s.staged = staged_bytes_.load();
   s.read = read_bytes_.load();

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "agent/agent.h"
+#include "common/clock.h"
 #include "common/io.h"
 #include "common/log.h"
 
@@ -33,10 +34,7 @@ table::BuildOptions Agent::TableOptions() const {
 }
 
 Status Agent::BuildTable() {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto since = [&t0] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  const auto t0 = SteadyClock::now();
   Index::Source src;
   src.shards = std::move(decoded_.index);
   src.links = &links_;
@@ -57,14 +55,14 @@ Status Agent::BuildTable() {
   };
   // Written straight into its file (renamed into place when published): no copy in the heap.
   const std::string tmp = cfg_.run_dir + "/" + kTableTmpName;
-  Status built =
-      index_.Build(src, TableOptions(), [&](size_t n) { return table_image_.Create(tmp, n); });
+  const table::BuildOptions options = TableOptions();
+  Status built = index_.Build(src, options, [&](size_t n) { return table_image_.Create(tmp, n); });
   // Decoded into the table: the messages are not needed any more.
   src = {};
   decoded_ = {};
   std::vector<std::string>().swap(exchanged_);
   if (!built.ok()) return built.Prefixed("metadata table");
-  const double build_s = since();
+  const double build_s = SecondsSince(t0);
   FS_RETURN_IF_ERROR(view_.Attach(table_image_.view()));
   index_.Attach(&view_);
   FS_RETURN_IF_ERROR(exchange::CheckLinks(links_, [&](const std::string& path) {
@@ -72,13 +70,15 @@ Status Agent::BuildTable() {
     return e && table::IsDir(*e);
   }));
   links_ = {};  // in the table now
-  const double check_s = since();
+  const double check_s = SecondsSince(t0);
   // An image holds every directory itself (StageImage).
   FS_RETURN_IF_ERROR(image_ ? Status::OK() : MakeDataDirs());
   LOG_DEBUG(
       "table: %u entries built in %.2f s (%zu threads), checked in %.2f s%s", view_.size(), build_s,
-      TableOptions().threads, check_s - build_s,
-      image_ ? "" : (", directories made in " + std::to_string(since() - check_s) + " s").c_str());
+      options.threads, check_s - build_s,
+      image_
+          ? ""
+          : (", directories made in " + std::to_string(SecondsSince(t0) - check_s) + " s").c_str());
   return Status::OK();
 }
 

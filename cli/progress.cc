@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/clock.h"
 #include "common/text.h"
 
 namespace fanstore::cli {
@@ -113,8 +114,6 @@ void Progress::Done() {
   last_len_ = 0;
 }
 
-double Progress::Seconds() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-}
+double Progress::Seconds() const { return SecondsSince(start_); }
 
 }  // namespace fanstore::cli

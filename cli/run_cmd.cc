@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "common/clock.h"
 #include "common/env.h"
 #include "common/io.h"
 #include "common/mountinfo.h"
@@ -415,9 +416,7 @@ int Run::WaitReady() {
       std::fprintf(stderr, "fanstore: run: interrupted during stage-in\n");
       return 128 + g_signal;
     }
-    if (o_.timeout > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
-            o_.timeout) {
+    if (o_.timeout > 0 && SecondsSince(start) > o_.timeout) {
       std::fprintf(stderr, "fanstore: run: stage-in did not finish within %g s\n", o_.timeout);
       return kExitBad;
     }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/io.h"
 #include "common/log.h"
 
@@ -231,20 +232,17 @@ Status MountTree(const MountRequest& req) {
   FS_RETURN_IF_ERROR(Regular(req.tree_fd, req.owner, "tree file", &tree_st));
   FS_RETURN_IF_ERROR(Regular(req.blob_fd, req.owner, "blob", &blob_st));
   FS_RETURN_IF_ERROR(RootsDirectory(req.meta_dir_fd));
-  const auto t0 = std::chrono::steady_clock::now();
-  auto since = [&t0] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  const auto t0 = SteadyClock::now();
   auto tree = ReadTree(req.tree_fd);
   if (!tree.ok()) return tree.status();
-  const double read_s = since();
+  const double read_s = SecondsSince(t0);
   const size_t names = tree->nodes.size();
   Options opts;
   opts.uid = req.owner;
   opts.gid = req.group;
   auto img = ErofsImage::Plan(std::move(tree->nodes), opts, tree->blob_order);
   if (!img.ok()) return img.status();
-  const double plan_s = since();
+  const double plan_s = SecondsSince(t0);
   if (img->blob_size() != tree->blob_size)
     return Status::Corruption("image: the tree's files take " + std::to_string(img->blob_size()) +
                               " bytes of blob, not the " + std::to_string(tree->blob_size) +
@@ -267,7 +265,7 @@ Status MountTree(const MountRequest& req) {
   UniqueFD meta(::openat(req.meta_dir_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
   if (!meta.valid()) return Status::FromErrno("image: an unnamed file for the metadata", errno);
   FS_RETURN_IF_ERROR(img->WriteMeta(meta.get()));
-  const double write_s = since();
+  const double write_s = SecondsSince(t0);
   // Through the descriptors: the kernel reads this metadata and the blob just checked, whatever
   // the paths name by then, and mounts on the directory the caller opened.
   const std::string source = "/proc/self/fd/" + std::to_string(meta.get());
@@ -280,7 +278,7 @@ Status MountTree(const MountRequest& req) {
       "image: %zu names; tree read in %.2f s, planned in %.2f s, %llu bytes of metadata "
       "written in %.2f s, mounted in %.2f s",
       names, read_s, plan_s - read_s, static_cast<unsigned long long>(img->meta_size()),
-      write_s - plan_s, since() - write_s);
+      write_s - plan_s, SecondsSince(t0) - write_s);
   return Status::OK();
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/clock.h"
 #include "common/hash.h"
 #include "common/io.h"
 #include "common/table.h"
@@ -93,7 +94,7 @@ Status StageShards(const format::Manifest& m, const format::Dictionary& dict,
     stats->files = files;
     stats->raw_bytes = raw;
     stats->read_bytes = read;
-    stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats->seconds = SecondsSince(t0);
   }
   return Status::OK();
 }
@@ -244,7 +245,7 @@ Status CopyShards(const std::string& dataset_dir, const format::Manifest& m,
   if (stats) {
     stats->shards = ids.size();
     stats->read_bytes = copier.read();
-    stats->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats->seconds = SecondsSince(t0);
   }
   return Status::OK();
 }
