@@ -38,7 +38,7 @@ left_behind() {  # what a run left in its directories: must be nothing
 agent_pid() {  # agent_pid [RANK]: the pid of the agent (of that PMIx rank)
   local p
   for p in $(pgrep -u fsalice -f "fanstore-agent --dataset $T/ds.fs"); do
-    [[ -z ${1:-} ]] || tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "PMIX_RANK=$1" || continue
+    [[ -z ${1:-} ]] || tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "PMIX_RANK=$1" || continue
     echo "$p"
     return
   done

@@ -21,7 +21,7 @@ main() {
   # The agents: the job user's (real, effective, saved, fs ids), under PMIx, without the interceptor.
   local agents=0 env
   for pid in $(pgrep -u "$TUSER" -x fanstore-agent); do
-    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null)
+    env=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ")
     grep -qx "SLURM_JOB_ID=$j" <<<"$env" || continue
     agents=$((agents + 1))
     [[ $(awk '/^Uid:/ { print $2 $3 $4 $5 }' "/proc/$pid/status") == "$uid$uid$uid$uid" ]] \
@@ -31,9 +31,9 @@ main() {
   ((agents == 2)) && ok "2 agents run as $TUSER only, with PMIx, without LD_PRELOAD" || bad "found $agents agents of job $j"
   # SIGKILL node2's agent: it cannot clean up, so its directories stay until the epilog removes them.
   for pid in $(pgrep -u "$TUSER" -x fanstore-agent); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$j" || continue
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURMD_NODENAME=node2" || continue
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "FANSTORE_AGENT_STEP=1" || continue
+    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "SLURM_JOB_ID=$j" || continue
+    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "SLURMD_NODENAME=node2" || continue
+    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx "FANSTORE_AGENT_STEP=1" || continue
     kill -KILL "$pid" && killed=1
   done
   ((killed)) && ok "killed node2's agent with SIGKILL" || bad "found no agent of job $j on node2"

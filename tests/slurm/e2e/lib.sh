@@ -95,8 +95,8 @@ leftovers() {
   while read -r p; do
     st=$(sed 's/.*) //' "$p/stat" 2>/dev/null | cut -d' ' -f1)
     [[ -z $st || $st == Z || $st == X ]] && continue
-    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$j"; then
-      echo "process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-120)"
+    if tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_JOB_ID=$j"; then
+      echo "process ${p#/proc/}: $(tr '\0' ' ' 2>/dev/null <"$p/cmdline" | cut -c1-120)"
     fi
   done < <(find /proc -mindepth 1 -maxdepth 1 -regex '/proc/[0-9]+' -uid "$uid" 2>/dev/null)
   find /dev/shm -maxdepth 1 -name "fanstore.$uid.$j*" -user "$TUSER" -printf 'shm %p\n' 2>/dev/null
@@ -105,7 +105,7 @@ leftovers() {
   # The agents' images (issue 31), and their mount services (root's processes).
   grep -F "/fanstore.$uid.$j/" /proc/self/mountinfo 2>/dev/null | awk '{ print "mount " $5 " (" $9 ")" }'
   for p in $(pgrep -x fanstore-mount); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "SLURM_JOB_ID=$j" && echo "process $p: fanstore-mount"
+    tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "SLURM_JOB_ID=$j" && echo "process $p: fanstore-mount"
   done
   # -xdev and a timeout: other mounts (a hung FUSE mount in /tmp, say) must not stall the check.
   timeout 20 find /dev/shm "$BASE/nodes" -xdev -user "$TUSER" -type s -path "*fanstore.$uid.$j*" -printf 'socket %p\n' 2>/dev/null
