@@ -303,7 +303,7 @@ class Agent {
 
   LocalServer server_;
   std::unique_ptr<ThreadPool> peer_pool_, peer_stream_pool_;
-  PeerServer peer_server_;
+  PeerServer peer_server_;            // after its pools: it stops (and waits for their tasks) first
   std::atomic<bool> serving_{false};  // peers are served once the share is staged
   bool created_local_ = false, created_run_ = false, created_output_ = false;
   bool have_local_ = false, have_run_ = false;  // ensured (created, or given and checked)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <thread>
 
 #include "common/log.h"
 
@@ -28,6 +29,11 @@ int Gather::Wait(uint32_t rank, int wait_ms, std::shared_ptr<const std::string>*
   if (!got) return ETIMEDOUT;
   *out = msgs_[rank];
   return 0;
+}
+
+bool Gather::Ended() {
+  std::lock_guard<std::mutex> l(mu_);
+  return ended_;
 }
 
 bool Gather::Has(uint32_t r) {
@@ -75,20 +81,29 @@ Status Gather::Run(PeerClient* peers, const std::vector<std::optional<exchange::
     return Status::Corruption("metadata exchange: this agent's pointer does not match its message");
   std::vector<std::string>().swap(*in_fence);
   auto expect = [&](uint32_t r) { return pointers_[r] ? pointers_[r]->size : 0; };
-  auto fetch = [&](uint32_t from, uint32_t first, uint32_t count) {
+  auto fetch = [&](uint32_t from, uint32_t first, uint32_t count, int64_t wait_ms) {
     return peers->FetchMessages(
-        from, first, count, size_, wait_ms_, expect,
+        from, first, count, size_, static_cast<int>(std::max<int64_t>(wait_ms, 0)), expect,
         [&](uint32_t r, std::string m) { return Keep(r, std::move(m), from); });
   };
   for (const Step& s : Schedule(rank_, size_)) {
-    Status st = fetch(s.from, s.first, s.count);
+    Status st = fetch(s.from, s.first, s.count, wait_ms_);
     if (!st.ok())  // the rest come from their own agents below
       LOG_WARN("metadata exchange: messages from rank %u: %s", s.from, st.ToString().c_str());
   }
+  // What is still missing is asked of its publisher, again and again until the deadline: a
+  // publisher whose connection slots another user floods, or that is slow, may answer later.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms_);
   for (uint32_t r = 0; r < size_; r++) {
-    if (Has(r)) continue;
-    Status st = fetch(r, r, 1);
-    if (!st.ok()) return st.Prefixed("metadata exchange: the indexes of rank " + std::to_string(r));
+    for (int pause_ms = 50; !Has(r); pause_ms = std::min(2 * pause_ms, 1000)) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      Status st = Ended() ? Status::Aborted("ended") : fetch(r, r, 1, left.count());
+      if (st.ok()) break;
+      if (Ended() || left.count() <= pause_ms || st.code() == Status::Code::kCorruption)
+        return st.Prefixed("metadata exchange: the indexes of rank " + std::to_string(r));
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    }
   }
   return Status::OK();
 }

@@ -35,7 +35,8 @@ class Gather {
   int Wait(uint32_t rank, int wait_ms, std::shared_ptr<const std::string>* out);
   // Every rank's message. `pointers[r]`: what rank r published in the fence, a pointer, or
   // nullopt where `in_fence[r]` is the message itself. `bound[r]`: the most rank r's message
-  // can hold (its shards' bytes), checked before anything is fetched.
+  // can hold (its shards' bytes), checked before anything is fetched. What the steps did not
+  // bring is asked of its publisher, again until the wait's deadline, then is an error naming it.
   Status Run(PeerClient* peers, const std::vector<std::optional<exchange::Pointer>>& pointers,
              std::vector<std::string>* in_fence, const std::vector<uint64_t>& bound);
   // Views of every rank's message, valid until End.
@@ -54,6 +55,7 @@ class Gather {
   // Keeps rank r's message `m` if it matches its pointer (and is not here yet).
   Status Keep(uint32_t r, std::string m, uint32_t via);
   bool Has(uint32_t r);
+  bool Ended();
 
   std::mutex mu_;
   std::condition_variable arrived_;

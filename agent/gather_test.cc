@@ -1,13 +1,18 @@
 // The large exchange's gather over the peer service: the schedule (every rank once, each from an
 // agent that holds it by then), and real agents on loopback with the node's munged: every agent
-// ends with every message; a forwarder that alters a message is found out and passed by; a
-// dead agent and an oversized pointer are clear errors.
+// ends with every message; a forwarder that alters a message is found out and passed by; another
+// user's flood of half-open connections does not stop it; a dead agent and an oversized pointer
+// are clear errors.
 #include "agent/gather.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
 
+#include <algorithm>
+#include <atomic>
 #include <future>
 #include <set>
+#include <thread>
 
 #include "agent/testing.h"
 #include "common/thread_pool.h"
@@ -138,6 +143,38 @@ TEST_F(GatherNet, AnAlteredForwardIsFoundAndTheMessageComesFromItsPublisher) {
     return b;
   };
   ExpectEveryAgentGathersAll();
+}
+
+// Another user on the node holds more connections than the cap open to one agent, each a byte
+// into its hello, and opens a new one whenever one closes: the agents still gather everything
+// (the oldest unauthenticated connection makes room; a missing message is asked again).
+TEST_F(GatherNet, AFloodOfHalfOpenConnectionsDoesNotStopTheGather) {
+  Start(4);
+  const std::string target = nodes_[2]->server.Endpoint();
+  std::atomic<bool> stop{false};
+  std::atomic<int> opened{0};
+  std::thread flood([&] {
+    std::vector<UniqueFD> held;
+    while (!stop) {
+      std::erase_if(held, [](const UniqueFD& fd) {
+        struct pollfd p = {fd.get(), POLLRDHUP, 0};
+        return ::poll(&p, 1, 0) != 0;  // closed by the agent
+      });
+      while (held.size() < PeerServer::kMaxUnauthenticated + 16) {
+        UniqueFD fd = testing::ConnectRaw(target);
+        if (!fd.valid() || ::send(fd.get(), "F", 1, MSG_NOSIGNAL) != 1) break;
+        held.push_back(std::move(fd));
+        opened++;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  while (opened < PeerServer::kMaxUnauthenticated + 16)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ExpectEveryAgentGathersAll();
+  stop = true;
+  flood.join();
+  EXPECT_GT(nodes_[2]->server.refused(), 0u);
 }
 
 TEST_F(GatherNet, ADeadAgentIsAnErrorNamingIt) {

@@ -67,9 +67,9 @@ Result<std::string> PeerListenAddress(const std::string& want);
 class PeerServer {
  public:
   // Limits against a flood of connections that never authenticate: at most 64 at once (a new
-  // one closes the oldest that has sent nothing). Past kMaxConnections authenticated ones, the
-  // one idle the longest closes (its client dials again when it next needs this node), so that
-  // at thousands of nodes a reader is not turned away because others keep sessions they do not
+  // one closes the oldest of them that is not being answered). Past kMaxConnections authenticated
+  // ones, the one idle the longest closes (its client dials again when it next needs this node), so
+  // that at thousands of nodes a reader is not turned away because others keep sessions they do not
   // use; only when none has been idle for a second are newcomers refused.
   static constexpr int kMaxUnauthenticated = 64;
   static constexpr int kMaxConnections = 512;
@@ -113,7 +113,7 @@ class PeerServer {
   void Drop(int fd);
   template <typename Want, typename Key>
   bool DropOldestLocked(Want want, Key key);  // mu_ held
-  bool DropSilentLocked();                    // mu_ held
+  bool DropUnauthenticatedLocked();           // mu_ held
   void EvictIdle();
   bool SendFile(Conn* c, uint32_t op, uint32_t entry, int fd, uint64_t size);
   bool SendMessages(Conn* c, uint32_t first, uint32_t count);

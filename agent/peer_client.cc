@@ -35,6 +35,10 @@ using peer_io::SetBlockingWithTimeouts;
 using peer_io::SocketEndpoint;
 using wire::Header;
 
+// An exchange message is received a piece at a time, so that a header announcing more than
+// the peer sends commits no more memory than it did send (and one piece).
+constexpr uint64_t kMessagePiece = 64 << 20;
+
 struct PeerClient::Session {
   UniqueFD fd;
   wire::Mac tx, rx;
@@ -351,18 +355,16 @@ Status PeerClient::FetchMessages(uint32_t rank, uint32_t first, uint32_t count, 
                                  int wait_ms, const std::function<uint64_t(uint32_t)>& expect,
                                  const std::function<Status(uint32_t, std::string)>& fn) {
   if (size == 0 || count == 0 || count > size) return Status::InvalidArgument("bad message range");
-  auto c = Connect(rank);
+  // Neither skips a peer marked down nor marks one: the gather asks again until its deadline
+  // (a peer flooded with connections, or busy, may answer the next time).
+  auto c = Dial(rank, false);
   if (!c.ok()) return c.status();
   std::unique_ptr<Session> s = std::move(c).value();
   const int fd = s->fd.get();
   const std::string who = Rank(rank);
   wire::Tag tag;
-  auto fail = [&](Status st) {
-    MarkDown(rank);
-    return st;
-  };
   if (!SendRequest(*s, {wire::kMagic, wire::kGetMessages, first, count, 0}))
-    return fail(Status::IOError(who + ": connection lost"));
+    return Status::IOError(who + ": connection lost");
   for (uint32_t i = 0; i < count; i++) {
     const uint32_t r = static_cast<uint32_t>((uint64_t{first} + i) % size);
     // The peer may still be gathering this one: wait for its first bytes longer than for the
@@ -370,15 +372,22 @@ Status PeerClient::FetchMessages(uint32_t rank, uint32_t first, uint32_t count, 
     struct pollfd p = {fd, POLLIN, 0};
     Header rp;
     if (::poll(&p, 1, wait_ms) != 1 || !RecvAll(fd, &rp, sizeof rp))
-      return fail(Status::IOError(who + ": no reply for the message of rank " + std::to_string(r)));
-    // Not marked down: it may still serve its own message (the session is dropped).
+      return Status::IOError(who + ": no reply for the message of rank " + std::to_string(r));
     if (rp.magic != wire::kMagic || rp.op != wire::kGetMessages || rp.b != r ||
         (rp.a == 0 && rp.len != expect(r)) || (rp.a != 0 && rp.len != 0))
       return Status::Corruption(who + " sent a message that was not asked for");
     s->rx.Begin(rp);
-    std::string m(static_cast<size_t>(rp.len), '\0');
-    if (!RecvAll(fd, m.data(), m.size()) || !RecvAll(fd, tag.data(), tag.size()))
-      return fail(Status::IOError(who + ": connection lost mid-transfer"));
+    // The memory grows with the bytes that come, not with what the header announces.
+    std::string m;
+    for (uint64_t got = 0; got < rp.len;) {
+      const auto n = static_cast<size_t>(std::min<uint64_t>(rp.len - got, kMessagePiece));
+      m.resize(static_cast<size_t>(got) + n);
+      if (!RecvAll(fd, m.data() + got, n))
+        return Status::IOError(who + ": connection lost mid-transfer");
+      got += n;
+    }
+    if (!RecvAll(fd, tag.data(), tag.size()))
+      return Status::IOError(who + ": connection lost mid-transfer");
     s->rx.Update(m.data(), m.size());
     if (!s->rx.Verify(tag))
       return Status::Corruption(who + ": a reply failed its authentication tag");

@@ -109,9 +109,20 @@ void PeerServer::Stop() {
     (void)ignored;
   }
   if (loop_.joinable()) loop_.join();
-  for (int i = 0; i < 300 && busy_.load() > 0; i++)
+  {
+    // A thread still serving a connection owns it until it returns: its socket is shut down so
+    // that a send or receive in progress ends at once (a wait for a gathered message ends with
+    // the gather, which the agent ends first), and the connections are freed only after.
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [fd, c] : conns_)
+      if (c->busy) ::shutdown(fd, SHUT_RDWR);
+  }
+  for (int i = 0; busy_.load() > 0; i++) {
+    if (i == 300)
+      LOG_WARN("peer service: %d requests still being served 3 s after stop", busy_.load());
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  handshakes_.reset();  // what it still holds returns at once (stopping_)
+  }
+  handshakes_.reset();
   std::lock_guard<std::mutex> l(mu_);
   conns_.clear();
   for (UniqueFD* fd : {&listen_fd_, &epoll_fd_, &wake_fd_}) fd->Reset();
@@ -181,10 +192,11 @@ void PeerServer::Accept() {
     std::lock_guard<std::mutex> l(mu_);
     int unauth = 0;
     for (auto& [cfd, o] : conns_) unauth += o->phase != wire::Phase::kReady;
-    // At the cap of connections not yet authenticated, the oldest one that has sent nothing
-    // (a client sends its hello at once) makes room: a flood of silent connections cannot hold
-    // the slots that the job's peers need for their handshakes.
-    if (unauth >= kMaxUnauthenticated && DropSilentLocked()) unauth--;
+    // At the cap of connections not yet authenticated, the oldest one that is not being
+    // answered makes room, whatever it has sent (a peer's handshake takes milliseconds): a
+    // flood of connections that stay silent, or send a hello a byte at a time, cannot hold the
+    // slots that the job's peers need for their handshakes.
+    if (unauth >= kMaxUnauthenticated && DropUnauthenticatedLocked()) unauth--;
     if (unauth >= kMaxUnauthenticated ||
         static_cast<int>(conns_.size()) >= max_conns_.load() + kMaxUnauthenticated) {
       refused_++;  // c closes the connection: nothing is read from it
@@ -199,15 +211,15 @@ void PeerServer::Accept() {
   }
 }
 
-// The connection, among those not on the pool and with nothing of a request read, that is the
-// oldest by `key` and passes `want`; erased (and closed). Runs on the loop's thread, which alone
-// reads `in` of a connection not on the pool.
+// The connection, among those not on the pool, that is the oldest by `key` and passes `want`;
+// erased (and closed). Runs on the loop's thread, which alone reads `in` of a connection not on
+// the pool.
 template <typename Want, typename Key>
 bool PeerServer::DropOldestLocked(Want want, Key key) {
   auto oldest = conns_.end();
   for (auto it = conns_.begin(); it != conns_.end(); ++it) {
     const Conn& c = *it->second;
-    if (c.busy || !c.in.empty() || !want(c)) continue;
+    if (c.busy || !want(c)) continue;
     if (oldest == conns_.end() || key(c) < key(*oldest->second)) oldest = it;
   }
   if (oldest == conns_.end()) return false;
@@ -216,9 +228,9 @@ bool PeerServer::DropOldestLocked(Want want, Key key) {
   return true;
 }
 
-bool PeerServer::DropSilentLocked() {
+bool PeerServer::DropUnauthenticatedLocked() {
   const bool dropped =
-      DropOldestLocked([](const Conn& c) { return c.phase == wire::Phase::kHello; },
+      DropOldestLocked([](const Conn& c) { return c.phase != wire::Phase::kReady; },
                        [](const Conn& c) { return c.deadline; });
   refused_ += dropped;
   return dropped;
@@ -233,10 +245,12 @@ void PeerServer::EvictIdle() {
   int ready = 0;
   for (auto& [fd, c] : conns_) ready += c->phase == wire::Phase::kReady;
   const auto recent = Clock::now() - std::chrono::seconds(1);
-  while (ready > max_conns_.load() &&
-         DropOldestLocked(
-             [recent](const Conn& c) { return c.phase == wire::Phase::kReady && c.used < recent; },
-             [](const Conn& c) { return c.used; })) {
+  while (ready > max_conns_.load() && DropOldestLocked(
+                                          [recent](const Conn& c) {
+                                            return c.phase == wire::Phase::kReady && c.in.empty() &&
+                                                   c.used < recent;
+                                          },
+                                          [](const Conn& c) { return c.used; })) {
     ready--;
     evicted_++;
   }
@@ -431,13 +445,14 @@ bool PeerServer::Request(Conn* c) {
 }
 
 // The messages of ranks first, first + 1, ... (count of them, modulo the job's size), each as
-// soon as the agent has it. The first that does not come in time ends the reply with its errno:
-// the client fetches the rest elsewhere.
+// soon as the agent has it. The first that does not come in time (kMessageWaitMs for the whole
+// request) ends the reply with its errno: the client fetches the rest elsewhere.
 bool PeerServer::SendMessages(Conn* c, uint32_t first, uint32_t count) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(kMessageWaitMs);
   for (uint32_t i = 0; i < count; i++) {
     const uint32_t r = me_.size ? static_cast<uint32_t>((uint64_t{first} + i) % me_.size) : first;
     std::shared_ptr<const std::string> m;
-    const int status = count > me_.size ? EINVAL : messages_(r, kMessageWaitMs, &m);
+    const int status = count > me_.size ? EINVAL : messages_(r, MsLeft(deadline), &m);
     Header rp{wire::kMagic, wire::kGetMessages, static_cast<uint32_t>(status), r,
               status == 0 ? m->size() : 0};
     c->tx.Begin(rp);

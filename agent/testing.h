@@ -2,6 +2,9 @@
 // and every shard's index, and the bytes each file must have; a client of the local protocol.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +43,18 @@ inline bool StartMunged() {
         ">/dev/null 2>&1; for i in $(seq 50); do munge -n 2>/dev/null | unmunge >/dev/null 2>&1 "
         "&& break; sleep 0.1; done");
   return MungeWorks();
+}
+
+// A plain TCP connection to "addr:port", as anyone on the node may open (invalid if refused).
+inline UniqueFD ConnectRaw(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  struct sockaddr_in sa = {};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(std::atoi(endpoint.c_str() + colon + 1)));
+  ::inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &sa.sin_addr);
+  UniqueFD fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return UniqueFD();
+  return fd;
 }
 
 // Distinct bytes per file (and per position), so that a wrong file or offset shows.
