@@ -12,7 +12,10 @@ build's packages), then runs, as the test user, jobs with --fanstore over one da
     node only once its agent is ready), the dataset directory's opens and reads seen by inotify,
     and the teardown (the script's end to no trace of the job on any node).
   - "exchange" jobs for each PMIx fence algorithm of Slurm (FANSTORE_PMIX_FENCE tree, ring, mixed),
-    --runs of each: a script that does nothing, for the exchange and J1 alone.
+    --runs of each: a script that does nothing, for the exchange and J1 alone. Slurm 22.05 builds
+    no tree for a step of fewer nodes than TreeWidth (50 by default), and its tree fence is then
+    node-local and fails; so the tree's jobs run again on a cluster of TreeWidth 2
+    (--tree-also-at-width), where the tree is real at every N.
   - the fault case, once: tests/slurm/e2e/wide.sh (2 agents killed mid-epoch, every read checked).
 Writes OUT/results-scaleout.json (every raw sample); scaleout_model.py fits and reports it. A job
 that does not complete leaves the daemons' log lines of its time in OUT/failed-jobs/.
@@ -356,14 +359,15 @@ def one_job(kind, n, k, ds, fence, via="peers"):
     return res
 
 
-def cluster(build, n):
+def cluster(build, n, tree_width=None):
     subprocess.run([os.path.join(SLURM, "e2e", "stop.sh"), build], capture_output=True)
+    env = dict(os.environ, **({"FANSTORE_CLUSTER_TREE_WIDTH": str(tree_width)} if tree_width else {}))
     out = subprocess.run([os.path.join(SLURM, "e2e", "start.sh"), build, "netns", str(n)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"scaleout: cluster start with {n} nodes failed:\n{out.stdout}{out.stderr}")
     rss = [int(x) for x in run(["ps", "-C", "slurmd", "-o", "rss="]).split()]
-    return {"slurmd_rss_kib_mean": sum(rss) / max(len(rss), 1), "slurmd_count": len(rss)}
+    return {"slurmd_rss_kib_mean": sum(rss) / max(len(rss), 1), "slurmd_count": len(rss), "tree_width": tree_width}
 
 
 def version():
@@ -387,6 +391,12 @@ def main():
     ap.add_argument("--exchange-via", default="peers",
                     help="how the exchange-only jobs move large indexes, a list run side by side: "
                          "peers (the default) and pmix (direct modex)")
+    ap.add_argument("--tree-width", type=int,
+                    help="slurm.conf's TreeWidth for the clusters (default: Slurm's, 50). Slurm 22.05's PMIx "
+                         "tree fence is node-local on a step of fewer nodes than TreeWidth")
+    ap.add_argument("--tree-also-at-width", type=int, default=2, metavar="W",
+                    help="after each N's jobs, the tree fence's exchange jobs again on a cluster of "
+                         "TreeWidth W, where Slurm builds a real tree (0: not)")
     ap.add_argument("--merge", action="store_true",
                     help="add to OUT/results-scaleout.json, replacing the runs of the N measured now")
     a = ap.parse_args()
@@ -403,18 +413,18 @@ def main():
         res = json.load(open(out_file))
         res["runs"] = [r for r in res["runs"] if r["n"] not in ns]
     for n in ns:
-        res["clusters"][str(n)] = cluster(a.build, n)
+        res["clusters"][str(n)] = cluster(a.build, n, a.tree_width)
         ds, info = make_dataset(a.files, a.size, a.shards)
         res["version"] = version()
         res["dataset"] = {"path": ds, "files": info.get("files"), "entries": info.get("files", 0) + info.get("dirs", 0) + 1, "shards": len(json.load(open(f"{ds}/manifest.json"))["shards"]),
                           "bytes": info.get("raw_bytes"), "stored_bytes": info.get("stored_bytes")}
         for k in range(0 if a.no_read else a.runs):
-            res["runs"].append(one_job("read", n, k, ds, "default"))
+            res["runs"].append(dict(one_job("read", n, k, ds, "default"), tree_width=a.tree_width))
             json.dump(res, open(out_file, "w"), separators=(",", ":"))
         for fence in () if a.no_fences else a.fences.split(","):
             for k in range(a.runs):
                 for via in a.exchange_via.split(","):  # interleaved: side by side
-                    res["runs"].append(one_job("exchange", n, k, ds, fence, via))
+                    res["runs"].append(dict(one_job("exchange", n, k, ds, fence, via), tree_width=a.tree_width))
                     json.dump(res, open(out_file, "w"), separators=(",", ":"))
         if not a.no_fault and n >= 4:
             t = time.time()
@@ -423,6 +433,12 @@ def main():
             res["faults"][str(n)] = {"passed": p.returncode == 0, "summary": summary, "seconds": time.time() - t,
                                 "checks": [l.strip() for l in p.stdout.splitlines() if l.strip().startswith(("ok", "FAIL"))]}
             log(f"N={n} fault case (wide.sh): {summary}")
+        w = a.tree_also_at_width
+        if not a.no_fences and w and w <= n and w != a.tree_width and "tree" in a.fences.split(","):
+            res["clusters"][f"{n}-tree-width-{w}"] = cluster(a.build, n, w)
+            for k in range(a.runs):
+                res["runs"].append(dict(one_job("exchange", n, k, ds, "tree"), tree_width=w))
+                json.dump(res, open(out_file, "w"), separators=(",", ":"))
         json.dump(res, open(out_file, "w"), separators=(",", ":"))
     subprocess.run([os.path.join(SLURM, "e2e", "stop.sh"), a.build], capture_output=True)
     log(f"results in {out_file}")

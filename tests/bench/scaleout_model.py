@@ -41,6 +41,14 @@ TREE_WIDTH = 50  # slurm.conf TreeWidth, its default in Slurm 22.05 (Debian 12)
 # Slurm's mpi/pmix (pmixp_lib_fence): PMIxCollFence unset means "mixed", which runs the ring for a
 # fence that collects data and the tree for an empty one. Both of the agent's rounds carry data.
 FENCE_ALGORITHM = {"default": "ring", "mixed": "ring", "ring": "ring", "tree": "tree"}
+
+
+def fence_shape(fence):
+    """(algorithm, TreeWidth) of a run's fence: "tree-wW" is the tree on a cluster whose slurm.conf
+    sets TreeWidth=W (scaleout.py --tree-width), the others Slurm's default width."""
+    if fence.startswith("tree-w"):
+        return "tree", int(fence[len("tree-w"):])
+    return FENCE_ALGORITHM.get(fence, "ring"), TREE_WIDTH
 GB = 1e9
 # docs/benchmarks.md C1: CPU seconds per byte and per file of each phase (its a and b columns).
 C1 = {"stage": (0.508 / GB, 1.09e-6), "unpack": (0.882 / GB, 16.49e-6), "serve": (0.0429 / GB, 0.743e-6),
@@ -95,7 +103,9 @@ MOVE_TERMS = [
     ("e0", 0.05, "s", "per agent, fixed: threads, the warm walk's start, counters"),
     ("e_peer", 1e-3, "s/peer", "per peer fetched from: connection, handshake, stream request"),
     ("q_file", C1["peer"][1], "s/file", "per file moved between nodes, both ends (C1 peer)"),
-    ("q_byte", C1["peer"][0], "s/B", "per byte moved between nodes, both ends (C1 peer)")]
+    ("q_byte", C1["peer"][0], "s/B", "per byte moved between nodes, both ends (C1 peer)"),
+    ("q_open", 1e-3, "s/open", "per file a reader opened before the prefetch brought it, beyond q_file: "
+                               "its own request, the wait and the claim")]
 RX_TERMS = [("r0", 1e6, "B", "per node: Slurm, MUNGE, PMIx wire-up"),
             ("r_node", 2e4, "B/node", "per peer: connections, heads"),
             ("k_fence", 1.04, "x", "wire bytes per byte of the fence (TCP/IP)", 0.5),
@@ -322,16 +332,29 @@ def _stat(v, f):
     return float(f(v)) if v else None
 
 
+def _fence_label(r):
+    """A raw run's fence, "tree-wW" for the tree on a cluster of TreeWidth W (not Slurm's default)."""
+    fence = r.get("fence", "default")
+    w = r.get("tree_width")
+    return f"tree-w{w}" if fence == "tree" and w and w != TREE_WIDTH else fence
+
+
 def runs_of(results):
     """Every usable run, with its own dataset (a run may carry one; else the file's) and per-run stats."""
     out = []
     for r in results.get("runs", []):
         if not isinstance(r, dict) or _f(r, "n") is None or r.get("complete") is False:
             continue
+        fence = _fence_label(r)
+        alg, w = fence_shape(fence)
+        if alg == "tree" and w > int(r["n"]):
+            # Slurm 22.05 builds no tree for a step of fewer nodes than TreeWidth (reverse_tree.c):
+            # its PMIx tree fence is then node-local, and a job that completes measured nothing.
+            continue
         ags = [a for a in r.get("agents", []) if isinstance(a, dict)]
         ex, rd, rx = _vals(ags, "exchange_seconds"), _vals(ags, "read_seconds"), _vals(ags, "net_rx_bytes")
         q = _stat
-        out.append({"n": int(r["n"]), "kind": r.get("kind", "read"), "fence": r.get("fence", "default"),
+        out.append({"n": int(r["n"]), "kind": r.get("kind", "read"), "fence": fence,
                     "ds": _dataset({**results.get("dataset", {}), **r.get("dataset", {})}), "agents": ags,
                     "j1": _f(r, "j1_seconds"), "teardown": _f(r, "teardown_seconds"), "opens": _f(r, "source_opens"),
                     "ex_min": q(ex, min), "ex_med": q(ex, np.median), "ex_max": q(ex, max),
@@ -371,7 +394,8 @@ def _fence_rows(m, runs, x):
     path = a0 + α·path_m + β·path_b;  CPU = a0 + (α·tot_m + β·tot_b + φ·Σ cpu_ready)/C."""
     rows1, rows2 = [], []
     for r in runs:
-        t = fence_terms(FENCE_ALGORITHM.get(r["fence"], "ring"), r["n"], blob_bytes(m, r["ds"], r["n"]), x[1], x[2])
+        alg, w = fence_shape(r["fence"])
+        t = fence_terms(alg, r["n"], blob_bytes(m, r["ds"], r["n"]), x[1], x[2], w)
         rows1.append([1, t["path_m"], t["path_b"], 0])
         rows2.append([1, t["tot_m"] / m["cores"], t["tot_b"] / m["cores"], r["cpu_sum"] / m["cores"]])
     return rows1, rows2
@@ -412,16 +436,23 @@ def moved(m, ds, n, agent=None):
     return share * ds["files"], share * ds.get("stored", ds["bytes"])
 
 
-def _move_row(m, ds, n, agent=None):
+def _move_row(m, ds, n, agent=None, waited=None):
     """An agent's CPU from ready to the end of a read job: e0 + e_peer·(N-1) + q_file·files moved +
-    q_byte·bytes moved (moved)."""
-    return [1, n - 1, *moved(m, ds, n, agent)]
+    q_byte·bytes moved (moved) + q_open·files fetched on open: the agent's remote opens where it
+    recorded them, else w·(N-r)/N·F with w as in _read_row (a race of the readers' start against
+    the prefetch, which the harness sets: none at 64 nodes, 0.5 % of the files at 16)."""
+    remote = _f((agent or {}).get("opens") or {}, "remote")
+    if remote is None:
+        w = waited if waited is not None else m.get("waited", 1.0)
+        remote = w * (n - min(m["replicas"], n)) / n * ds["files"]
+    return [1, n - 1, *moved(m, ds, n, agent), remote]
 
 
 def _rx_rows(m, run):
     """Bytes one node receives: r0 + r_node·N + k_fence·fence rx of its rank + k_data·(N-r)/N·D (reads)."""
     n, ds = run["n"], run["ds"]
-    t = fence_terms(FENCE_ALGORITHM.get(run["fence"], "ring"), n, blob_bytes(m, ds, n))
+    alg, w = fence_shape(run["fence"])
+    t = fence_terms(alg, n, blob_bytes(m, ds, n), width=w)
     data = (n - min(m["replicas"], n)) / n * ds.get("stored", ds["bytes"]) if run["kind"] == "read" else 0.0
     ranks = [a.get("rank") if isinstance(a.get("rank"), int) else i for i, a in enumerate(run["agents"])]
     return [[1, n, t["rx"][rank % n], data] for rank in ranks]
@@ -490,7 +521,8 @@ def on_test_machine(m, n, ds, fence="default", kind="read", waited=None):
     C = m["cores"]
     cpu_sum = n * cpu_ready(m, ds, n)
     v = m["fence"]["values"]
-    t = fence_terms(FENCE_ALGORITHM.get(fence, "ring"), n, blob_bytes(m, ds, n), v["alpha"], v["beta"])
+    alg, w = fence_shape(fence)
+    t = fence_terms(alg, n, blob_bytes(m, ds, n), v["alpha"], v["beta"], w)
     fence_s = max(v["a0"] + v["alpha"] * t["path_m"] + v["beta"] * t["path_b"],
                   v["a0"] + (v["alpha"] * t["tot_m"] + v["beta"] * t["tot_b"] + v["phi"] * cpu_sum) / C)
     rx = sorted(_lin(m["rx"], row) for row in _rx_rows(m, {"n": n, "ds": ds, "fence": fence, "kind": kind,
@@ -499,7 +531,7 @@ def on_test_machine(m, n, ds, fence="default", kind="read", waited=None):
            "ex_med": fence_s + _lin(m["spread_med"], spread_row(m, ds, n)),
            "ex_max": fence_s + _lin(m["spread_max"], spread_row(m, ds, n)),
            "xb_med": blob_bytes(m, ds, n), "rx_med": float(np.median(rx)), "rx_max": rx[-1] * (1 + m["rx"].get("scatter", 0.0) * math.sqrt(2 * math.log(n))),
-           "teardown": _lin(m["teardown"], [1, n]), "cpu_move": _lin(m["move"], _move_row(m, ds, n))}
+           "teardown": _lin(m["teardown"], [1, n]), "cpu_move": _lin(m["move"], _move_row(m, ds, n, waited=waited))}
     for key in ("read_med", "read_max"):
         out[key] = _lin(m[key], _read_row(m, ds, n, waited))
     out["rate_med"], out["rate_min"] = ds["files"] / out["read_med"], ds["files"] / out["read_max"]
@@ -541,7 +573,7 @@ def check(results, m, n=CHECK_N):
             fx = fence or (rs[0]["fence"] if rs else "default")
             # The read phase's waits are a race of the harness (the readers' start against the
             # prefetch), not a cost: each run is predicted with the share it waited for, as in the fit.
-            waits = [waited_share(r, m["replicas"]) for r in rs] if stat.startswith("rate") else [None]
+            waits = [waited_share(r, m["replicas"]) for r in rs] if stat.startswith("rate") or stat == "cpu_move" else [None]
             pred = float(np.median([on_test_machine(m, n, rs[0]["ds"], fx, kind or rs[0]["kind"], w)[stat]
                                     for w in waits]))
             mv = float(np.median(meas))
@@ -786,8 +818,9 @@ FORMULAS = """\
     1 + w + … + w^d ≥ N): fan-in of the subtrees' contributions, then the root sends the WHOLE blob to each
     of its k children in turn and each interior node forwards it to each of its own: child i of v has it at
     t(v) + i·(2α + β·B), so a level costs k·B/BW, not B/BW; a leaf receives B, an interior node
-    B + (subtree − 1)·B/N. At N ≤ 51 the tree is flat (the root sends B N−1 times); at 64 the root has 2
-    children, one with 50.
+    B + (subtree − 1)·B/N. At N < w Slurm builds no tree (reverse_tree.c), and the fence is node-local:
+    those runs are left out; at 64 the root has 2 children, one with 50. Runs on a cluster of
+    TreeWidth 2 (scaleout.py --tree-width 2, "tree-w2") have a binary tree at every N.
   - test machine: fence = a0 + max(α·path messages + β·path bytes,
     (α·all messages + β·all bytes + φ·Σ agent CPU to ready)/C).
   - exchange seen by an agent = fence + its wait for the last agent to arrive, a share of the window
@@ -804,8 +837,9 @@ FORMULAS = """\
   shared cores, not CPU of its own; the reference node takes moving's CPU from the agents' (next
   line) and its latency from the wire.
 - Agent CPU from ready to the end of a read job = e0 + e_peer·(N−1) + q_file·files + q_byte·bytes it
-  fetched (its prefetch and remote opens; it serves as many): measured CPU seconds, so the costs of
-  moving a file carry over as they are.
+  fetched (its prefetch and remote opens; it serves as many) + q_open·remote opens (each file a reader
+  asked for before the prefetch brought it: its own request and wait; taken from each run, as w above):
+  measured CPU seconds, so the costs of moving a file carry over as they are.
 - Bytes received per node = r0 + r_node·N + k_fence·(its fence rx) + k_data·(N−r)/N·D (read jobs); the
   maximum over N nodes is the largest of these × (1 + s·√(2 ln N)), s the per-node scatter about the fit.
 - Teardown = d0 + d1·N."""
@@ -881,8 +915,9 @@ def _runs_summary(results):
     rows = []
     for n in sorted({r["n"] for r in results.get("runs", [])}):
         rs = [r for r in results["runs"] if r["n"] == n]
-        fences = [f"{f} {sum(bool(r.get('complete')) for r in g)}/{len(g)}" for f in ("tree", "ring", "mixed")
-                  if (g := [r for r in rs if r.get("kind") == "exchange" and r.get("fence") == f])]
+        labels = sorted({_fence_label(r) for r in rs if r.get("kind") == "exchange"})
+        fences = [f"{f} {sum(bool(r.get('complete')) for r in g)}/{len(g)}" for f in labels
+                  if (g := [r for r in rs if r.get("kind") == "exchange" and _fence_label(r) == f])]
         opens = sorted(r["source_opens"] for r in rs if r.get("source_opens") is not None)
         fault = results.get("faults", {}).get(str(n), {})
         mem = results.get("clusters", {}).get(str(n), {}).get("slurmd_rss_kib_mean")

@@ -4,7 +4,11 @@
 #
 # Usage:
 #   cluster.sh start  [--nodes N] [--mode ports|netns] [--base DIR] [--plugin PATH] [--plugin-args "k=v ..."]
-#                     [--timeout SEC]
+#                     [--timeout SEC] [--tree-width W]
+#     --tree-width W: slurm.conf's TreeWidth (default: Slurm's, 50; or $FANSTORE_CLUSTER_TREE_WIDTH). Slurm
+#     22.05 builds no tree when TreeWidth exceeds a step's nodes (src/common/reverse_tree.c), and its PMIx
+#     tree fence (SLURM_PMIX_FENCE=tree) is then node-local, losing the other nodes' data: a tree
+#     fence measured on fewer nodes than TreeWidth needs a smaller width.
 #   cluster.sh stop   [--base DIR]
 #   cluster.sh status [--base DIR]
 #   cluster.sh restart-slurmd [--base DIR]                  restart every slurmd, with the caller's
@@ -229,6 +233,7 @@ MailProg=/bin/true
 ReturnToService=2
 PrologFlags=Alloc
 MessageTimeout=60
+${TREE_WIDTH:+TreeWidth=$TREE_WIDTH}
 # Connects between Slurm's daemons: 2 s by default, one SYN retransmission; at 64 netns nodes on 2
 # cores a step launch failed with "Communication connection failure" on 8 nodes.
 TCPTimeout=10
@@ -480,6 +485,7 @@ cmd_start() {
   need_root start
   [[ $MODE == ports || $MODE == netns ]] || die "--mode must be ports or netns"
   { [[ $NODES =~ ^[0-9]+$ ]] && ((NODES >= 1)); } || die "--nodes must be a positive number"
+  [[ -z $TREE_WIDTH || $TREE_WIDTH =~ ^[1-9][0-9]*$ ]] || die "--tree-width must be a positive number"
   if [[ $MODE == netns ]] && ((NODES > 250)); then die "too many nodes"; fi
   # slurmd reads its configuration and plugins' paths from here, as root.
   own_dir "$BASE" || die "refusing the base directory $BASE"
@@ -650,6 +656,7 @@ cmd_exec() {
 [[ $# -ge 1 ]] || usage
 CMD=$1; shift
 NODES=2; MODE=ports; BASE=$DEFAULT_BASE; PLUGIN=""; PLUGIN_ARGS=""; RUN_USER=""; START_TIMEOUT=60
+TREE_WIDTH=${FANSTORE_CLUSTER_TREE_WIDTH:-}
 MUNGED_PID=""; CTLD_PID=""; SLURMD_PIDS=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -660,6 +667,7 @@ while [[ $# -gt 0 ]]; do
     --plugin-args) PLUGIN_ARGS=$2; shift 2 ;;
     --user) RUN_USER=$2; shift 2 ;;
     --timeout) START_TIMEOUT=$2; shift 2 ;;
+    --tree-width) TREE_WIDTH=$2; shift 2 ;;
     --) shift; break ;;
     -h|--help) usage 0 ;;
     *) if [[ $CMD == exec ]]; then break; fi; die "unknown argument: $1" ;;
