@@ -245,12 +245,12 @@ void PeerServer::EvictIdle() {
   int ready = 0;
   for (auto& [fd, c] : conns_) ready += c->phase == wire::Phase::kReady;
   const auto recent = Clock::now() - std::chrono::seconds(1);
-  while (ready > max_conns_.load() && DropOldestLocked(
-                                          [recent](const Conn& c) {
-                                            return c.phase == wire::Phase::kReady && c.in.empty() &&
-                                                   c.used < recent;
-                                          },
-                                          [](const Conn& c) { return c.used; })) {
+  // Not one with part of a request read: its next bytes would start a new one.
+  auto idle = [recent](const Conn& c) {
+    return c.phase == wire::Phase::kReady && c.in.empty() && c.used < recent;
+  };
+  while (ready > max_conns_.load() &&
+         DropOldestLocked(idle, [](const Conn& c) { return c.used; })) {
     ready--;
     evicted_++;
   }

@@ -23,9 +23,9 @@ srun -N4 --ntasks-per-node=1 bash -c '
   echo "NODE \$(hostname) \$SLURMD_NODENAME \$(cat $BASE/local/.node-name) \$(test -d \$d && echo staged) \$FANSTORE_TABLE"'
 EOF
   chmod 0755 "$jd/job.sh"
-  j=$(asu sbatch --parsable -N4 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" "$jd/job.sh" 2>&1) \
-    || { bad "sbatch: $j"; return; }
-  st=$(wait_job "$j")
+  sbatch_job "$jd" -N4 --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" "$jd/job.sh" \
+    || { bad "$JOB_STATE"; return; }
+  j=$JOB st=$JOB_STATE
   job_output "$jd/out.$j"
   [[ $st == COMPLETED ]] && ok "4-node netns job $j completed" || bad "job $j ended $st"
   for n in node1 node2 node3 node4; do

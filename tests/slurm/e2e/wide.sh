@@ -56,9 +56,9 @@ touch $jd/go
 wait
 EOF
   chmod 0755 "$jd/job.sh"
-  j=$(cd "$jd" && asu sbatch --parsable -N"$nodes" --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" \
-        --fanstore-replicas=2 "$jd/job.sh" 2>&1) || { bad "sbatch: $j"; return; }
-  st=$(wait_job "$j")
+  sbatch_job "$jd" -N"$nodes" --chdir="$jd" -o "$jd/out.%j" --fanstore="$ds" \
+    --fanstore-replicas=2 "$jd/job.sh" || { bad "$JOB_STATE"; return; }
+  j=$JOB st=$JOB_STATE
   job_output "$jd/out.$j"
   [[ $st == COMPLETED ]] && ok "$nodes-node job $j (--fanstore-replicas=2) completed" || bad "job $j ended $st"
   names=$(seq -f 'node%g' 1 "$nodes")
