@@ -89,6 +89,10 @@ sbatch_job() {
   for attempt in 1 2; do
     JOB=$(cd "$dir" && asu sbatch --parsable "$@" 2>&1) || { JOB_STATE="sbatch: $JOB"; JOB=""; return 1; }
     JOB_STATE=$(wait_job "$JOB")
+    if [[ $JOB_STATE != COMPLETED ]]; then  # what the step daemons said of it, for the record
+      echo "----- slurmd's errors for job $JOB (the first 20)"
+      grep -hs "\] \[$JOB\.[0-9]*\] error" "$BASE"/log/slurmd.*.log | head -20 | sed 's/^/  | /'
+    fi
     [[ $JOB_STATE != COMPLETED && $attempt == 1 ]] && fence_race "$JOB" || return 0
     say "job $JOB ($JOB_STATE) stopped in Slurm's PMIx fence on its MUNGE race (a node's" \
       "slurmstepd refused its neighbour's connection while launching; docs/admin.md): submitting it once more"
