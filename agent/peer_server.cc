@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "agent/peer_io.h"
 #include "agent/peer_wire.h"
@@ -193,9 +194,9 @@ void PeerServer::Accept() {
     int unauth = 0;
     for (auto& [cfd, o] : conns_) unauth += o->phase != wire::Phase::kReady;
     // At the cap of connections not yet authenticated, the oldest one that is not being
-    // answered makes room, whatever it has sent (a peer's handshake takes milliseconds): a
-    // flood of connections that stay silent, or send a hello a byte at a time, cannot hold the
-    // slots that the job's peers need for their handshakes.
+    // answered makes room, whatever it has sent (a peer's handshake takes milliseconds), one
+    // still in its hello first: a flood of connections that stay silent, or send a hello a byte
+    // at a time, cannot hold the slots that the job's peers need for their handshakes.
     if (unauth >= kMaxUnauthenticated && DropUnauthenticatedLocked()) unauth--;
     if (unauth >= kMaxUnauthenticated ||
         static_cast<int>(conns_.size()) >= max_conns_.load() + kMaxUnauthenticated) {
@@ -229,9 +230,11 @@ bool PeerServer::DropOldestLocked(Want want, Key key) {
 }
 
 bool PeerServer::DropUnauthenticatedLocked() {
-  const bool dropped =
-      DropOldestLocked([](const Conn& c) { return c.phase != wire::Phase::kReady; },
-                       [](const Conn& c) { return c.deadline; });
+  // Those still in their hello go first: anyone can open them at the network's rate, where one
+  // past it has had this agent's credential, which the handshake pool hands out at its own pace.
+  const bool dropped = DropOldestLocked(
+      [](const Conn& c) { return c.phase != wire::Phase::kReady; },
+      [](const Conn& c) { return std::make_pair(c.phase != wire::Phase::kHello, c.deadline); });
   refused_ += dropped;
   return dropped;
 }
