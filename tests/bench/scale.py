@@ -689,6 +689,7 @@ def main():
                          "directory and squashfuse (issue 28)")
     a = ap.parse_args()
     res = Scale(a).run()
+    os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "results-scale.json"), "w") as f:
         json.dump(res, f, indent=1)
     log(f"wrote {os.path.join(a.out, 'results-scale.json')}")
