@@ -335,6 +335,9 @@ def one_job(kind, n, k, ds, fence, via="peers"):
              "cpu_ready": s.get("cpu_seconds", {}).get("ready"), "cpu_end": s.get("cpu_seconds", {}).get("now"),
              "opens": s.get("opens"), "bytes": s.get("bytes"), "bytes_read_from_source": s.get("bytes_read_from_source"),
              "prefetch": s.get("prefetch"),
+             # Opens that waited for a fetch in flight, connections refused and evicted: what the
+             # agents' CPU after ready may owe to the readers' race with the prefetch.
+             "peers": s.get("peers"),
              "net_rx_bytes": net1[x][0] - net0[x][0], "net_tx_bytes": net1[x][1] - net0[x][1], **states.get(x, {})}
         if kind == "read" and os.path.exists(f"{jd}/sum.{x}"):
             r = json.load(open(f"{jd}/sum.{x}"))
