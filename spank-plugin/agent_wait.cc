@@ -68,7 +68,8 @@ std::string WhereItWaits(const WaitRequest& req, const Observation& o) {
   return "in the metadata exchange with the other nodes' agents for " +
          Seconds(o.status.exchange_waiting_s) +
          " s: Slurm's PMIx fence has not completed; slurmd's log on the nodes says why "
-         "(mpi/pmix errors)";
+         "(mpi/pmix errors; 'Munge decode failed: Unauthorized credential' there is Slurm's race "
+         "at the step's launch, and the job runs when submitted again)";
 }
 
 // The agents' own words from the launch log: its error lines if any, else its last lines.

@@ -205,6 +205,7 @@ TEST_F(AgentWaitTest, TimesOutInTheExchange) {
             std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("PMIx fence"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("submitted again"), std::string::npos) << s.message();
   EXPECT_EQ(s.message().find("still staging"), std::string::npos) << s.message();
 }
 
