@@ -49,6 +49,8 @@ def fence_shape(fence):
     if fence.startswith("tree-w"):
         return "tree", int(fence[len("tree-w"):])
     return FENCE_ALGORITHM.get(fence, "ring"), TREE_WIDTH
+
+
 GB = 1e9
 # docs/benchmarks.md C1: CPU seconds per byte and per file of each phase (its a and b columns).
 C1 = {"stage": (0.508 / GB, 1.09e-6), "unpack": (0.882 / GB, 16.49e-6), "serve": (0.0429 / GB, 0.743e-6),
@@ -915,9 +917,11 @@ def _runs_summary(results):
     rows = []
     for n in sorted({r["n"] for r in results.get("runs", [])}):
         rs = [r for r in results["runs"] if r["n"] == n]
-        labels = sorted({_fence_label(r) for r in rs if r.get("kind") == "exchange"})
-        fences = [f"{f} {sum(bool(r.get('complete')) for r in g)}/{len(g)}" for f in labels
-                  if (g := [r for r in rs if r.get("kind") == "exchange" and _fence_label(r) == f])]
+        by_fence = {}
+        for r in rs:
+            if r.get("kind") == "exchange":
+                by_fence.setdefault(_fence_label(r), []).append(r)
+        fences = [f"{f} {sum(bool(r.get('complete')) for r in g)}/{len(g)}" for f, g in sorted(by_fence.items())]
         opens = sorted(r["source_opens"] for r in rs if r.get("source_opens") is not None)
         fault = results.get("faults", {}).get(str(n), {})
         mem = results.get("clusters", {}).get(str(n), {}).get("slurmd_rss_kib_mean")
