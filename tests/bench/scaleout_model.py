@@ -45,9 +45,11 @@ FENCE_ALGORITHM = {"default": "ring", "mixed": "ring", "ring": "ring", "tree": "
 
 def fence_shape(fence):
     """(algorithm, TreeWidth) of a run's fence: "tree-wW" is the tree on a cluster whose slurm.conf
-    sets TreeWidth=W (scaleout.py --tree-width), the others Slurm's default width."""
-    if fence.startswith("tree-w"):
-        return "tree", int(fence[len("tree-w"):])
+    sets TreeWidth=W (scaleout.py --tree-width), "ring-wW" the ring there (the ring does not use
+    the tree, Slurm's launch does), the others Slurm's default width."""
+    name, sep, width = fence.rpartition("-w")
+    if sep and name in FENCE_ALGORITHM and width.isdigit():
+        return FENCE_ALGORITHM[name], int(width)
     return FENCE_ALGORITHM.get(fence, "ring"), TREE_WIDTH
 
 
@@ -335,10 +337,11 @@ def _stat(v, f):
 
 
 def _fence_label(r):
-    """A raw run's fence, "tree-wW" for the tree on a cluster of TreeWidth W (not Slurm's default)."""
+    """A raw run's fence, "tree-wW" (or "ring-wW", ...) for a run on a cluster of TreeWidth W, not
+    Slurm's default: runs on such a cluster are reported apart, whatever their algorithm."""
     fence = r.get("fence", "default")
     w = r.get("tree_width")
-    return f"tree-w{w}" if fence == "tree" and w and w != TREE_WIDTH else fence
+    return f"{fence}-w{w}" if w and w != TREE_WIDTH else fence
 
 
 def runs_of(results):
