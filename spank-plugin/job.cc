@@ -69,7 +69,8 @@ Status CheckUserOptions(const UserOptions& opts, const Config& config) {
   FS_RETURN_IF_ERROR(ResolveDrainTimeout(opts, config).status());
   if (opts.dataset.empty()) {
     for (const auto& [set, name] : {std::pair{!opts.mount.empty(), "--fanstore-mount"},
-                                    std::pair{!opts.replicas.empty(), "--fanstore-replicas"}})
+                                    std::pair{!opts.replicas.empty(), "--fanstore-replicas"},
+                                    std::pair{!opts.unpack.empty(), "--fanstore-unpack"}})
       if (set)
         return Status::InvalidArgument(std::string(name) + " needs a dataset (--fanstore=DS.fs)");
     return Status::OK();
@@ -85,6 +86,10 @@ Status CheckUserOptions(const UserOptions& opts, const Config& config) {
   if (!opts.replicas.empty() && !IsValidReplicas(opts.replicas))
     return Status::InvalidArgument("--fanstore-replicas=" + opts.replicas +
                                    ": must be 'all' or a number from 1 to 65535");
+  if (!opts.unpack.empty() && opts.unpack != "auto" && opts.unpack != "eager" &&
+      opts.unpack != "lazy")
+    return Status::InvalidArgument("--fanstore-unpack=" + opts.unpack +
+                                   ": must be auto, eager or lazy");
   if (!opts.stats.empty() && opts.stats.back() == '/')
     return Status::InvalidArgument("--fanstore-stats=" + opts.stats +
                                    ": must name a file, or be 'none'");
@@ -226,8 +231,9 @@ std::vector<std::string> AgentStepArgv(const AgentStep& s) {
       "--bootstrap",
       "pmix",
   };
-  for (const auto& [flag, value] : {std::pair{"--dataset", s.dataset},
-                                    std::pair{"--mount", s.mount}, std::pair{"--output", s.output}})
+  for (const auto& [flag, value] :
+       {std::pair{"--dataset", s.dataset}, std::pair{"--mount", s.mount},
+        std::pair{"--output", s.output}, std::pair{"--unpack", s.unpack}})
     if (!value.empty()) argv.insert(argv.end(), {flag, value});
   if (!s.output.empty())
     argv.insert(argv.end(), {"--drain-timeout", std::to_string(s.drain_timeout)});
@@ -281,6 +287,7 @@ Result<AgentStep> MakeAgentStep(const Config& config, const UserOptions& opts, u
   step.replicas = ResolveReplicas(opts, config);
   step.stats_out = ResolveStatsFile(opts, job, submit_dir);
   step.cache_size = config.cache_size;
+  step.unpack = opts.unpack;
   step.job_fs = config.job_fs;
   step.job = job;
   step.nodes = nodes;

@@ -47,12 +47,13 @@ struct UserOptions {
   std::string stats;          // empty: kDefaultStatsFile; "none": no file
   std::string output;         // --fanstore-output: the directory drained to; empty: none
   std::string drain_timeout;  // empty: the plugstack's drain_timeout=
+  std::string unpack;         // --fanstore-unpack: auto, eager or lazy; empty: the agent's (auto)
   // The job uses FanStore: a dataset, an output directory, or both.
   bool used() const { return !dataset.empty() || !output.empty(); }
   // Some --fanstore* option was given (one that means nothing alone is refused).
   bool any() const {
     return used() || !mount.empty() || !replicas.empty() || !stats.empty() ||
-           !drain_timeout.empty();
+           !drain_timeout.empty() || !unpack.empty();
   }
 };
 
@@ -119,6 +120,7 @@ struct AgentStep {
   int drain_timeout = 0;                              // the agents' --drain-timeout, with `output`
   std::string stats_out;                              // the agents' --stats-out; empty: none
   std::string cache_size;  // the agents' --cache-size; empty: the agent's default
+  std::string unpack;      // the agents' --unpack; empty: the agent's default (auto)
   bool job_fs = false;     // --epilog-unmounts-local-dir: the prolog may mount a tmpfs there
   uint32_t job = 0;
   uint32_t nodes = 0;

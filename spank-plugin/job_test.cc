@@ -64,6 +64,33 @@ TEST(JobTest, UserOptionChecks) {
             std::string::npos);
   o.replicas = "3";
   EXPECT_TRUE(CheckUserOptions(o, DefaultConfig()).ok());
+  o.unpack = "later";
+  EXPECT_EQ(CheckUserOptions(o, DefaultConfig()).message(),
+            "--fanstore-unpack=later: must be auto, eager or lazy");
+  for (const char* mode : {"auto", "eager", "lazy"}) {
+    o.unpack = mode;
+    EXPECT_TRUE(CheckUserOptions(o, DefaultConfig()).ok()) << mode;
+  }
+  o.dataset.clear();  // an output-only job unpacks nothing
+  EXPECT_EQ(CheckUserOptions(o, DefaultConfig()).message(),
+            "--fanstore-mount needs a dataset (--fanstore=DS.fs)");
+  o.mount.clear();
+  o.replicas.clear();
+  o.output = "/pfs/out";
+  EXPECT_EQ(CheckUserOptions(o, DefaultConfig()).message(),
+            "--fanstore-unpack needs a dataset (--fanstore=DS.fs)");
+}
+
+TEST(JobTest, TheUsersUnpackModeReachesTheAgents) {
+  UserOptions o;
+  o.dataset = "/pfs/ds.fs";
+  auto argv = AgentStepArgv(MakeAgentStep(TestConfig(), o, 9, 2, "").value());
+  EXPECT_THAT(argv, Not(Contains(std::string("--unpack"))));  // the agent's own default
+  o.unpack = "eager";
+  argv = AgentStepArgv(MakeAgentStep(TestConfig(), o, 9, 2, "").value());
+  const auto it = std::find(argv.begin(), argv.end(), "--unpack");
+  ASSERT_NE(it, argv.end());
+  EXPECT_EQ(it[1], "eager");
 }
 
 TEST(JobTest, OutputOptionChecks) {

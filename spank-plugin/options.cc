@@ -21,6 +21,8 @@ const char* OptionName(UserOption which) {
       return "fanstore-output";
     case kOptDrainTimeout:
       return "fanstore-drain-timeout";
+    case kOptUnpack:
+      return "fanstore-unpack";
   }
   return "fanstore-?";
 }
@@ -51,6 +53,9 @@ Status SetUserOption(UserOptions* opts, UserOption which, const std::string& val
       break;
     case kOptDrainTimeout:
       field = &opts->drain_timeout;
+      break;
+    case kOptUnpack:
+      field = &opts->unpack;
       break;
   }
   if (field == nullptr)

@@ -20,7 +20,8 @@ enum UserOption : int {
   kOptStats = 3,
   kOptOutput = 4,
   kOptDrainTimeout = 5,
-  kOptLast = kOptDrainTimeout
+  kOptUnpack = 6,
+  kOptLast = kOptUnpack
 };
 // "fanstore", "fanstore-mount", ...
 const char* OptionName(UserOption which);

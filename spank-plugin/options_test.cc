@@ -32,6 +32,17 @@ TEST(SetUserOption, EmptyValueIsRefusedByName) {
   EXPECT_TRUE(o.replicas.empty());
 }
 
+TEST(SetUserOption, UnpackIsRecordedUnderItsOwnName) {
+  UserOptions o;
+  EXPECT_STREQ(OptionName(kOptUnpack), "fanstore-unpack");
+  ASSERT_TRUE(SetUserOption(&o, kOptUnpack, "eager").ok());
+  EXPECT_EQ(o.unpack, "eager");
+  EXPECT_TRUE(o.any());
+  EXPECT_FALSE(o.used());  // alone it asks for no dataset
+  EXPECT_EQ(SetUserOption(&o, kOptUnpack, "lazy").message(),
+            "--fanstore-unpack given twice, as 'eager' and 'lazy'");
+}
+
 TEST(SetUserOption, SameValueTwiceIsAcceptedDifferentValueIsNot) {
   UserOptions o;
   ASSERT_TRUE(SetUserOption(&o, kOptDataset, "/d/a.fs").ok());

@@ -56,6 +56,12 @@ struct spank_option g_options[] = {
      1, kOptOutput, OptionCallback},
     {const_cast<char*>("fanstore-drain-timeout"), const_cast<char*>("SEC"), nullptr, 1,
      kOptDrainTimeout, OptionCallback},
+    {const_cast<char*>("fanstore-unpack"), const_cast<char*>("auto|eager|lazy"),
+     const_cast<char*>(
+         "[fanstore] when each node's files are made: eager, before the tasks start; lazy, after "
+         "(the tasks start once the shards are copied); auto (default): lazy for files under 64 "
+         "KiB on average, and an image where the site mounts one"),
+     1, kOptUnpack, OptionCallback},
 };
 
 }  // namespace

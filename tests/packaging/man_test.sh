@@ -62,7 +62,7 @@ if [[ -f $M/spank_fanstore.8 ]]; then
   echo "== spank_fanstore(8): the options the plugin registers, the keys it accepts"
   mapfile -t opts < <(grep -oE 'const_cast<char ?\*>\("fanstore[a-z-]*"\)' \
     "$SRC/spank-plugin/plugin_state.cc" | grep -oE 'fanstore[a-z-]*' | sed 's/^/--/')
-  check "plugin_state.cc registers 6 options" test "${#opts[@]}" -eq 6
+  check "plugin_state.cc registers 7 options" test "${#opts[@]}" -eq 7
   expect_options "spank_fanstore options" spank_fanstore.8 "$(cat "$M/spank_fanstore.8")" \
     "${opts[@]}"
   # The list may be split over several string literals.

@@ -3,7 +3,9 @@
 # every route that bypasses the interception library: the local path behind a descriptor
 # (/proc/self/fd), a write, an unlink, a new file beside it and a chmod all get EROFS, in the
 # batch script and in srun tasks on both nodes, while the agents still unpack and serve (every
-# file reads back intact).
+# file reads back intact). The job asks for --fanstore-unpack=lazy: a file per file, made after
+# the tasks start, where the disk would otherwise give an EROFS image; both agents' counters must
+# say so.
 #
 # Usage: readonly.sh BUILD_DIR, with the cluster up (start.sh BUILD_DIR ports). See lib.sh.
 # shellcheck disable=SC2015  # ok returns 0, so `[[ c ]] && ok .. || bad ..` is an if-else.
@@ -59,7 +61,8 @@ EOF
   chmod 0755 "$jd/job.sh"
   chown -R "$TUSER:" "$jd"
   j=$(cd "$jd" && asu env JD="$jd" sbatch --parsable -N2 --chdir="$jd" -o "$jd/out.%j" --export=ALL \
-        --fanstore="$ds" --fanstore-replicas=all "$jd/job.sh" 2>&1) || { bad "sbatch failed: $j"; return; }
+        --fanstore="$ds" --fanstore-replicas=all --fanstore-unpack=lazy "$jd/job.sh" 2>&1) ||
+    { bad "sbatch failed: $j"; return; }
   st=$(wait_job "$j")
   [[ $st == COMPLETED ]] && ok "job $j completed" || { bad "job $j ended $st"; job_output "$jd/out.$j"; }
   # The write comes first to the file's own mode (0400, EACCES; EROFS for root), the rest to the
@@ -73,6 +76,10 @@ EOF
     diff -q "$jd/expected" "$jd/md5.$n" >/dev/null && ok "$n: every file reads back intact" \
       || bad "$n: md5 differ: $(diff "$jd/expected" "$jd/md5.$n" 2>&1 | head -5)"
   done
+  local sf="$jd/fanstore-$j.stats"
+  for _ in $(seq 150); do [[ -f $sf && $(wc -l <"$sf") -ge 2 ]] && break; sleep 0.2; done
+  [[ $(grep -c '"mode":"lazy"' "$sf" 2>/dev/null) -eq 2 ]] && ok "--fanstore-unpack=lazy reached both agents: files unpacked lazily, no image" \
+    || bad "--fanstore-unpack=lazy: the agents' counters say $(grep -o '"unpack":{[^}]*}' "$sf" 2>&1 | head -2)"
   grep -q "stays writable" "$BASE"/log/slurmd.*.log 2>/dev/null && bad "a node could not make the copy read-only: $(grep -h 'stays writable' "$BASE"/log/slurmd.*.log | head -2)" \
     || ok "no node reported a writable copy"
   check_clean "$j"

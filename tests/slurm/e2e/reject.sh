@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # slurm_reject (2-node ports cluster): missing, non-dataset, wrong-version, unreadable and relative
-# datasets and a bad --fanstore-replicas are refused by sbatch, #SBATCH, srun and salloc, naming the
-# path; nothing is queued.
+# datasets and a bad --fanstore-replicas or --fanstore-unpack are refused by sbatch, #SBATCH, srun
+# and salloc, naming the path or the value; nothing is queued.
 #
 # Usage: reject.sh BUILD_DIR, with the cluster up (start.sh BUILD_DIR ports). See lib.sh.
 # shellcheck disable=SC2015  # ok returns 0, so `[[ c ]] && ok .. || bad ..` is an if-else.
@@ -36,6 +36,8 @@ main() {
     asu sbatch -N1 -o /dev/null --fanstore=tree.fs "$jd/job.sh"
   expect_fail "bad --fanstore-replicas rejected by sbatch" 1 "--fanstore-replicas=zero" \
     asu sbatch -N1 -o /dev/null --fanstore="$good" --fanstore-replicas=zero "$jd/job.sh"
+  expect_fail "bad --fanstore-unpack rejected by sbatch" 1 "--fanstore-unpack=later: must be auto, eager or lazy" \
+    asu sbatch -N1 -o /dev/null --fanstore="$good" --fanstore-unpack=later "$jd/job.sh"
   printf '#!/bin/bash\n#SBATCH --fanstore=%s\ntrue\n' "$PFS/reject/missing.fs" >"$jd/directive.sh"
   expect_fail "#SBATCH --fanstore with a missing dataset rejected" 1 "$PFS/reject/missing.fs does not exist" \
     asu sbatch -N1 -o /dev/null "$jd/directive.sh"
