@@ -106,6 +106,16 @@ class FitTest(unittest.TestCase):
         self.assertEqual({n for n, f in got if f == "tree-w2"}, {2, 4, 8, 16, 32, 64})
         self.assertTrue(any(c["fence"] == "tree-w2" for c in self.model["check"]))
 
+    def test_runs_on_another_tree_width_are_reported_apart(self):
+        # The ring does not use the tree, but the cluster's launch does: its runs get their own label.
+        self.assertEqual(sm._fence_label({"fence": "ring", "tree_width": 2}), "ring-w2")
+        self.assertEqual(sm._fence_label({"fence": "ring", "tree_width": sm.TREE_WIDTH}), "ring")
+        self.assertEqual(sm._fence_label({"fence": "mixed"}), "mixed")
+        self.assertEqual(sm.fence_shape("ring-w2"), ("ring", 2))
+        self.assertEqual(sm.fence_shape("tree-w2"), ("tree", 2))
+        self.assertEqual(sm.fence_shape("default"), ("ring", sm.TREE_WIDTH))
+        self.assertEqual(sm.fence_shape("tree"), ("tree", sm.TREE_WIDTH))
+
     def test_predicts_64_within_tolerance(self):
         chk = self.model["check"]
         self.assertGreaterEqual(len(chk), 9)
