@@ -213,8 +213,10 @@ def busy_seconds():
 
 
 def job_start(job):
+    """When slurmctld started the job, whichever scheduler did: the main one ("sched: Allocate
+    JobId=J ...") or the backfill one ("Started JobId=J in ...")."""
     for line in open(f"{BASE}/log/slurmctld.log"):
-        m = re.match(rf"\[([^\]]+)\] sched: Allocate JobId={job} ", line)
+        m = re.match(rf"\[([^\]]+)\] (?:sched: Allocate JobId={job} |.*Started JobId={job} in )", line)
         if m:
             return time.mktime(time.strptime(m.group(1).split(".")[0], "%Y-%m-%dT%H:%M:%S")) + \
                 float("0." + m.group(1).split(".")[1])

@@ -80,6 +80,13 @@ fence_race() {
   grep -qs "\] \[$1\.[0-9]*\] error: Munge decode failed: Unauthorized credential" "$BASE"/log/slurmd.*.log
 }
 
+# job_start J: when slurmctld started job J (its log's timestamp), whichever scheduler started it:
+# the main one ("sched: Allocate JobId=J ...") or the backfill one ("Started JobId=J in ...").
+job_start() {
+  sed -n -e "s/^\[\([^]]*\)\] sched: Allocate JobId=$1 .*/\1/p" \
+    -e "s/^\[\([^]]*\)\] .*Started JobId=$1 in .*/\1/p" "$BASE/log/slurmctld.log" | head -1
+}
+
 # sbatch_job DIR SBATCH_ARGS...: submits as the test user from DIR (--parsable added) and waits;
 # sets JOB and JOB_STATE (empty JOB: sbatch failed, JOB_STATE its message). A job that stopped on
 # Slurm's fence race (fence_race) is checked for leftovers and submitted once more, saying so.

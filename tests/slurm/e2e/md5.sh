@@ -69,7 +69,7 @@ EOF
   done
   # J1: from job start (slurmctld allocates it) to the end of the batch script's first read, against
   # the batch step's wait for its agent, i.e. the stage-in. Goal: J1 <= stage-in + 1 s.
-  start=$(sed -n "s/^\[\([^]]*\)\] sched: Allocate JobId=$j .*/\1/p" "$BASE/log/slurmctld.log" | head -1)
+  start=$(job_start "$j")
   stage=$(plugin_log_lines "$j" | sed -n 's/.*step batch on node1: agent ready after \([0-9.]*\) s.*/\1/p' | head -1)
   if [[ -s $jd/first_read.$j && -n $start && -n $stage ]]; then
     first=$(awk -v t0="$(date -d "$start" +%s.%N)" 'NR == 2 { printf "%.3f", $1 - t0 }' "$jd/first_read.$j")

@@ -58,7 +58,7 @@ one_job() {  # one_job DS REPLICAS JOBDIR
     [[ -s $jd/sum.$n.$j ]] && ok "replicas=$r: $n read $(jget "$(cat "$jd/sum.$n.$j")" "['files']") files" \
       || bad "replicas=$r: no result from $n"
   done
-  start=$(sed -n "s/^\[\([^]]*\)\] sched: Allocate JobId=$j .*/\1/p" "$BASE/log/slurmctld.log" | head -1)
+  start=$(job_start "$j")
   stage=$(grep -h "fanstore: user_init: job $j " "$BASE"/log/slurmd.*.log 2>/dev/null |
     sed -n 's/.*step batch on node1: agent ready after \([0-9.]*\) s.*/\1/p' | head -1)
   first=$(awk -v t0="$(date -d "$start" +%s.%N)" 'NR == 2 { printf "%.3f", $1 - t0 }' "$jd/first_read.$j" 2>/dev/null)
