@@ -53,6 +53,9 @@ Observation Observe(const WaitRequest& req) {
   }
   auto status = run_dir::ReadStatus(req.run_dir);
   if (!status.ok()) return o;  // not written yet
+  // The directory renamed or removed while it was read takes the agent's lock with it, which
+  // reads as an agent that died: it is gone, as the next look would find.
+  if (status->Dead() && ::lstat(req.run_dir.c_str(), &st) != 0) return Observation{};
   o.have_status = true;
   o.status = status.value();
   return o;
