@@ -417,6 +417,15 @@ def main():
     if a.merge and os.path.exists(out_file):
         res = json.load(open(out_file))
         res["runs"] = [r for r in res["runs"] if r["n"] not in ns]
+
+    def save():
+        with open(out_file, "w") as f:
+            json.dump(res, f, separators=(",", ":"))
+
+    def record(run, tree_width):  # each run as it ends: a suite cut short keeps what it measured
+        res["runs"].append(dict(run, tree_width=tree_width))
+        save()
+
     for n in ns:
         res["clusters"][str(n)] = cluster(a.build, n, a.tree_width)
         ds, info = make_dataset(a.files, a.size, a.shards)
@@ -424,13 +433,11 @@ def main():
         res["dataset"] = {"path": ds, "files": info.get("files"), "entries": info.get("files", 0) + info.get("dirs", 0) + 1, "shards": len(json.load(open(f"{ds}/manifest.json"))["shards"]),
                           "bytes": info.get("raw_bytes"), "stored_bytes": info.get("stored_bytes")}
         for k in range(0 if a.no_read else a.runs):
-            res["runs"].append(dict(one_job("read", n, k, ds, "default"), tree_width=a.tree_width))
-            json.dump(res, open(out_file, "w"), separators=(",", ":"))
+            record(one_job("read", n, k, ds, "default"), a.tree_width)
         for fence in () if a.no_fences else a.fences.split(","):
             for k in range(a.runs):
                 for via in a.exchange_via.split(","):  # interleaved: side by side
-                    res["runs"].append(dict(one_job("exchange", n, k, ds, fence, via), tree_width=a.tree_width))
-                    json.dump(res, open(out_file, "w"), separators=(",", ":"))
+                    record(one_job("exchange", n, k, ds, fence, via), a.tree_width)
         if not a.no_fault and n >= 4:
             t = time.time()
             p = subprocess.run([os.path.join(SLURM, "e2e", "wide.sh"), a.build], capture_output=True, text=True)
@@ -442,9 +449,8 @@ def main():
         if not a.no_fences and w and w <= n and w != a.tree_width and "tree" in a.fences.split(","):
             res["clusters"][f"{n}-tree-width-{w}"] = cluster(a.build, n, w)
             for k in range(a.runs):
-                res["runs"].append(dict(one_job("exchange", n, k, ds, "tree"), tree_width=w))
-                json.dump(res, open(out_file, "w"), separators=(",", ":"))
-        json.dump(res, open(out_file, "w"), separators=(",", ":"))
+                record(one_job("exchange", n, k, ds, "tree"), w)
+        save()
     subprocess.run([os.path.join(SLURM, "e2e", "stop.sh"), a.build], capture_output=True)
     log(f"results in {out_file}")
 

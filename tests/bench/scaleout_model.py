@@ -406,6 +406,13 @@ def _fence_rows(m, runs, x):
     return rows1, rows2
 
 
+def _waited_opens(m, ds, n, waited=None):
+    """Files a node's readers opened before the prefetch brought them: w·(N-r)/N·F, w the run's own
+    share where it recorded its opens (`waited`), else the fitted runs' median."""
+    w = waited if waited is not None else m.get("waited", 1.0)
+    return w * (n - min(m["replicas"], n)) / n * ds["files"]
+
+
 def _read_row(m, ds, n, waited=None):
     """Read phase on the test machine, every node reading every file once, all on C cores:
     T = t0 + [N·(F·p_file + D·p_byte) + r·(F·u_file + D·u_byte)]/C + w·(N-r)/N·F·(l_open + l_load·N/C),
@@ -414,8 +421,7 @@ def _read_row(m, ds, n, waited=None):
     A waited open is a wall-time wait, not CPU spread over the cores: the reader sleeps while its
     request waits for the holder's turn (the CPU of moving the file is in the agents', `move`)."""
     F, D, C, r = ds["files"], ds["bytes"], m["cores"], min(m["replicas"], n)
-    w = waited if waited is not None else m.get("waited", 1.0)
-    waits = w * (n - r) / n * F
+    waits = _waited_opens(m, ds, n, waited)
     return [1, n * F / C, n * D / C, waits, waits * n / C, r * F / C, r * D / C]
 
 
@@ -444,12 +450,11 @@ def moved(m, ds, n, agent=None):
 def _move_row(m, ds, n, agent=None, waited=None):
     """An agent's CPU from ready to the end of a read job: e0 + e_peer·(N-1) + q_file·files moved +
     q_byte·bytes moved (moved) + q_open·files fetched on open: the agent's remote opens where it
-    recorded them, else w·(N-r)/N·F with w as in _read_row (a race of the readers' start against
+    recorded them, else _waited_opens (a race of the readers' start against
     the prefetch, which the harness sets: none at 64 nodes, 0.5 % of the files at 16)."""
     remote = _f((agent or {}).get("opens") or {}, "remote")
     if remote is None:
-        w = waited if waited is not None else m.get("waited", 1.0)
-        remote = w * (n - min(m["replicas"], n)) / n * ds["files"]
+        remote = _waited_opens(m, ds, n, waited)
     return [1, n - 1, *moved(m, ds, n, agent), remote]
 
 

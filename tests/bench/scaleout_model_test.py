@@ -46,7 +46,7 @@ def synthetic(true=TRUE, datasets=(DS_SMALL, DS_LARGE), nodes=(2, 4, 8, 16, 32, 
         for n in nodes:
             for kind, fence, width in (("read", "default", None), ("exchange", "tree", None), ("exchange", "tree", 2),
                                        ("exchange", "ring", None), ("exchange", "mixed", None)):
-                label = f"tree-w{width}" if width else fence
+                label = sm._fence_label({"fence": fence, "tree_width": width})
                 for k in range(runs):
                     cpu = [sm.cpu_ready(true, ds, n) * jit() for _ in range(n)]
                     m = dict(true)
