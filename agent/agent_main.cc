@@ -140,7 +140,7 @@ void AddStagingOptions(CLI::App& app, Config* cfg) {
                  "and there is room for this node's shard copies beside its\n"
                  "files")
       ->type_name("MODE")
-      ->check(args::OneOf({"auto", "eager", "lazy"}));
+      ->check(args::OneOf(kUnpackModes));
 }
 
 // What this agent does for, and asks of, the other nodes' agents.

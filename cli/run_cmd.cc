@@ -206,7 +206,7 @@ int ParseRunOptions(int argc, char** argv, RunOptions* o) {
                  "auto (default), eager or lazy: when the files are unpacked, see\n"
                  "fanstore-agent --help")
       ->type_name("MODE")
-      ->check(args::OneOf({"auto", "eager", "lazy"}));
+      ->check(args::OneOf(kUnpackModes));
   app.add_flag("--kernel-view", o->kernel_view,
                "also mount the dataset at PATH for the kernel (FUSE), in COMMAND's own mount\n"
                "namespace, so that static binaries, exec and dlopen see it too. As root, or\n"

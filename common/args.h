@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <initializer_list>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "common/text.h"
 
@@ -64,17 +66,15 @@ inline CLI::Validator Seconds(double max) {
 }
 
 // One of the listed words.
-inline CLI::Validator OneOf(std::initializer_list<const char*> words) {
-  std::string list;
-  for (const char* w : words) list += (list.empty() ? "" : ", ") + std::string(w);
-  std::vector<std::string> allowed(words.begin(), words.end());
+inline CLI::Validator OneOf(std::vector<std::string_view> words) {
   return CLI::Validator(
-      [allowed, list](std::string& s) -> std::string {
-        for (const auto& w : allowed)
-          if (s == w) return "";
-        return "'" + s + "' is not one of " + list;
+      [words](std::string& s) -> std::string {
+        return IsOneOf(s, words) ? "" : "'" + s + "' is not one of " + ListWords(words);
       },
       "");
+}
+inline CLI::Validator OneOf(std::span<const std::string_view> words) {
+  return OneOf(std::vector<std::string_view>(words.begin(), words.end()));
 }
 
 // The help layout of every FanStore program: the usage line first (with `usage_tail` for what

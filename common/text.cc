@@ -62,4 +62,19 @@ std::vector<std::string_view> Split(std::string_view text, char sep) {
   return out;
 }
 
+bool IsOneOf(std::string_view word, std::span<const std::string_view> words) {
+  for (std::string_view w : words)
+    if (w == word) return true;
+  return false;
+}
+
+std::string ListWords(std::span<const std::string_view> words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); i++) {
+    if (i > 0) out += i + 1 == words.size() ? " or " : ", ";
+    out += words[i];
+  }
+  return out;
+}
+
 }  // namespace fanstore

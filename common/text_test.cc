@@ -86,5 +86,15 @@ TEST(Split, DropsEmptyPieces) {
   EXPECT_EQ(Split("a,b", ';'), (V{"a,b"}));
 }
 
+TEST(Words, OneOfAndTheirList) {
+  EXPECT_TRUE(IsOneOf("lazy", kUnpackModes));
+  EXPECT_FALSE(IsOneOf("Lazy", kUnpackModes));
+  EXPECT_FALSE(IsOneOf("", kUnpackModes));
+  EXPECT_EQ(ListWords(kUnpackModes), "auto, eager or lazy");
+  const std::array<std::string_view, 1> one{"only"};
+  EXPECT_EQ(ListWords(one), "only");
+  EXPECT_EQ(ListWords(std::span<const std::string_view>{}), "");
+}
+
 }  // namespace
 }  // namespace fanstore

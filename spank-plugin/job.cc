@@ -86,10 +86,9 @@ Status CheckUserOptions(const UserOptions& opts, const Config& config) {
   if (!opts.replicas.empty() && !IsValidReplicas(opts.replicas))
     return Status::InvalidArgument("--fanstore-replicas=" + opts.replicas +
                                    ": must be 'all' or a number from 1 to 65535");
-  if (!opts.unpack.empty() && opts.unpack != "auto" && opts.unpack != "eager" &&
-      opts.unpack != "lazy")
-    return Status::InvalidArgument("--fanstore-unpack=" + opts.unpack +
-                                   ": must be auto, eager or lazy");
+  if (!opts.unpack.empty() && !IsOneOf(opts.unpack, kUnpackModes))
+    return Status::InvalidArgument("--fanstore-unpack=" + opts.unpack + ": must be " +
+                                   ListWords(kUnpackModes));
   if (!opts.stats.empty() && opts.stats.back() == '/')
     return Status::InvalidArgument("--fanstore-stats=" + opts.stats +
                                    ": must name a file, or be 'none'");

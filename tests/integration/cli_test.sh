@@ -164,7 +164,7 @@ done
 expect_fail "verify --threads abc" 2 "--threads: 'abc' is not a whole number" "$F" verify ds.fs --threads abc
 expect_fail "run --timeout 0" 2 "--timeout: '0' is not a number of seconds above 0" "$F" run ds.fs --timeout 0 -- true
 expect_fail "run --timeout abc" 2 "--timeout: 'abc' is not a number of seconds" "$F" run ds.fs --timeout abc -- true
-expect_fail "run --unpack bogus" 2 "--unpack: 'bogus' is not one of auto, eager, lazy" "$F" run ds.fs --unpack bogus -- true
+expect_fail "run --unpack bogus" 2 "--unpack: 'bogus' is not one of auto, eager or lazy" "$F" run ds.fs --unpack bogus -- true
 expect_fail "run --mount relative" 2 "--mount: must be a clean absolute path" "$F" run ds.fs --mount rel -- true
 expect_fail "run without -- COMMAND" 2 "-- COMMAND is missing" "$F" run ds.fs
 expect_fail "run without DS.fs or --output" 2 "give DS.fs, --output DIR, or both" "$F" run -- true
