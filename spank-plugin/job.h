@@ -142,9 +142,9 @@ std::vector<std::string> OutputReportLines(const std::string& log, size_t max_li
 
 // The PMIx fence algorithm of the agents' exchange (SLURM_PMIX_FENCE of the agent step, whatever
 // the job's or the site's mpi.conf says): chosen from the scale-out runs (docs/benchmarks.md, N2).
-// With Slurm 22.05, "tree" returns early on its root when a rank is late (PMIx_Get: NOT-FOUND
-// after the fence, at 2 to 32 nodes); "mixed", Slurm's default, runs the tree for a fence without
-// data, which every exchange round starts with but the first.
+// Slurm builds no tree for a step of fewer nodes than TreeWidth, so there "tree" completes each
+// node's fence with its own node's data alone (PMIx_Get: NOT-FOUND after it), and "mixed",
+// Slurm's default, runs that tree for every fence without data. The ring is right at every N.
 inline constexpr const char* kAgentPmixFence = "ring";
 // The store of the agent step's PMIx servers (PMIX_MCA_gds, which Slurm's step daemon takes from
 // the step's environment): the default one (ds21) fails on a value above about 4 MB, and the
