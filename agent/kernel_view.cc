@@ -36,6 +36,10 @@ struct Context {
   // left when the mount ends (RELEASEs still queued when a namespace dies are never read).
   std::mutex* fds_mu;
   std::unordered_set<int>* fds;
+  // The kernel opens files without asking (FUSE_CAP_NO_OPEN_SUPPORT, Linux 4.19): no OPEN or
+  // RELEASE per file, so a file read again is the kernel's alone; each READ then names only
+  // the node, and is answered from a descriptor the reading thread keeps (ThreadFile).
+  bool no_open = false;
 };
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -74,10 +78,11 @@ void ReplyEntry(fuse_req_t req, const table::Entry* e) {
   fuse_reply_entry(req, &p);
 }
 
-void Init(void*, struct fuse_conn_info* conn) {
+void Init(void* userdata, struct fuse_conn_info* conn) {
   // Requests are read from a non-blocking descriptor by several threads (Mount::Loop); the
   // splice path would read it differently.
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  static_cast<Context*>(userdata)->no_open = (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -119,6 +124,9 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
     return (void)fuse_reply_err(req, EROFS);
   const Context& c = Ctx(req);
+  // Success, and the kernel's from now on (the mount is read-only, so the kernel refuses a
+  // write itself; it keeps every file's pages, as keep_cache does).
+  if (c.no_open) return (void)fuse_reply_err(req, ENOSYS);
   Reply r = (*c.open)(std::string(c.table->Path(*e)));
   if (r.status != 0 || r.fd < 0) return (void)fuse_reply_err(req, r.status ? r.status : EIO);
   fi->fh = static_cast<uint64_t>(r.fd);
@@ -135,12 +143,43 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   }
 }
 
-void Read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, struct fuse_file_info* fi) {
+// The file a serving thread answered its last READ from, kept for the next: a file is read in
+// requests of at most 128 KiB, mostly by one thread in turn. It lives on the thread's stack
+// (Mount::Loop), closed when the thread ends or moves to another file: a thread_local with a
+// destructor would register it under the loader's lock on the first READ, which a dlopen of a
+// library in the view holds while it waits for that READ.
+struct ThreadFile {
+  fuse_ino_t ino = 0;
+  UniqueFD fd;
+};
+thread_local ThreadFile* thread_file = nullptr;
+
+// A READ without an OPEN (no_open): the node's descriptor from Agent::Open (the staged file,
+// unpacked on demand, or fetched), through the thread's ThreadFile.
+int NodeFd(fuse_req_t req, fuse_ino_t ino) {
+  ThreadFile& last = *thread_file;
+  if (last.ino == ino && last.fd.valid()) return last.fd.get();
+  const Context& c = Ctx(req);
+  const table::Entry* e = EntryOf(req, ino);
+  if (!e || !table::IsReg(*e)) return -EINVAL;
+  Reply r = (*c.open)(std::string(c.table->Path(*e)));
+  if (r.status != 0 || r.fd < 0) return -(r.status ? r.status : EIO);
+  last.ino = ino;
+  last.fd.Reset(r.fd);
+  return r.fd;
+}
+
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
+  int fd = static_cast<int>(fi->fh);
+  if (Ctx(req).no_open) {
+    if (Refused(req)) return;
+    if ((fd = NodeFd(req, ino)) < 0) return (void)fuse_reply_err(req, -fd);
+  }
   struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-  buf.buf[0].fd = static_cast<int>(fi->fh);
+  buf.buf[0].fd = fd;
   buf.buf[0].pos = off;
-  fuse_reply_data(req, &buf, FUSE_BUF_NO_SPLICE);
+  fuse_reply_data(req, &buf, FUSE_BUF_NO_SPLICE);  // copies the bytes before it returns
 }
 
 void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
@@ -258,6 +297,8 @@ struct KernelView::Mount {
   }
 
   void Loop() {
+    ThreadFile file;
+    thread_file = &file;
     struct fuse_buf buf;
     std::memset(&buf, 0, sizeof buf);
     const int dev = fuse_session_fd(se);

@@ -138,6 +138,35 @@ TEST_F(KernelViewTest, PlainSystemCallsSeeTheDataset) {
   EXPECT_TRUE(fs.f_flags & ST_RDONLY);
 }
 
+// The kernel opens files itself and keeps their pages: a file read again asks the agent for
+// nothing (with FUSE_CAP_NO_OPEN_SUPPORT, Linux 4.19; older kernels send an OPEN per open).
+TEST_F(KernelViewTest, AFileReadAgainIsTheKernelsAlone) {
+  EXPECT_EQ(Slurp(mnt_ + "/big.bin"), Content(3, 3 << 20));  // many READs, one descriptor a thread
+  const int first = opens_.load();
+  EXPECT_GE(first, 1);
+  EXPECT_LE(first, KernelView::kThreadsPerMount);
+  EXPECT_EQ(Slurp(mnt_ + "/a/hello.txt"), "hello\n");
+  const int second = opens_.load();
+  EXPECT_EQ(second, first + 1);
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(Slurp(mnt_ + "/big.bin"), Content(3, 3 << 20));
+    EXPECT_EQ(Slurp(mnt_ + "/a/hello.txt"), "hello\n");
+  }
+  EXPECT_EQ(opens_.load(), second);
+  // A file the agent cannot open fails its read with the agent's errno, and the next read asks
+  // again.
+  ASSERT_EQ(::rename((src_ + "/a/run.sh").c_str(), (src_ + "/a/run.sh.gone").c_str()), 0);
+  UniqueFD fd(::open((mnt_ + "/a/run.sh").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid()) << std::strerror(errno);
+  char byte;
+  errno = 0;
+  EXPECT_LT(::read(fd.get(), &byte, 1), 0);
+  EXPECT_EQ(errno, ENOENT);
+  ASSERT_EQ(::rename((src_ + "/a/run.sh.gone").c_str(), (src_ + "/a/run.sh").c_str()), 0);
+  EXPECT_EQ(::read(fd.get(), &byte, 1), 1);
+  EXPECT_EQ(byte, '#');
+}
+
 TEST_F(KernelViewTest, ProgramsRunAndLibrariesLoadFromIt) {
   FILE* p = ::popen((mnt_ + "/a/run.sh here").c_str(), "r");
   ASSERT_NE(p, nullptr);

@@ -1136,26 +1136,28 @@ def wl_kview(ctx, agents):
     of `images` by a program the interception library does not reach (LD_PRELOAD cleared),
     through the view of `fanstore run --kernel-view` (as root with the local directory on a disk,
     the node's EROFS image; else FUSE): its first pass after the mount, against the library's own
-    first pass in a fresh run, and its third (the view's page cache warm), against native. K2:
+    first pass in a fresh run, and its third (the view's page cache warm), against native; the
+    same with `--image no`, where the view is FUSE (K1-fuse-first, K1-fuse-warm). K2:
     M2's walk through the library with the view on (directory stand-ins are the view's
     directories) and off. Needs root and /dev/fuse; the rows say so otherwise."""
     if not (ctx.wanted("K1") or ctx.wanted("K2")):
         return
     if os.geteuid() != 0 or not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        for wid in ("K1-first", "K1-warm", "K2"):
+        for wid in ("K1-first", "K1-warm", "K1-fuse-first", "K1-fuse-warm", "K2"):
             add_row(ctx, wid, "kernel-visible view", "native local", None, None, "-", "report",
                     note="not measured: needs root and /dev/fuse")
         return
     base = os.path.join(ctx.work, "kview")  # empty: the view's tmpfs holds the mount point
+    FILES = ("--image", "no")  # a file per file: no image, so the view is FUSE
     os.makedirs(base, exist_ok=True)
 
-    def fresh_run(ag, cmd, view=True):
+    def fresh_run(ag, cmd, view=True, opts=()):
         """CMD (given the mount path) in a fresh `fanstore run` of ag's dataset, with the view or without."""
         m = os.path.join(base, os.path.basename(ag.mount))
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)
-        out = run([ctx.fanstore, "run", ag.dataset] + (["--kernel-view"] if view else []) + ["--mount", m, "--"] + cmd(m),
-                  env=env).stdout
+        out = run([ctx.fanstore, "run", ag.dataset, *opts] + (["--kernel-view"] if view else []) + ["--mount", m, "--"]
+                  + cmd(m), env=env).stdout
         return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
     if ctx.wanted("K1"):
@@ -1165,13 +1167,15 @@ def wl_kview(ctx, agents):
         # Three passes in one mount: the first after the mount, the second (each page's second
         # access: the kernel moves it to the active list, once), the third (steady, as the native
         # tree's long-read pages are).
-        def view(i):
-            passes = fresh_run(ag, lambda m: ["env", "-u", "LD_PRELOAD", "sh", "-c",
-                                            f"{shq(ctx.fsbench)} read {shq(m)} {shq(lst)} 1; " * 3])
-            first, second, third = (rates(s) for s in passes)
-            first["second_files_per_s"] = second["files_per_s"]
-            first["warm_files_per_s"] = third["files_per_s"]
-            return first
+        def view(opts=()):
+            def arm(i):
+                passes = fresh_run(ag, lambda m: ["env", "-u", "LD_PRELOAD", "sh", "-c",
+                                                f"{shq(ctx.fsbench)} read {shq(m)} {shq(lst)} 1; " * 3], opts=opts)
+                first, second, third = (rates(s) for s in passes)
+                first["second_files_per_s"] = second["files_per_s"]
+                first["warm_files_per_s"] = third["files_per_s"]
+                return first
+            return arm
 
         # The library's own first pass after the mount: a `fanstore run` of the same dataset with
         # the same defaults as the view's (as root on a disk, the image), the reader under the
@@ -1183,7 +1187,12 @@ def wl_kview(ctx, agents):
             ("native", lambda i: rates(run_json([ctx.fsbench, "read", nat, lst, "1"]))),
             ("library", lambda i: rates(run_json([ctx.fsbench, "read", ag.mount, lst, "1"], env=ag.env()))),
             ("library-first", lambda i: rates(fresh_run(ag, lambda m: [ctx.fsbench, "read", m, lst, "1"], view=False)[0])),
-            ("view", view)])
+            ("view", view()),
+            # Where the node has no image (a tmpfs local directory, no root, or a node that does
+            # not yet hold every shard), the view is FUSE: the same, with a file per file.
+            ("library-first-files", lambda i: rates(fresh_run(ag, lambda m: [ctx.fsbench, "read", m, lst, "1"], view=False,
+                                                              opts=FILES)[0])),
+            ("view-fuse", view(FILES))])
         add_workload(ctx, "K1", "random whole-file reads of `images` through the kernel-visible view", smp,
                      metric="files_per_s", dataset="images",
                      cache="warm page cache under native and the suite's agent; the view's own cache and the "
@@ -1200,6 +1209,14 @@ def wl_kview(ctx, agents):
                 "native local", b, med(smp["view"], "warm_files_per_s"), "files/s", "≥ 0.9× native", 0.9,
                 note=f"the second pass: {fmt(med(smp['view'], 'second_files_per_s') / b)}× native (each page's "
                      "second access moves it to the kernel's active list, once)")
+        fuse, lib_files = med(smp["view-fuse"], "files_per_s"), med(smp["library-first-files"], "files_per_s")
+        add_row(ctx, "K1-fuse-first", "K1-first where the view is FUSE (`--image no`: a file per file, as on tmpfs)",
+                "the library's first pass after the mount, `--image no`", lib_files, fuse, "files/s",
+                "≥ 0.5× the library's first pass", 0.5, pairs=paired(smp, "library-first-files", "view-fuse", "files_per_s"),
+                note=f"against native (warm): {fmt(fuse / b)}×")
+        add_row(ctx, "K1-fuse-warm", "K1-warm where the view is FUSE (`--image no`)", "native local", b,
+                med(smp["view-fuse"], "warm_files_per_s"), "files/s", "≥ 0.9× native", 0.9,
+                note=f"the second pass: {fmt(med(smp['view-fuse'], 'second_files_per_s') / b)}× native")
     if ctx.wanted("K2"):
         ag = agents["text"]
         script, passes = os.path.join(HERE, "m2_walk.py"), str(ctx.inner["m2_passes"])
@@ -2033,7 +2050,7 @@ def machine(ctx):
 # --- main ----------------------------------------------------------------------------------------------------
 
 ALL_ROWS = ["R1", "R2", "R3", "R5", "W1", "W1-local", "W1-mem", "W2", "W3", "M1", "M3", "M2-scandir", "M2-walk", "J2",
-            "K1-first", "K1-warm", "K2", "R4-first", "R4-floor", "R4-node", "R4-both", "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
+            "K1-first", "K1-warm", "K1-fuse-first", "K1-fuse-warm", "K2", "R4-first", "R4-floor", "R4-node", "R4-both", "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
 
 
 def sanity(ctx):
@@ -2044,7 +2061,7 @@ def sanity(ctx):
     if ctx.only is None:
         problems += [f"{i}: no result" for i in ALL_ROWS if i not in rows]
     for r in rows.values():
-        if r["id"] in ("J1", "K1-first", "K1-warm", "K2") and r["fanstore"] is None:
+        if r["id"] in ("J1", "K1-first", "K1-warm", "K1-fuse-first", "K1-fuse-warm", "K2") and r["fanstore"] is None:
             continue  # not measured (the reason is in the row), not a failure of FanStore
         if r["id"] in ("E1-ops", "E2"):
             ok = r["baseline"] and r["baseline"] > 0 and r["fanstore"] is not None and r["fanstore"] >= 0
