@@ -38,8 +38,9 @@ struct Context {
   std::unordered_set<int>* fds;
   // The kernel opens files without asking (FUSE_CAP_NO_OPEN_SUPPORT, Linux 4.19): no OPEN or
   // RELEASE per file, so a file read again is the kernel's alone; each READ then names only
-  // the node, and is answered from a descriptor the reading thread keeps (ThreadFile).
-  bool no_open = false;
+  // the node, and is answered from a descriptor the reading thread keeps (ThreadFile). Set by
+  // the INIT request, before any other, on whichever thread reads it.
+  std::atomic<bool>* no_open;
 };
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -82,7 +83,7 @@ void Init(void* userdata, struct fuse_conn_info* conn) {
   // Requests are read from a non-blocking descriptor by several threads (Mount::Loop); the
   // splice path would read it differently.
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
-  static_cast<Context*>(userdata)->no_open = (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0;
+  static_cast<Context*>(userdata)->no_open->store((conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0);
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -126,7 +127,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   const Context& c = Ctx(req);
   // Success, and the kernel's from now on (the mount is read-only, so the kernel refuses a
   // write itself; it keeps every file's pages, as keep_cache does).
-  if (c.no_open) return (void)fuse_reply_err(req, ENOSYS);
+  if (c.no_open->load()) return (void)fuse_reply_err(req, ENOSYS);
   Reply r = (*c.open)(std::string(c.table->Path(*e)));
   if (r.status != 0 || r.fd < 0) return (void)fuse_reply_err(req, r.status ? r.status : EIO);
   fi->fh = static_cast<uint64_t>(r.fd);
@@ -171,7 +172,7 @@ int NodeFd(fuse_req_t req, fuse_ino_t ino) {
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
   int fd = static_cast<int>(fi->fh);
-  if (Ctx(req).no_open) {
+  if (Ctx(req).no_open->load()) {
     if (Refused(req)) return;
     if ((fd = NodeFd(req, ino)) < 0) return (void)fuse_reply_err(req, -fd);
   }
@@ -283,6 +284,7 @@ struct KernelView::Mount {
   std::atomic<int> running{0};
   std::mutex fds_mu;
   std::unordered_set<int> fds;
+  std::atomic<bool> no_open{false};
 
   void Wake() {
     uint64_t one = 1;
@@ -340,7 +342,7 @@ Status KernelView::Serve(UniqueFD dev) {
     return Status::IOError("already serving " + std::to_string(kMaxMounts) +
                            " kernel views on this node");
   auto m = std::make_unique<Mount>();
-  m->ctx = Context{&table_, &open_, &m->fds_mu, &m->fds};
+  m->ctx = Context{&table_, &open_, &m->fds_mu, &m->fds, &m->no_open};
   m->stop.Reset(::eventfd(0, EFD_CLOEXEC));
   if (!m->stop.valid()) return Status::FromErrno("eventfd", errno);
   char arg0[] = "fanstore-agent";
