@@ -29,6 +29,40 @@ constexpr double kForever = 365.0 * 24 * 3600;
 // /dev/fuse's device number (Documentation/admin-guide/devices.txt).
 constexpr unsigned kFuseMajor = 10, kFuseMinor = 229;
 
+// The descriptors of the files a mount's READs came for last (no_open), shared by its threads:
+// a file is read in requests of at most 128 KiB, and a file fetched from a peer that the cache
+// does not keep would be fetched again for each. Dropped when the mount has been idle for a
+// second (Mount::Loop), so that no file stays held, on disk or in memory, after its reads.
+class FileCache {
+ public:
+  static constexpr size_t kFiles = 16;
+
+  std::shared_ptr<UniqueFD> Find(fuse_ino_t ino) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto it = files_.begin(); it != files_.end(); ++it)
+      if (it->first == ino) {
+        files_.splice(files_.begin(), files_, it);  // the most recent first
+        return it->second;
+      }
+    return nullptr;
+  }
+  void Put(fuse_ino_t ino, std::shared_ptr<UniqueFD> fd) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& f : files_)
+      if (f.first == ino) return;  // another thread opened it meanwhile
+    files_.emplace_front(ino, std::move(fd));
+    if (files_.size() > kFiles) files_.pop_back();  // a READ in flight keeps its own reference
+  }
+  void Clear() {
+    std::lock_guard<std::mutex> l(mu_);
+    files_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  std::list<std::pair<fuse_ino_t, std::shared_ptr<UniqueFD>>> files_;
+};
+
 struct Context {
   const table::TableView* table;
   KernelView::OpenFn* open;
@@ -37,10 +71,11 @@ struct Context {
   std::mutex* fds_mu;
   std::unordered_set<int>* fds;
   // The kernel opens files without asking (FUSE_CAP_NO_OPEN_SUPPORT, Linux 4.19): no OPEN or
-  // RELEASE per file, so a file read again is the kernel's alone; each READ then names only
-  // the node, and is answered from a descriptor the reading thread keeps (ThreadFile). Set by
-  // the INIT request, before any other, on whichever thread reads it.
+  // RELEASE per file, so a file whose pages the kernel holds is read without the agent; each
+  // READ then names only the node, and is answered from `files`. Set by the INIT request,
+  // before any other, on whichever thread reads it.
   std::atomic<bool>* no_open;
+  FileCache* files;
 };
 
 Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(req)); }
@@ -49,7 +84,8 @@ Context& Ctx(fuse_req_t req) { return *static_cast<Context*>(fuse_req_userdata(r
 // directory inside it with the task's mixed ids, which FUSE's own check refuses), and the mode
 // bits are the kernel's (default_permissions). What reaches the agent is answered only for the
 // job user and root, as a mount of the job user's own would be (another id gets EACCES; what
-// the kernel has cached it may still stat, as mode bits allow). Replies EACCES when refused.
+// the kernel has cached it may still stat, and, opens being the kernel's, read, as mode bits
+// allow). Replies EACCES when refused.
 bool Refused(fuse_req_t req) {
   const uid_t uid = fuse_req_ctx(req)->uid;
   if (uid == 0 || uid == Ctx(req).table->header().uid) return false;
@@ -144,37 +180,34 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   }
 }
 
-// The file a serving thread answered its last READ from, kept for the next: a file is read in
-// requests of at most 128 KiB, mostly by one thread in turn. It lives on the thread's stack
-// (Mount::Loop), closed when the thread ends or moves to another file: a thread_local with a
-// destructor would register it under the loader's lock on the first READ, which a dlopen of a
-// library in the view holds while it waits for that READ.
-struct ThreadFile {
-  fuse_ino_t ino = 0;
-  UniqueFD fd;
-};
-thread_local ThreadFile* thread_file = nullptr;
-
 // A READ without an OPEN (no_open): the node's descriptor from Agent::Open (the staged file,
-// unpacked on demand, or fetched), through the thread's ThreadFile.
-int NodeFd(fuse_req_t req, fuse_ino_t ino) {
-  ThreadFile& last = *thread_file;
-  if (last.ino == ino && last.fd.valid()) return last.fd.get();
+// unpacked on demand, or fetched), through the mount's FileCache; nullptr and *err if none.
+std::shared_ptr<UniqueFD> NodeFile(fuse_req_t req, fuse_ino_t ino, int* err) {
   const Context& c = Ctx(req);
+  if (auto fd = c.files->Find(ino)) return fd;
   const table::Entry* e = EntryOf(req, ino);
-  if (!e || !table::IsReg(*e)) return -EINVAL;
+  if (!e || !table::IsReg(*e)) {
+    *err = EINVAL;
+    return nullptr;
+  }
   Reply r = (*c.open)(std::string(c.table->Path(*e)));
-  if (r.status != 0 || r.fd < 0) return -(r.status ? r.status : EIO);
-  last.ino = ino;
-  last.fd.Reset(r.fd);
-  return r.fd;
+  if (r.status != 0 || r.fd < 0) {
+    *err = r.status ? r.status : EIO;
+    return nullptr;
+  }
+  auto fd = std::make_shared<UniqueFD>(r.fd);
+  c.files->Put(ino, fd);
+  return fd;
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info* fi) {
   int fd = static_cast<int>(fi->fh);
+  std::shared_ptr<UniqueFD> held;  // the cached descriptor, kept open until the reply is sent
   if (Ctx(req).no_open->load()) {
     if (Refused(req)) return;
-    if ((fd = NodeFd(req, ino)) < 0) return (void)fuse_reply_err(req, -fd);
+    int err = 0;
+    if (!(held = NodeFile(req, ino, &err))) return (void)fuse_reply_err(req, err);
+    fd = held->get();
   }
   struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
@@ -277,6 +310,8 @@ const struct fuse_lowlevel_ops kOps = [] {
 }  // namespace
 
 struct KernelView::Mount {
+  static constexpr int kIdleMs = 1000;
+
   Context ctx;
   struct fuse_session* se = nullptr;
   UniqueFD stop;  // an eventfd: readable once the mount must end
@@ -285,6 +320,7 @@ struct KernelView::Mount {
   std::mutex fds_mu;
   std::unordered_set<int> fds;
   std::atomic<bool> no_open{false};
+  FileCache files;
 
   void Wake() {
     uint64_t one = 1;
@@ -299,15 +335,15 @@ struct KernelView::Mount {
   }
 
   void Loop() {
-    ThreadFile file;
-    thread_file = &file;
     struct fuse_buf buf;
     std::memset(&buf, 0, sizeof buf);
     const int dev = fuse_session_fd(se);
     while (!fuse_session_exited(se)) {
       struct pollfd p[2] = {{dev, POLLIN, 0}, {stop.get(), POLLIN, 0}};
-      if (::poll(p, 2, -1) < 0) {
-        if (errno == EINTR) continue;
+      const int ready = ::poll(p, 2, kIdleMs);
+      if (ready == 0) files.Clear();  // idle: no file stays held after its reads
+      if (ready <= 0) {
+        if (ready == 0 || errno == EINTR) continue;
         break;
       }
       if (p[1].revents) break;
@@ -342,7 +378,7 @@ Status KernelView::Serve(UniqueFD dev) {
     return Status::IOError("already serving " + std::to_string(kMaxMounts) +
                            " kernel views on this node");
   auto m = std::make_unique<Mount>();
-  m->ctx = Context{&table_, &open_, &m->fds_mu, &m->fds, &m->no_open};
+  m->ctx = Context{&table_, &open_, &m->fds_mu, &m->fds, &m->no_open, &m->files};
   m->stop.Reset(::eventfd(0, EFD_CLOEXEC));
   if (!m->stop.valid()) return Status::FromErrno("eventfd", errno);
   char arg0[] = "fanstore-agent";

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <list>
 #include <set>
 
@@ -165,6 +166,23 @@ TEST_F(KernelViewTest, AFileReadAgainIsTheKernelsAlone) {
   ASSERT_EQ(::rename((src_ + "/a/run.sh.gone").c_str(), (src_ + "/a/run.sh").c_str()), 0);
   EXPECT_EQ(::read(fd.get(), &byte, 1), 1);
   EXPECT_EQ(byte, '#');
+}
+
+// The agent holds a file's descriptor while its reads go on, and lets go once the mount has
+// been idle for a second: no file (a fetched one may be a whole file in memory) stays held.
+TEST_F(KernelViewTest, NoFileIsHeldAfterItsReads) {
+  auto held = [this] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      if (std::filesystem::read_symlink(e.path(), ec).string() == src_ + "/big.bin") n++;
+    }
+    return n;
+  };
+  EXPECT_EQ(Slurp(mnt_ + "/big.bin"), Content(3, 3 << 20));
+  EXPECT_GE(held(), 1);
+  ::usleep(2500 * 1000);
+  EXPECT_EQ(held(), 0);
 }
 
 TEST_F(KernelViewTest, ProgramsRunAndLibrariesLoadFromIt) {
