@@ -153,6 +153,14 @@ void ReadLink(fuse_req_t req, fuse_ino_t ino) {
   fuse_reply_readlink(req, std::string(Ctx(req).table->LinkTarget(*e)).c_str());
 }
 
+// The regular file's real descriptor from Agent::Open (the staged file, unpacked on demand, or
+// fetched), or -errno.
+int OpenEntry(const Context& c, const table::Entry& e) {
+  Reply r = (*c.open)(std::string(c.table->Path(e)));
+  if (r.status != 0 || r.fd < 0) return -(r.status ? r.status : EIO);
+  return r.fd;
+}
+
 void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   if (Refused(req)) return;
   const table::Entry* e = EntryOf(req, ino);
@@ -164,38 +172,34 @@ void Open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info* fi) {
   // Success, and the kernel's from now on (the mount is read-only, so the kernel refuses a
   // write itself; it keeps every file's pages, as keep_cache does).
   if (c.no_open->load()) return (void)fuse_reply_err(req, ENOSYS);
-  Reply r = (*c.open)(std::string(c.table->Path(*e)));
-  if (r.status != 0 || r.fd < 0) return (void)fuse_reply_err(req, r.status ? r.status : EIO);
-  fi->fh = static_cast<uint64_t>(r.fd);
+  const int fd = OpenEntry(c, *e);
+  if (fd < 0) return (void)fuse_reply_err(req, -fd);
+  fi->fh = static_cast<uint64_t>(fd);
   fi->keep_cache = 1;  // the bytes never change: pages cached by an earlier open stay valid
   fi->noflush = 1;
   {
     std::lock_guard<std::mutex> l(*c.fds_mu);
-    c.fds->insert(r.fd);
+    c.fds->insert(fd);
   }
   if (fuse_reply_open(req, fi) != 0) {  // the open was interrupted
     std::lock_guard<std::mutex> l(*c.fds_mu);
-    c.fds->erase(r.fd);
-    ::close(r.fd);
+    c.fds->erase(fd);
+    ::close(fd);
   }
 }
 
-// A READ without an OPEN (no_open): the node's descriptor from Agent::Open (the staged file,
-// unpacked on demand, or fetched), through the mount's FileCache; nullptr and *err if none.
+// A READ without an OPEN (no_open): the node's descriptor (OpenEntry), through the mount's
+// FileCache; nullptr and *err if none.
 std::shared_ptr<UniqueFD> NodeFile(fuse_req_t req, fuse_ino_t ino, int* err) {
   const Context& c = Ctx(req);
   if (auto fd = c.files->Find(ino)) return fd;
   const table::Entry* e = EntryOf(req, ino);
-  if (!e || !table::IsReg(*e)) {
-    *err = EINVAL;
+  const int opened = e && table::IsReg(*e) ? OpenEntry(c, *e) : -EINVAL;
+  if (opened < 0) {
+    *err = -opened;
     return nullptr;
   }
-  Reply r = (*c.open)(std::string(c.table->Path(*e)));
-  if (r.status != 0 || r.fd < 0) {
-    *err = r.status ? r.status : EIO;
-    return nullptr;
-  }
-  auto fd = std::make_shared<UniqueFD>(r.fd);
+  auto fd = std::make_shared<UniqueFD>(opened);
   c.files->Put(ino, fd);
   return fd;
 }

@@ -1143,7 +1143,7 @@ def wl_kview(ctx, agents):
     if not (ctx.wanted("K1") or ctx.wanted("K2")):
         return
     if os.geteuid() != 0 or not os.access("/dev/fuse", os.R_OK | os.W_OK):
-        for wid in ("K1-first", "K1-warm", "K1-fuse-first", "K1-fuse-warm", "K2"):
+        for wid in KVIEW_ROWS:
             add_row(ctx, wid, "kernel-visible view", "native local", None, None, "-", "report",
                     note="not measured: needs root and /dev/fuse")
         return
@@ -1177,6 +1177,9 @@ def wl_kview(ctx, agents):
                 return first
             return arm
 
+        def library_first(opts=()):
+            return lambda i: rates(fresh_run(ag, lambda m: [ctx.fsbench, "read", m, lst, "1"], view=False, opts=opts)[0])
+
         # The library's own first pass after the mount: a `fanstore run` of the same dataset with
         # the same defaults as the view's (as root on a disk, the image), the reader under the
         # library; the baseline of K1-first (issue 31: the view at >= 0.5x the library's first
@@ -1186,12 +1189,11 @@ def wl_kview(ctx, agents):
         smp = rounds(ctx, "K1", balanced=True, reps=None if ctx.mode == "quick" else 8, arms=[
             ("native", lambda i: rates(run_json([ctx.fsbench, "read", nat, lst, "1"]))),
             ("library", lambda i: rates(run_json([ctx.fsbench, "read", ag.mount, lst, "1"], env=ag.env()))),
-            ("library-first", lambda i: rates(fresh_run(ag, lambda m: [ctx.fsbench, "read", m, lst, "1"], view=False)[0])),
+            ("library-first", library_first()),
             ("view", view()),
             # Where the node has no image (a tmpfs local directory, no root, or a node that does
             # not yet hold every shard), the view is FUSE: the same, with a file per file.
-            ("library-first-files", lambda i: rates(fresh_run(ag, lambda m: [ctx.fsbench, "read", m, lst, "1"], view=False,
-                                                              opts=FILES)[0])),
+            ("library-first-files", library_first(FILES)),
             ("view-fuse", view(FILES))])
         add_workload(ctx, "K1", "random whole-file reads of `images` through the kernel-visible view", smp,
                      metric="files_per_s", dataset="images",
@@ -2049,8 +2051,10 @@ def machine(ctx):
 
 # --- main ----------------------------------------------------------------------------------------------------
 
+# wl_kview's rows: measured only as root with /dev/fuse (otherwise reported as not measured).
+KVIEW_ROWS = ("K1-first", "K1-warm", "K1-fuse-first", "K1-fuse-warm", "K2")
 ALL_ROWS = ["R1", "R2", "R3", "R5", "W1", "W1-local", "W1-mem", "W2", "W3", "M1", "M3", "M2-scandir", "M2-walk", "J2",
-            "K1-first", "K1-warm", "K1-fuse-first", "K1-fuse-warm", "K2", "R4-first", "R4-floor", "R4-node", "R4-both", "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
+            *KVIEW_ROWS, "R4-first", "R4-floor", "R4-node", "R4-both", "R4-repeat", "R4-demand", "C1", "P1", "V1", "S1", "S1-local", "S2", "E1", "E1-ops", "E2", "X1-1", "X1-2", "X1-4", "J1"]
 
 
 def sanity(ctx):
@@ -2061,7 +2065,7 @@ def sanity(ctx):
     if ctx.only is None:
         problems += [f"{i}: no result" for i in ALL_ROWS if i not in rows]
     for r in rows.values():
-        if r["id"] in ("J1", "K1-first", "K1-warm", "K1-fuse-first", "K1-fuse-warm", "K2") and r["fanstore"] is None:
+        if r["id"] in ("J1", *KVIEW_ROWS) and r["fanstore"] is None:
             continue  # not measured (the reason is in the row), not a failure of FanStore
         if r["id"] in ("E1-ops", "E2"):
             ok = r["baseline"] and r["baseline"] > 0 and r["fanstore"] is not None and r["fanstore"] >= 0
