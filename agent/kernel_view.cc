@@ -102,16 +102,23 @@ const table::Entry* EntryOf(fuse_req_t req, fuse_ino_t ino) {
 
 fuse_ino_t NodeOf(const table::TableView& t, const table::Entry& e) { return t.IndexOf(e) + 1; }
 
-void ReplyEntry(fuse_req_t req, const table::Entry* e) {
-  const table::TableView& t = *Ctx(req).table;
+// A name's entry for the kernel, as LOOKUP and READDIRPLUS give it: its node (every name of a
+// file is one node), attributes and timeouts; `e` null for a name that is not there.
+struct fuse_entry_param EntryParam(const table::TableView& t, const table::Entry* e) {
   struct fuse_entry_param p;
   std::memset(&p, 0, sizeof p);
   p.entry_timeout = kForever;  // also for a name that is not there: it never will be
   if (e) {
-    p.ino = NodeOf(t, *e);
+    const table::Entry& node = t.Target(*e);
+    p.ino = NodeOf(t, node);
     p.attr_timeout = kForever;
-    t.FillStat(*e, &p.attr);
+    t.FillStat(node, &p.attr);
   }
+  return p;
+}
+
+void ReplyEntry(fuse_req_t req, const table::Entry* e) {
+  const struct fuse_entry_param p = EntryParam(*Ctx(req).table, e);
   fuse_reply_entry(req, &p);
 }
 
@@ -133,8 +140,7 @@ void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
   std::string rel(t.Path(*dir));
   if (!rel.empty()) rel += '/';
   rel.append(name, len);
-  const table::Entry* e = t.Lookup(rel);
-  ReplyEntry(req, e ? &t.Target(*e) : nullptr);  // every name of a file is one node
+  ReplyEntry(req, t.Lookup(rel));
 }
 
 void GetAttr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info*) {
@@ -231,8 +237,12 @@ void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
   fuse_reply_err(req, 0);
 }
 
-// Offsets: 0 ".", 1 "..", 2 + i the directory's i-th child (sorted by name).
-void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+// Offsets: 0 ".", 1 "..", 2 + i the directory's i-th child (sorted by name). With `plus`
+// (READDIRPLUS, which the kernel sends for a directory's first listing), each child comes with
+// its entry, so that the kernel has every name's dentry and inode from the listing: a loader
+// that lists its class directories (torchvision's ImageFolder) then opens each file with no
+// LOOKUP of its own.
+void ListDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) {
   if (Refused(req)) return;
   const table::TableView& t = *Ctx(req).table;
   const table::Entry* e = EntryOf(req, ino);
@@ -243,16 +253,26 @@ void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse
   for (uint64_t i = off < 0 ? 0 : static_cast<uint64_t>(off); i < 2 + children.size(); i++) {
     const table::Entry& c = i == 0 ? *e : i == 1 ? t.at(e->parent) : t.at(children[i - 2]);
     std::string name = i == 0 ? "." : i == 1 ? ".." : std::string(t.Name(c));
-    struct stat st;
-    std::memset(&st, 0, sizeof st);
-    st.st_ino = t.Ino(c);
-    st.st_mode = c.mode;
-    const size_t need = fuse_add_direntry(req, buf.data() + used, buf.size() - used, name.c_str(),
-                                          &st, static_cast<off_t>(i + 1));
+    // "." and ".." with node 0: the kernel links no entry for them.
+    struct fuse_entry_param p = EntryParam(t, i < 2 ? nullptr : &c);
+    if (i < 2) {
+      p.attr.st_ino = t.Ino(c);
+      p.attr.st_mode = c.mode;
+    }
+    char* at = buf.data() + used;
+    const off_t next = static_cast<off_t>(i + 1);
+    const size_t need = plus ? fuse_add_direntry_plus(req, at, buf.size() - used, name.c_str(), &p, next)
+                             : fuse_add_direntry(req, at, buf.size() - used, name.c_str(), &p.attr, next);
     if (need > buf.size() - used) break;
     used += need;
   }
   fuse_reply_buf(req, buf.data(), used);
+}
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+  ListDir(req, ino, size, off, false);
+}
+void ReadDirPlus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info*) {
+  ListDir(req, ino, size, off, true);
 }
 
 void StatFs(fuse_req_t req, fuse_ino_t) {
@@ -305,6 +325,7 @@ const struct fuse_lowlevel_ops kOps = [] {
   // request (FUSE_CAP_NO_OPENDIR_SUPPORT). The library's directory stand-ins are opened in the
   // view (local_files.cc, OpenDirStandIn), so a request per opendir would cost every listing.
   ops.readdir = ReadDir;
+  ops.readdirplus = ReadDirPlus;
   ops.statfs = StatFs;
   ops.getxattr = GetXattr;
   ops.listxattr = ListXattr;

@@ -168,6 +168,25 @@ TEST_F(KernelViewTest, AFileReadAgainIsTheKernelsAlone) {
   EXPECT_EQ(byte, '#');
 }
 
+// A listing gives the kernel every name's entry (READDIRPLUS): opening what was listed asks the
+// agent nothing more, so those names are still there once the agent has stopped, when any
+// request fails.
+TEST_F(KernelViewTest, AListingGivesTheKernelItsNames) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(mnt_)) names.insert(e.path().filename());
+  EXPECT_EQ(names, (std::set<std::string>{"a", "big.bin", "lib", "link"}));
+  view_->Stop();
+  struct stat st;
+  ASSERT_EQ(::stat((mnt_ + "/big.bin").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, 3 << 20);
+  EXPECT_EQ(st.st_ino, table_.Ino(*table_.Lookup("big.bin")));
+  ASSERT_EQ(::lstat((mnt_ + "/link").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  errno = 0;  // a name in a directory not listed was never the kernel's
+  EXPECT_NE(::stat((mnt_ + "/a/hello.txt").c_str(), &st), 0);
+  EXPECT_EQ(errno, ENOTCONN);
+}
+
 // The agent holds a file's descriptor while its reads go on, and lets go once the mount has
 // been idle for a second: no file (a fetched one may be a whole file in memory) stays held.
 TEST_F(KernelViewTest, NoFileIsHeldAfterItsReads) {
