@@ -261,8 +261,9 @@ void ListDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, bool plus) 
     }
     char* at = buf.data() + used;
     const off_t next = static_cast<off_t>(i + 1);
-    const size_t need = plus ? fuse_add_direntry_plus(req, at, buf.size() - used, name.c_str(), &p, next)
-                             : fuse_add_direntry(req, at, buf.size() - used, name.c_str(), &p.attr, next);
+    const size_t need =
+        plus ? fuse_add_direntry_plus(req, at, buf.size() - used, name.c_str(), &p, next)
+             : fuse_add_direntry(req, at, buf.size() - used, name.c_str(), &p.attr, next);
     if (need > buf.size() - used) break;
     used += need;
   }
