@@ -8,7 +8,8 @@ Run by `tests/bench/run.sh --scale`. Datasets (mkimagenet.py, cached by generato
 Measured side by side in one run (every figure in results-scale.json, the section in scale.md):
   F6  `fanstore pack` of the archive and of the extracted tree, against zstd -T0 -3 of the same
   F1  first epoch: from `fanstore run`'s start to the end of one random pass over every file,
-      against T_min = cat of the shards + one warm native pass over the extracted tree; its
+      against T_min_cold = cat of the shards + one native pass over the extracted tree with the
+      dentries and inodes dropped (on tmpfs the same as warm; T_min, warm, in the note); its
       floor here: cat + every file created in the reader's order and read back, on every core
   F2  the second pass in the same session, against the warm native pass
   F3  teardown: from the command's end to `fanstore run`'s exit, everything removed
@@ -176,10 +177,16 @@ class Scale:
         self.exchange_bytes(ds, info, "1k")
         shards = [os.path.join(ds, s["file"]) for s in info["shards"]]
         mount = "/fanstore/imagenet1k"
-        # T_min: the shards read once, plus one warm native pass (after a warm-up pass).
+        # T_min: the shards read once, plus one warm native pass (after a warm-up pass); T_min_cold,
+        # the same pass with the reclaimable dentries and inodes dropped (issue 31). On tmpfs
+        # `drop_caches` cannot drop them: a tmpfs file's dentry and inode are the file.
         t_cat, _ = timed(lambda: sh(["bash", "-c", "cat \"$@\" > /dev/null", "cat"] + shards))
         sh([self.fsbench, "read", native_tree, files_list, "1"])
         native = json.loads(sh([self.fsbench, "read", native_tree, files_list, "1"]).stdout)
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2\n")
+        native_cold = json.loads(sh([self.fsbench, "read", native_tree, files_list, "1"]).stdout)
         nat_stat = json.loads(sh([self.fsbench, "stat", native_tree, files_list, "1"]).stdout)
         nat_enoent = json.loads(sh([self.fsbench, "enoent", native_tree, files_list, "200000"]).stdout)
         # F1's floor on this machine: every file created, in the reader's order, and read back once,
@@ -212,20 +219,23 @@ class Scale:
             if r[k]["hash"] != native["hash"] or r[k]["errors"]:
                 raise RuntimeError(f"{k}: read other data than the native tree ({r[k]}, native {native})")
         f1 = t["t_pass1_end"] - t0
-        tmin = t_cat + native["seconds"]
+        tmin, tmin_cold = t_cat + native["seconds"], t_cat + native_cold["seconds"]
         ready = t["t_cmd_start"] - t0
         unpack = r["stats_after_pass1"].get("unpack", {})
         self.res["phases"].update(
             f1_total_seconds=f1, f1_ready_seconds=ready, f1_pass_seconds=r["pass1"]["seconds"], cat_shards_seconds=t_cat,
-            native_pass_seconds=native["seconds"], native_hash=native["hash"], materialise_seconds=mat["seconds"], materialise_procs=ncpu,
+            native_pass_seconds=native["seconds"], native_cold_pass_seconds=native_cold["seconds"], native_hash=native["hash"],
+            materialise_seconds=mat["seconds"], materialise_procs=ncpu,
             unpack_after_pass1=unpack, teardown_seconds=t_end - t["t_cmd_end"],
             agent=r["agent"], agent_stats=stats[-1] if stats else None, left_behind=left)
-        self.row("F1", f"first epoch from `fanstore run` start, default mode, {nfiles:,} files", tmin, f1, "s",
-                 "T_min / T ≥ 0.5", tmin / f1, tmin / f1 >= 0.5,
-                 f"ready {ready:.1f} s + pass {r['pass1']['seconds']:.1f} s; T_min = cat {t_cat:.1f} s + native warm pass "
-                 f"{native['seconds']:.1f} s; files the reader unpacked itself {unpack.get('by_clients', '?')}; "
-                 f"floor: every file created in the reader's order and read back once on {ncpu} cores, "
-                 f"{mat['seconds']:.1f} s, T_min / (cat + that) = {tmin / (t_cat + mat['seconds']):.2f}")
+        self.row("F1", f"first epoch from `fanstore run` start, default mode, {nfiles:,} files", tmin_cold, f1, "s",
+                 "T_min_cold / T ≥ 0.8", tmin_cold / f1, tmin_cold / f1 >= 0.8,
+                 f"ready {ready:.1f} s + pass {r['pass1']['seconds']:.1f} s; T_min_cold = cat {t_cat:.1f} s + native pass "
+                 f"with dentries and inodes dropped {native_cold['seconds']:.1f} s (tmpfs keeps them); against the warm "
+                 f"T_min (native pass {native['seconds']:.1f} s): {tmin / f1:.2f}; files the reader unpacked itself "
+                 f"{unpack.get('by_clients', '?')}; floor: every file created in the reader's order and read back once "
+                 f"on {ncpu} cores, {mat['seconds']:.1f} s, T_min_cold / (cat + that) = "
+                 f"{tmin_cold / (t_cat + mat['seconds']):.2f}")
         n2 = sum(r[k]["files"] / r[k]["seconds"] for k in ("pass2", "pass3")) / 2
         nn = sum(x["files"] / x["seconds"] for x in (native, native2)) / 2
         self.row("F2", "second and third pass, same session", nn, n2, "files/s", "≥ 0.95× warm native", n2 / nn,
@@ -429,10 +439,10 @@ class Scale:
         return lst, len(files)
 
     def other_designs(self, tar, tree, lst, nfiles):
-        """F1-tarx and F1-squashfuse, after F1's session, against its T_min and the bytes of its
+        """F1-tarx and F1-squashfuse, after F1's session, against its T_min_cold and the bytes of its
         native pass."""
         ph = self.res["phases"]
-        tmin = ph["cat_shards_seconds"] + ph["native_pass_seconds"]
+        tmin = ph["cat_shards_seconds"] + ph["native_cold_pass_seconds"]
         self.tar_arm(tar, lst, ph["native_hash"], nfiles, tmin)
         self.squashfuse_arm(tree, lst, nfiles, tmin)
 
