@@ -74,7 +74,9 @@ FENCE_TERMS = [
     ("beta", 1e-9, "s/B", "CPU per byte moved (both ends, TCP over veth)"),
     ("phi", 0.5, "x", "share of the agents' CPU to ready that runs while the fence is in flight", 0.5)]
 SPREAD_TERMS = [("w0", 0.01, "s", "arrival spread, fixed"),
-                ("s", 0.1, "x", "share of the launch window that an agent waits for the last one to arrive")]
+                ("s", 0.1, "x", "share of the launch window that an agent waits for the last one to arrive"),
+                ("h", 1e-3, "s/message", "a message of the collective passed after the last arrival (its "
+                 "slurmd's turn on the shared cores)")]
 
 
 def launch_window(m, ds, n):
@@ -83,11 +85,31 @@ def launch_window(m, ds, n):
     return m["j1"]["values"]["j_node"] * n + n * cpu_ready(m, ds, n) / m["cores"]
 
 
-def spread_row(m, ds, n):
-    """The spread's features: 1 and the launch window. Agents reach the fence over the window
-    in which they start, and the median and first to arrive wait for the last; every agent's N
-    Gets come after the fence, the last agent's as the first's, so they are not in the spread."""
-    return [1, launch_window(m, ds, n)]
+def hops_after_last(fence, n, stat):
+    """Messages in a row between the last agent's contribution and an agent's completion, for the
+    median agent (stat "ex_med") or the last to complete. Ring (pmixp_coll_ring): the last
+    contribution goes round one neighbour at a time, so an agent k places on completes k messages
+    later: (N-1)/2 for the median, N-1 for the farthest. Tree (tree_children): the last
+    contribution climbs the tree, one message a level (depth), then the root sends the blob to its
+    children one after another and each interior node to its own: node v has it after the sum of
+    its place among its siblings along the path from the root."""
+    alg, w = fence_shape(fence)
+    if alg == "ring":
+        return (n - 1) / 2 if stat == "ex_med" else n - 1
+    kids = tree_children(n, w)
+    down, depth = [0] * n, [0] * n
+    for v in range(n):
+        for i, c in enumerate(kids[v], 1):
+            down[c], depth[c] = down[v] + i, depth[v] + 1
+    return max(depth) + (float(np.median(down)) if stat == "ex_med" else max(down))
+
+
+def spread_row(m, ds, n, fence="default", stat="ex_med"):
+    """The spread's features: 1, the launch window and the collective's hops after the last
+    arrival. Agents reach the fence over the window in which they start, and the median and
+    first to arrive wait for the last; every agent's N Gets come after the fence, the last
+    agent's as the first's, so they are not in the spread."""
+    return [1, launch_window(m, ds, n), hops_after_last(fence, n, stat)]
 J1_TERMS = [("j0", 1.0, "s", "job start to the agents' start: Slurm, prolog, srun, fixed"),
             ("j_node", 0.05, "s/node", "Slurm's and the step's work per node, on C cores (not the agent's CPU)")]
 READ_TERMS = [
@@ -491,7 +513,7 @@ def fit(results, max_n=FIT_MAX_N):
                          [_group(r) for r in ok])
     ok = [r for r in runs if r["ex_min"] is not None]
     for key, stat in (("spread_med", "ex_med"), ("spread_max", "ex_max")):
-        m[key] = fit_linear(SPREAD_TERMS, [spread_row(m, r["ds"], r["n"]) for r in ok], [r[stat] - r["ex_min"] for r in ok],
+        m[key] = fit_linear(SPREAD_TERMS, [spread_row(m, r["ds"], r["n"], r["fence"], stat) for r in ok], [r[stat] - r["ex_min"] for r in ok],
                             [_group(r) for r in ok])
     # The last agent to arrive also waits for every agent's N Gets (N² of them on the C cores):
     # its exchange bounds what a Get costs here, tightest at the largest N.
@@ -538,8 +560,8 @@ def on_test_machine(m, n, ds, fence="default", kind="read", waited=None):
     rx = sorted(_lin(m["rx"], row) for row in _rx_rows(m, {"n": n, "ds": ds, "fence": fence, "kind": kind,
                                                             "agents": [{"rank": i} for i in range(n)]}))
     out = {"j1": _lin(m["j1"], [1, n]) + cpu_sum / C, "fence": fence_s, "cpu_ready": cpu_sum / n,
-           "ex_med": fence_s + _lin(m["spread_med"], spread_row(m, ds, n)),
-           "ex_max": fence_s + _lin(m["spread_max"], spread_row(m, ds, n)),
+           "ex_med": fence_s + _lin(m["spread_med"], spread_row(m, ds, n, fence, "ex_med")),
+           "ex_max": fence_s + _lin(m["spread_max"], spread_row(m, ds, n, fence, "ex_max")),
            "xb_med": blob_bytes(m, ds, n), "rx_med": float(np.median(rx)), "rx_max": rx[-1] * (1 + m["rx"].get("scatter", 0.0) * math.sqrt(2 * math.log(n))),
            "teardown": _lin(m["teardown"], [1, n]), "cpu_move": _lin(m["move"], _move_row(m, ds, n, waited=waited))}
     for key in ("read_med", "read_max"):
@@ -689,8 +711,8 @@ def predict(m, ref=REF_NODE, ds=IMAGENET["imagenet-1k"], nodes=(512, 4096)):
             gets = math.ceil(math.log2(n)) * k["e_peer"] + blob * k["q_byte"] + blob / ref["net_bw"]
         else:
             gets = m["get_bound"] * n + GET_PROBE["round_s"] + GET_PROBE["byte_s"] * blob
-        spread_med, spread_max = (_lin(m[k], spread_row(m, m["dataset"], C)) + gets
-                                  for k in ("spread_med", "spread_max"))
+        spread_med, spread_max = (_lin(m["spread_" + k], spread_row(m, m["dataset"], C, "default", "ex_" + k)) + gets
+                                  for k in ("med", "max"))
         threads = max(1, min(ref["cores"], math.ceil(S * r / n)))
         stage = max(D * r / ref["pfs_bw"], D * r / n / min(ref["net_bw"], ref["nvme_bw"]),
                     (v["c_file"] * F * r / n + v["c_byte"] * D * r / n) / threads) + S * r / ref["pfs_opens_per_s"]
@@ -834,8 +856,16 @@ FORMULAS = """\
   - test machine: fence = a0 + max(α·path messages + β·path bytes,
     (α·all messages + β·all bytes + φ·Σ agent CPU to ready)/C).
   - exchange seen by an agent = fence + its wait for the last agent to arrive, a share of the window
-    over which the agents start: median = fence + w0 + s·L(N) (spread_med), maximum = fence + w0 +
-    s·L(N) (spread_max), L(N) = j_node·N + N·(agent CPU to ready)/C, J1's part that grows with N.
+    over which the agents start, + the messages in a row that the algorithm passes between the last
+    agent's contribution and the agent's completion (hops_after_last, h a message here):
+    median = fence + w0 + s·L(N) + h·M_med(N) (spread_med), maximum = fence + w0 + s·L(N) +
+    h·M_max(N) (spread_max), L(N) = j_node·N + N·(agent CPU to ready)/C, J1's part that grows with
+    N. Ring: M = (N−1)/2 for the median agent, N−1 for the farthest; tree: its depth (the last
+    contribution climbs) + the sends before the agent's turn on the way down (the root's children
+    one after another, then each interior node's): 21.5 and 53 at 64 nodes on TreeWidth 50, 13 and
+    17 on a binary tree, against the ring's 31.5 and 63. h is mostly a slurmd's wait for its turn on
+    the C shared cores (N of them here), so it does not carry over: on the reference node each
+    message costs α + ℓ/2 on the fence's path (ref_fence), and the spread is the runs' at N = C.
     Every agent then Gets each of the N endpoints from its node's PMIx server, the last to arrive as
     the first: those N² Gets on the C cores are in the fence of the last agent (the minimum), which
     bounds a Get's cost: get ≤ min over N of (minimum exchange)·C/N² (get_bound).

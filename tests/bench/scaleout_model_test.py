@@ -26,7 +26,7 @@ TRUE = {"cores": 2.0, "replicas": 1.0,
         "blob": part(b=22.5, c=60.0),
         "cpu": part(c0=0.08, c_file=2e-6, c_byte=1.5e-9, c_entry=1.2e-6, c_peer=3e-4),
         "fence": part(a0=3e-3, alpha=120e-6, beta=3e-9, phi=0.2),
-        "spread_max": part(w0=0.02, s=0.15), "spread_med": part(w0=0.01, s=0.06),
+        "spread_max": part(w0=0.02, s=0.15, h=2e-3), "spread_med": part(w0=0.01, s=0.06, h=1e-3),
         "j1": part(j0=2.0, j_node=0.08),
         "read_med": part(t0=0.2, p_file=12e-6, p_byte=0.5e-9, l_open=2e-3, l_load=4e-4, u_file=30e-6, u_byte=1.5e-9),
         "move": part(e0=0.04, e_peer=2e-3, q_file=80e-6, q_byte=3e-9, q_open=1e-3),
@@ -93,7 +93,7 @@ class FitTest(unittest.TestCase):
         m = self.model
         for key, names in (("blob", ("b", "c")), ("cpu", ("c0", "c_file", "c_byte", "c_entry", "c_peer")),
                            ("fence", ("alpha",)), ("j1", ("j0", "j_node")), ("teardown", ("d0", "d1")),
-                           ("spread_max", ("s",)), ("move", ("e_peer", "q_file", "q_byte", "q_open")),
+                           ("spread_max", ("s", "h")), ("move", ("e_peer", "q_file", "q_byte", "q_open")),
                            ("read_med", ("l_open", "l_load"))):
             for name in names:
                 self.assertGreaterEqual(m[key]["resolution"][name], 0.5, f"{key}.{name} not set by the runs")
@@ -165,6 +165,18 @@ class FenceTest(unittest.TestCase):
         self.assertLess(ring["path_b"], 2 * blob)
         big = sm.fence_terms("tree", 4096, blob)
         self.assertGreaterEqual(big["path_b"], (2 + 50 + 50) * blob)
+
+
+    def test_messages_after_the_last_arrival(self):
+        # Ring: the last contribution goes round, one neighbour at a time.
+        self.assertEqual(sm.hops_after_last("ring", 64, "ex_med"), 31.5)
+        self.assertEqual(sm.hops_after_last("ring", 64, "ex_max"), 63)
+        # TreeWidth 50 at 64 nodes: two levels up, then the root's 2 children and the first one's
+        # 50, one send after another: the last node has it after 1 + 50 sends.
+        self.assertEqual(sm.hops_after_last("tree", 64, "ex_max"), 2 + 1 + 50)
+        # A binary tree: at most two sends a level.
+        self.assertLessEqual(sm.hops_after_last("tree-w2", 64, "ex_max"), 3 * 6)
+        self.assertLess(sm.hops_after_last("tree-w2", 64, "ex_med"), sm.hops_after_last("ring", 64, "ex_med"))
 
 
 class EfficiencyTest(unittest.TestCase):
