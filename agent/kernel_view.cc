@@ -126,6 +126,9 @@ void Init(void* userdata, struct fuse_conn_info* conn) {
   // Requests are read from a non-blocking descriptor by several threads (Mount::Loop); the
   // splice path would read it differently.
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  // Every part of a listing as READDIRPLUS: with libfuse's default (READDIRPLUS_AUTO) the kernel
+  // asks for entries only in a listing's first reply, about 190 names of a 32 KiB getdents.
+  conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
   static_cast<Context*>(userdata)->no_open->store((conn->capable & FUSE_CAP_NO_OPEN_SUPPORT) != 0);
 }
 
@@ -238,7 +241,7 @@ void Release(fuse_req_t req, fuse_ino_t, struct fuse_file_info* fi) {
 }
 
 // Offsets: 0 ".", 1 "..", 2 + i the directory's i-th child (sorted by name). With `plus`
-// (READDIRPLUS, which the kernel sends for a directory's first listing), each child comes with
+// (READDIRPLUS, which the kernel sends for every part of a listing: Init), each child comes with
 // its entry, so that the kernel has every name's dentry and inode from the listing: a loader
 // that lists its class directories (torchvision's ImageFolder) then opens each file with no
 // LOOKUP of its own.

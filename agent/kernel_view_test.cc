@@ -64,6 +64,12 @@ class KernelViewTest : public ::testing::Test {
     ASSERT_NE(::dladdr(reinterpret_cast<void*>(&ZSTD_versionNumber), &info), 0);
     Add("lib/libzstd-copy.so", Slurp(info.dli_fname), 0755);
     nodes_.push_back({"link", S_IFLNK | 0777, 11, 5, 0, "a/hello.txt"});
+    // A directory of more names than one reply of a listing holds (stat only: no bytes behind).
+    nodes_.push_back({"many", S_IFDIR | 0755, 0, 5, 0, {}});
+    for (int i = 0; i < kMany; i++) {
+      names_.push_back("many/f" + std::to_string(10000 + i));
+      nodes_.push_back({names_.back(), S_IFREG | 0644, 0, 5, 0, {}});
+    }
     nodes_.push_back({"lib", S_IFDIR | 0755, 0, 5, 0, {}});
     table::BuildOptions o;
     o.uid = ::getuid();
@@ -95,6 +101,7 @@ class KernelViewTest : public ::testing::Test {
     nodes_.push_back({names_.back(), S_IFREG | mode, bytes.size(), 1700000000000000000, 0, {}});
   }
 
+  static constexpr int kMany = 2000;
   static bool private_ns_;
   TempDir dir_{"kview"};
   std::string src_, mnt_;
@@ -174,9 +181,16 @@ TEST_F(KernelViewTest, AFileReadAgainIsTheKernelsAlone) {
 TEST_F(KernelViewTest, AListingGivesTheKernelItsNames) {
   std::set<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(mnt_)) names.insert(e.path().filename());
-  EXPECT_EQ(names, (std::set<std::string>{"a", "big.bin", "lib", "link"}));
+  EXPECT_EQ(names, (std::set<std::string>{"a", "big.bin", "lib", "link", "many"}));
+  size_t many = 0;  // every reply of a long listing carries its entries, not only the first
+  for (const auto& e : std::filesystem::directory_iterator(mnt_ + "/many")) many += e.is_regular_file();
+  EXPECT_EQ(many, static_cast<size_t>(kMany));
   view_->Stop();
   struct stat st;
+  for (const int i : {0, kMany / 2, kMany - 1}) {
+    const std::string name = mnt_ + "/many/f" + std::to_string(10000 + i);
+    EXPECT_EQ(::stat(name.c_str(), &st), 0) << name << ": " << std::strerror(errno);
+  }
   ASSERT_EQ(::stat((mnt_ + "/big.bin").c_str(), &st), 0) << std::strerror(errno);
   EXPECT_EQ(st.st_size, 3 << 20);
   EXPECT_EQ(st.st_ino, table_.Ino(*table_.Lookup("big.bin")));
