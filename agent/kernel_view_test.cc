@@ -183,7 +183,8 @@ TEST_F(KernelViewTest, AListingGivesTheKernelItsNames) {
   for (const auto& e : std::filesystem::directory_iterator(mnt_)) names.insert(e.path().filename());
   EXPECT_EQ(names, (std::set<std::string>{"a", "big.bin", "lib", "link", "many"}));
   size_t many = 0;  // every reply of a long listing carries its entries, not only the first
-  for (const auto& e : std::filesystem::directory_iterator(mnt_ + "/many")) many += e.is_regular_file();
+  for (const auto& e : std::filesystem::directory_iterator(mnt_ + "/many"))
+    many += e.is_regular_file();
   EXPECT_EQ(many, static_cast<size_t>(kMany));
   view_->Stop();
   struct stat st;
