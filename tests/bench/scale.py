@@ -349,7 +349,7 @@ class Scale:
 
     # --- F1's other designs (issue 28): tar x to local storage; squashfuse ---------------------------
 
-    def tar_arm(self, tar, lst, want, nfiles, tmin):
+    def tar_arm(self, tar, lst, want, nfiles, tmin_cold):
         """What users do without FanStore: extract the archive into the local directory (the outer
         tar, then each class's tar into its directory, on every core, as ImageNet's preparation
         script does one after the other), then read. The archive is read where it lies, as
@@ -373,8 +373,8 @@ class Scale:
                                          pass2_seconds=p2["seconds"], teardown_seconds=t_rm, procs=ncpu)
         where = "tmpfs" if self.work.startswith("/dev/shm") else self.work
         self.row("F1-tarx", f"first epoch, `tar x` of the archive (and its 1,000 class tars, on {ncpu} cores) "
-                 f"into the local directory ({where}), then a pass, {nfiles:,} files", tmin, f1, "s",
-                 "report (FanStore's F1 beside it)", tmin / f1, None,
+                 f"into the local directory ({where}), then a pass, {nfiles:,} files", tmin_cold, f1, "s",
+                 "report (FanStore's F1 beside it)", tmin_cold / f1, None,
                  f"extract {t_x:.1f} s + pass {p1['seconds']:.1f} s; the archive read from the disk's page cache, "
                  f"as FanStore's shards are")
         self.row("F3-tarx", f"teardown of the extracted tree (`rm -rf`), {nfiles:,} files", None, t_rm, "s",
@@ -394,7 +394,7 @@ class Scale:
             self.res["phases"]["mksquashfs_seconds"] = t
         return path
 
-    def squashfuse_arm(self, tree, lst, nfiles, tmin, sample=50_000):
+    def squashfuse_arm(self, tree, lst, nfiles, tmin_cold, sample=50_000):
         """The image copied to the local directory and mounted with squashfuse (FUSE, no root), then
         read in the reader's order. Random access through it is slow, so the pass reads the first
         `sample` files of the order and the epoch is projected at that rate."""
@@ -423,7 +423,7 @@ class Scale:
                                                teardown_seconds=t_td, image_bytes=os.path.getsize(img))
         self.row("F1-squashfuse", f"first epoch, a SquashFS image of the tree copied to the local directory and "
                  f"mounted with squashfuse, then a pass, {nfiles:,} files (projected from the first "
-                 f"{p1['files']:,} of the order)", tmin, f1, "s", "report (FanStore's F1 beside it)", tmin / f1, None,
+                 f"{p1['files']:,} of the order)", tmin_cold, f1, "s", "report (FanStore's F1 beside it)", tmin_cold / f1, None,
                  f"copy + mount {t_stage:.1f} s; pass at {p1['files'] / p1['seconds']:,.0f} files/s "
                  f"({p1['files']:,} files in {p1['seconds']:.1f} s); second pass over them "
                  f"{p2['files'] / p2['seconds']:,.0f} files/s; unmount + rm {t_td:.2f} s")
@@ -442,9 +442,9 @@ class Scale:
         """F1-tarx and F1-squashfuse, after F1's session, against its T_min_cold and the bytes of its
         native pass."""
         ph = self.res["phases"]
-        tmin = ph["cat_shards_seconds"] + ph["native_cold_pass_seconds"]
-        self.tar_arm(tar, lst, ph["native_hash"], nfiles, tmin)
-        self.squashfuse_arm(tree, lst, nfiles, tmin)
+        tmin_cold = ph["cat_shards_seconds"] + ph["native_cold_pass_seconds"]
+        self.tar_arm(tar, lst, ph["native_hash"], nfiles, tmin_cold)
+        self.squashfuse_arm(tree, lst, nfiles, tmin_cold)
 
     def run_arms(self):
         """--only arms: F1 (FanStore's session, on tmpfs) beside `tar x` and squashfuse, one run."""
