@@ -52,6 +52,8 @@ struct Config {
   std::string local_dir;  // node-local directory for the staged copy (created, private)
   // When local_dir is a mount point, its files are left at shutdown for the epilog's unmount.
   bool epilog_unmounts_local_dir = false;
+  // The staged files are left at shutdown: the launcher removes local_dir (fanstore run).
+  bool leave_local_dir = false;
   std::string run_dir;  // private directory for agent.sock, table, status.json
   std::string mount;    // virtual path clients use
   std::string bootstrap = "auto";

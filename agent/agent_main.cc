@@ -224,6 +224,9 @@ int ParseOptions(int argc, char** argv, Config* cfg, std::string* stats_out) {
   app.add_flag("--epilog-unmounts-local-dir", cfg->epilog_unmounts_local_dir,
                "when the local directory is a mount point (the SPANK plugin's per-job\n"
                "tmpfs), leave its files at shutdown: the job's epilog unmounts it whole");
+  app.add_flag("--leave-local-dir", cfg->leave_local_dir,
+               "leave the staged files at shutdown: the launcher removes the local\n"
+               "directory (fanstore run does, on every core, whether the agent stopped or not)");
   app.add_option("--run-dir", cfg->run_dir,
                  "private directory for agent.sock, table and status.json (0700)\n"
                  "(in both directories, %r is replaced by the agent's rank)")

@@ -130,7 +130,8 @@ Status TableView::Validate(size_t len, bool check_entries) {
   for (uint32_t i = 0; i < h.bucket_count; i++)
     if (buckets_[i].entry != kNone &&
         (buckets_[i].entry >= h.entry_count ||
-         buckets_[i].path_off != entries_[buckets_[i].entry].path_off))
+         buckets_[i].path_off != entries_[buckets_[i].entry].path_off ||
+         buckets_[i].tag != Tag(entries_[buckets_[i].entry].hash)))
       return Status::Corruption("table: bucket out of bounds");
   if (!S_ISDIR(entries_[0].mode) || entries_[0].path_len != 0)
     return Status::Corruption("table: bad root");

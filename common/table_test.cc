@@ -153,6 +153,32 @@ TEST(TableLock, AgentAliveFollowsTheLockHolder) {
   EXPECT_FALSE(v.AgentAlive());
 }
 
+// The tag lets a probe pass over another path's slot without its entry; a slot whose tag
+// matches by chance is still decided by the entry's hash and path.
+TEST(TableProbe, TagsDecideWhichEntriesAreLoaded) {
+  const char strings[] = "ab";
+  const uint64_t same_tag_a = 0x1234567800000003ULL, same_tag_b = 0x1234567800000005ULL;
+  Entry entries[2] = {};
+  entries[0].hash = same_tag_a;
+  entries[0].path_off = 0;
+  entries[0].path_len = 1;
+  entries[1].hash = same_tag_b;
+  entries[1].path_off = 1;
+  entries[1].path_len = 1;
+  // Both hashes start at slot 0 of 4 (their low halves are small); "a" first, "b" after it.
+  Bucket buckets[4] = {{0, 0, Tag(same_tag_a)}, {1, 1, Tag(same_tag_b)}, {kNone, 0, 0},
+                       {kNone, 0, 0}};
+  ASSERT_EQ(Slot(same_tag_a, 4), 0u);
+  ASSERT_EQ(Slot(same_tag_b, 4), 0u);
+  EXPECT_EQ(Probe(buckets, 4, entries, strings, "a", same_tag_a), 0u);
+  EXPECT_EQ(Probe(buckets, 4, entries, strings, "b", same_tag_b), 1u);  // same tag, other path
+  // Another tag never loads an entry: one that would match is not found through a wrong tag.
+  buckets[1].tag ^= 1;
+  EXPECT_EQ(Probe(buckets, 4, entries, strings, "b", same_tag_b), kNone);
+  // The same hash's tag but another path: not found.
+  EXPECT_EQ(Probe(buckets, 4, entries, strings, "c", same_tag_a), kNone);
+}
+
 TEST(TableView, RejectsCorruptImage) {
   auto img = Build({{"f", S_IFREG | 0644, 1, 0, 0, {}}}, {});
   ASSERT_TRUE(img.ok());
@@ -164,10 +190,10 @@ TEST(TableView, RejectsCorruptImage) {
   reinterpret_cast<Header*>(bad.data())->entry_count = 1000000;
   EXPECT_FALSE(v.Attach(bad).ok());
   EXPECT_FALSE(v.Attach(std::string_view(img.value()).substr(0, 10)).ok());
-  // A slot that names a missing entry, or another path than its entry's.
+  // A slot that names a missing entry, or another path or hash than its entry's.
   const Header& h = *reinterpret_cast<const Header*>(img.value().data());
   ASSERT_GT(h.bucket_count, h.entry_count);
-  for (int field = 0; field < 2; field++) {
+  for (int field = 0; field < 3; field++) {
     bad = img.value();
     auto* slots = reinterpret_cast<Bucket*>(bad.data() + h.buckets_off);
     Bucket* used = nullptr;
@@ -176,8 +202,10 @@ TEST(TableView, RejectsCorruptImage) {
     ASSERT_NE(used, nullptr);
     if (field == 0)
       used->entry = h.entry_count;
-    else
+    else if (field == 1)
       used->path_off += 1;
+    else
+      used->tag ^= 1;
     EXPECT_FALSE(v.Attach(bad).ok()) << "field " << field;
   }
   ASSERT_TRUE(v.Attach(img.value()).ok());
