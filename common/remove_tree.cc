@@ -158,8 +158,8 @@ void RemoveSubtreesInParallel(int top, dev_t dev, const std::string& path, size_
     std::vector<Sub> next;
     bool deeper = false;
     for (Sub& s : subs) {
-      auto fd = std::make_shared<UniqueFD>(::openat(s.parent->get(), s.name.c_str(),
-                                                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      auto fd = std::make_shared<UniqueFD>(::openat(
+          s.parent->get(), s.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       struct stat st;
       if (!fd->valid() || ::fstat(fd->get(), &st) != 0 || st.st_dev != dev) continue;
       std::vector<std::string> below;

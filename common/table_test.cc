@@ -166,8 +166,8 @@ TEST(TableProbe, TagsDecideWhichEntriesAreLoaded) {
   entries[1].path_off = 1;
   entries[1].path_len = 1;
   // Both hashes start at slot 0 of 4 (their low halves are small); "a" first, "b" after it.
-  Bucket buckets[4] = {{0, 0, Tag(same_tag_a)}, {1, 1, Tag(same_tag_b)}, {kNone, 0, 0},
-                       {kNone, 0, 0}};
+  Bucket buckets[4] = {
+      {0, 0, Tag(same_tag_a)}, {1, 1, Tag(same_tag_b)}, {kNone, 0, 0}, {kNone, 0, 0}};
   ASSERT_EQ(Slot(same_tag_a, 4), 0u);
   ASSERT_EQ(Slot(same_tag_b, 4), 0u);
   EXPECT_EQ(Probe(buckets, 4, entries, strings, "a", same_tag_a), 0u);
