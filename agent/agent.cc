@@ -411,7 +411,9 @@ void Agent::RemoveOwnFiles(bool keep_status) {
   UnmountImage();
   if (have_local_ && cfg_.epilog_unmounts_local_dir && IsMountPoint(cfg_.local_dir)) {
     LOG_DEBUG("left %s to the epilog, which unmounts it", cfg_.local_dir.c_str());
-  } else if (have_local_ && cfg_.leave_local_dir) {
+  } else if (have_local_ && cfg_.leave_local_dir && ::getppid() == launcher_) {
+    // A launcher that died (its death is what stops this agent: PR_SET_PDEATHSIG) removes
+    // nothing: then the agent does, as without the option.
     LOG_DEBUG("left %s to the launcher, which removes it", cfg_.local_dir.c_str());
   } else if (created_local_) {
     remove(cfg_.local_dir);

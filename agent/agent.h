@@ -10,6 +10,8 @@
 //   output.cc       the job's output on this node, drained to the parallel file system
 #pragma once
 
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -309,6 +311,8 @@ class Agent {
   std::atomic<bool> serving_{false};  // peers are served once the share is staged
   bool created_local_ = false, created_run_ = false, created_output_ = false;
   bool have_local_ = false, have_run_ = false;  // ensured (created, or given and checked)
+  // The launcher that --leave-local-dir leaves the files to: the parent at start.
+  const pid_t launcher_ = ::getppid();
   AgentState state_ = AgentState::kStarting;
   std::string error_;
   mutable std::mutex state_mu_;

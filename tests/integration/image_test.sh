@@ -159,9 +159,11 @@ check "the image is mounted" grep -q "$T/local/.* - erofs " /proc/self/mountinfo
 kill -9 $!
 wait $! 2>/dev/null
 pkill -9 -f "^sleep 67$" 2>/dev/null  # the killed run's command
-sleep 0.5
-# The agent unmounts when its run dies (PR_SET_PDEATHSIG); the next run removes what is left
-# when the agent died too.
+# The agent unmounts and removes its files when its run dies (PR_SET_PDEATHSIG), although a
+# live run removes them itself (--leave-local-dir); the next run removes what is left when
+# the agent died too.
+for _ in $(seq 1 50); do [ -z "$(find local -type f)" ] && break; sleep 0.1; done
+check "its agent removed the staged files" test -z "$(find local -type f)"
 run ds.fs -- true
 check "no mount is left" test "$(erofs_mounts)" = "$before"
 check "the local directory is empty" test -z "$(ls -A local)"
