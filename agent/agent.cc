@@ -315,7 +315,7 @@ Status Agent::StageAndPublish(Status st) {
     if (st.ok()) InitRoles();
     // The image's tree is written from the table once its blob is written, and the image
     // mounted before the table is published.
-    if (st.ok() && image_) st = StageImage(*shards);
+    if (st.ok() && image_) st = StageImage(&*shards);
   }
   if (shards.ok())  // in the table now
     for (auto& sh : *shards) std::string().swap(sh->index_stored);

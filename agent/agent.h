@@ -193,12 +193,12 @@ class Agent {
   // mount fails in auto mode, the share is unpacked as files instead (eager), with a warning.
   void ChooseImage();
   Status MakeDataDirs();  // every directory of the table under the data root
-  Status StageImage(const Shards& shards);
+  Status StageImage(Shards* shards);
   // The blob, started with the staging (StageAsync) while the table is built: each file's
   // extent follows from the shards' indexes alone (the blob's order is theirs, every file at a
   // block boundary, as ErofsImage::Plan lays it out), so it needs no table.
   Status WriteBlob(const Shards& shards);
-  Status WriteTreeAndMount(const Shards& shards);
+  Status WriteTreeAndMount(Shards* shards);
   // fn(shard, entry) for every regular file of the shards this node does not hold, shard by
   // shard in index order (the order in which a holder streams a shard).
   void ForEachRemoteFile(const std::function<void(uint32_t, uint32_t)>& fn) const;

@@ -652,6 +652,13 @@ class Scale:
                 drop(self.work)
                 drop(self.disk_work)
             return self.res
+        if self.a.only == "22k":
+            try:
+                self.meta_session(self.meta_22k())
+            finally:
+                drop(self.work)
+                drop(self.disk_work)
+            return self.res
         if self.a.only == "slurm":
             try:
                 self.slurm_job(self.tar())
@@ -691,12 +698,12 @@ def main():
     ap.add_argument("--divisor", type=int, default=1, help="divide the file counts (tests of this script)")
     ap.add_argument("--skip-22k", action="store_true")
     ap.add_argument("--skip-slurm", action="store_true")
-    ap.add_argument("--only", choices=("all", "disk", "sizes", "slurm", "split", "arms"), default="all",
+    ap.add_argument("--only", choices=("all", "disk", "sizes", "slurm", "split", "arms", "22k"), default="all",
                     help="disk: only the disk arm (issue 31: the local directory on the node's disk); "
                          "sizes: the disk arm on 100,000 files of ImageNet's real sizes (issue 28); "
                          "slurm: only the Slurm jobs at scale; split: the dataset split over two agents "
                          "(mpirun), local directories on disk; arms: F1 beside `tar x` to the local "
-                         "directory and squashfuse (issue 28)")
+                         "directory and squashfuse (issue 28); 22k: only the 14.2M-entry session (F3-F5-22k)")
     a = ap.parse_args()
     res = Scale(a).run()
     os.makedirs(a.out, exist_ok=True)
