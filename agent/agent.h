@@ -198,7 +198,7 @@ class Agent {
   // extent follows from the shards' indexes alone (the blob's order is theirs, every file at a
   // block boundary, as ErofsImage::Plan lays it out), so it needs no table.
   Status WriteBlob(const Shards& shards);
-  Status WriteTreeAndMount(Shards* shards);
+  Status WriteTreeAndMount();
   // fn(shard, entry) for every regular file of the shards this node does not hold, shard by
   // shard in index order (the order in which a holder streams a shard).
   void ForEachRemoteFile(const std::function<void(uint32_t, uint32_t)>& fn) const;
@@ -212,8 +212,8 @@ class Agent {
   // The image's tree from the table, into fd (image::WriteTree), once the blob is written;
   // with_remote, each table entry's extent in the blob for the files of other nodes' shards
   // (RemoteFiles::kNoExtent for the rest). blob_size: what the image's files take of it.
-  Status WriteImageTree(int fd, const Shards& shards, bool with_remote,
-                        std::vector<uint64_t>* remote_extent, uint64_t* blob_size);
+  Status WriteImageTree(int fd, bool with_remote, std::vector<uint64_t>* remote_extent,
+                        uint64_t* blob_size);
   // Hands the remote files' extents of the mounted image, and its blob, to remote_.
   void KeepRemoteFilesInImage(std::vector<uint64_t> extent);
   Status MountImage(int tree, int blob);  // on the data root, read-only
@@ -283,6 +283,14 @@ class Agent {
   // while it writes closes nothing under it), and its block size.
   UniqueFD blob_fd_;
   unsigned blob_block_bits_ = 9;
+  // Each file of this node's shards in the blob's order (WriteBlob), for the tree's check
+  // (WriteImageTree) once the decoded indexes are gone: its shard and index there, its size
+  // and the XXH3 of its path. 24 bytes a file, where an index entry takes about 150.
+  struct BlobFile {
+    uint32_t shard, index;
+    uint64_t size, path_hash;
+  };
+  std::vector<BlobFile> blob_files_;
   std::vector<uint64_t> image_extent_;
   std::string data_root_;  // <local_dir>/data: staged files
   UniqueFD data_root_fd_;

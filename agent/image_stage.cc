@@ -20,6 +20,7 @@
 
 #include "agent/agent.h"
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/io.h"
 #include "common/log.h"
 #include "common/text.h"
@@ -100,7 +101,7 @@ Status Agent::StageImage(Shards* shards) {
   Status st = StageWait();  // the blob (WriteBlob), which set stage_seconds_
   const double blob_seconds = stage_seconds_;
   const auto t0 = std::chrono::steady_clock::now();
-  if (st.ok()) st = WriteTreeAndMount(shards);
+  if (st.ok()) st = WriteTreeAndMount();
   if (!st.ok() && !stop_requested_ && st.code() != Status::Code::kNoSpace) {
     // The kernel refused the image (no EROFS, no file-backed mounts before 6.12, a security
     // module): the files, as without it.
@@ -114,7 +115,7 @@ Status Agent::StageImage(Shards* shards) {
     read_bytes_ = 0;
     st = CheckInodes(share_inodes_);
     if (st.ok()) st = MakeDataDirs();
-    for (auto& sh : *shards)  // released for root's plan (WriteTreeAndMount)
+    for (auto& sh : *shards)  // released once the blob was written (WriteBlob)
       if (st.ok() && !sh->parsed()) st = format::ReadIndex(sh.get());
     if (st.ok()) st = Stage(shards);
   }
@@ -145,8 +146,8 @@ bool Agent::ImageTakesRemoteFiles() const {
   return false;
 }
 
-Status Agent::WriteImageTree(int fd, const Shards& shards, bool with_remote,
-                             std::vector<uint64_t>* remote_extent, uint64_t* blob_size) {
+Status Agent::WriteImageTree(int fd, bool with_remote, std::vector<uint64_t>* remote_extent,
+                             uint64_t* blob_size) {
   // The image's tree: every directory and symlink of the table, this node's files and their
   // other names, and with_remote every other file too, breadth first, each directory's children
   // in the table's order, which is by name: root's check of the tree (ErofsImage::Plan) then
@@ -180,18 +181,16 @@ Status Agent::WriteImageTree(int fd, const Shards& shards, bool with_remote,
     blocks9 += image::BlobExtent(size, 9) >> 9;
     return at;
   };
-  for (const auto& sh : shards) {
-    const uint32_t s = sh->header.shard_id;
-    for (uint32_t i = 0; i < sh->entries.size(); i++) {
-      const format::IndexEntry& e = sh->entries[i];
-      if (e.type != format::EntryType::kFile) continue;
-      const table::Entry* t = i < index_.count(s) ? &index_.Meta(s, i) : nullptr;
-      if (!t || !table::IsReg(*t) || (t->flags & table::kHardLink) || t->size != e.size ||
-          index_.Path(s, i) != e.path)
-        return Status::Corruption("image: " + e.path + " is not in the table as the blob has it");
-      place(index_.TableEntry(s, i), e.size);
-    }
+  for (const BlobFile& f : blob_files_) {
+    const uint32_t s = f.shard, i = f.index;
+    const table::Entry* t = s < index_.size() && i < index_.count(s) ? &index_.Meta(s, i) : nullptr;
+    if (!t || !table::IsReg(*t) || (t->flags & table::kHardLink) || t->size != f.size ||
+        Xxh3(index_.Path(s, i)) != f.path_hash)
+      return Status::Corruption("image: file " + std::to_string(i) + " of shard " +
+                                std::to_string(s) + " is not in the table as the blob has it");
+    place(index_.TableEntry(s, i), f.size);
   }
+  std::vector<BlobFile>().swap(blob_files_);
   remote_extent->clear();
   if (with_remote) {
     remote_extent->assign(n, RemoteFiles::kNoExtent);
@@ -238,13 +237,16 @@ Status Agent::WriteBlob(const Shards& shards) {
   std::vector<std::pair<const format::IndexEntry*, size_t>> first;  // by address: where a
   std::vector<uint64_t> offsets;                                    // shard's entries begin
   uint64_t next = 0, files = 0;
+  blob_files_.clear();
   for (const auto& sh : shards) {
     first.emplace_back(sh->entries.data(), offsets.size());
-    for (const auto& e : sh->entries) {
+    for (uint32_t i = 0; i < sh->entries.size(); i++) {
+      const format::IndexEntry& e = sh->entries[i];
       offsets.push_back(next);
       if (e.type != format::EntryType::kFile) continue;
       next += image::BlobExtent(e.size, blob_block_bits_);
       files++;
+      blob_files_.push_back({sh->header.shard_id, i, e.size, Xxh3(e.path)});
     }
   }
   std::sort(first.begin(), first.end());
@@ -291,11 +293,15 @@ Status Agent::WriteBlob(const Shards& shards) {
       manifest_, ptrs, pool_.get(), [this](uint64_t b) { read_bytes_ += b; }, &stage_abort_, small,
       large, &dict_));
   FS_RETURN_IF_ERROR(out.FlushAll());
+  // The decoded indexes are not needed any more (blob_files_ has what the tree's check needs),
+  // and at 14.2M names they are 2 GB beside the table being built: the agent's peak.
+  for (const auto& sh : shards) std::vector<format::IndexEntry>().swap(sh->entries);
+  ::malloc_trim(0);  // their paths' small blocks, back to the system
   stage_seconds_ = SecondsSince(t0);
   return Status::OK();
 }
 
-Status Agent::WriteTreeAndMount(Shards* shards) {
+Status Agent::WriteTreeAndMount() {
   const bool with_remote = ImageTakesRemoteFiles();
   const std::string dir = cfg_.local_dir + kImageDir;
   const auto t0 = std::chrono::steady_clock::now();
@@ -303,11 +309,7 @@ Status Agent::WriteTreeAndMount(Shards* shards) {
   if (!tree.ok()) return tree.status();
   std::vector<uint64_t> remote_extent;
   uint64_t blob_size = 0;
-  FS_RETURN_IF_ERROR(WriteImageTree(tree->get(), *shards, with_remote, &remote_extent, &blob_size));
-  // The decoded indexes were for the blob and the tree's check; root's plan comes next, and
-  // the two side by side were the agent's peak (14.2M names: 5.7 GB, the entries 2 GB of it).
-  for (auto& sh : *shards) std::vector<format::IndexEntry>().swap(sh->entries);
-  ::malloc_trim(0);  // their paths' small blocks, back to the system before root's plan
+  FS_RETURN_IF_ERROR(WriteImageTree(tree->get(), with_remote, &remote_extent, &blob_size));
   if (::ftruncate(blob_fd_.get(), static_cast<off_t>(blob_size)) != 0)
     return Status::FromErrno("image: size " + dir + "/" + image::kBlobName, errno);
   const auto t1 = std::chrono::steady_clock::now();
