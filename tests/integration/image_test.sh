@@ -84,6 +84,14 @@ out=$(run --image no ds.fs -- sh -c "$probe" "$T/src" 2>&1)
 check "--image no: files, no image" bash -c "grep -q SAME <<<'$out' && ! grep -q IMAGE <<<'$out'"
 out=$("$F" run --local-dir /dev/shm ds.fs -- sh -c "$probe" "$T/src" 2>&1)
 check "a tmpfs local directory: files, no image" bash -c "grep -q SAME <<<'$out' && ! grep -q IMAGE <<<'$out'"
+# Root of a user namespace: the agent tries the image, the kernel refuses EROFS there (EPERM),
+# and the share is unpacked as files instead, its indexes read again (the blob released them).
+if unshare -Urm true 2>/dev/null; then
+  out=$(unshare -Urm "$F" run -v --local-dir "$T/local" ds.fs -- sh -c "$probe" "$T/src" 2>&1)
+  check "the kernel refuses the image: files instead, every byte the same" \
+    bash -c "grep -q 'unpacking the files instead' <<<'$out' && grep -q SAME <<<'$out' && ! grep -q IMAGE <<<'$out'"
+  check "and the local directory is emptied" test -z "$(ls -A local)"
+fi
 
 echo "== a disk formatted with fewer inodes than the share has files: the image needs two"
 truncate -s 64M few.img && mkfs.ext4 -q -F -b 4096 -I 256 -N 96 few.img && mkdir few
