@@ -11,7 +11,6 @@ some run are left out, and named on stderr.
 """
 import argparse
 import json
-import statistics
 import sys
 
 

@@ -645,23 +645,11 @@ class Scale:
             return self.run_arms()
         if self.a.only in ("disk", "sizes"):
             return self.run_disk(self.a.only == "sizes")
-        if self.a.only == "split":
+        one_part = {"split": self.split_session, "22k": lambda: self.meta_session(self.meta_22k()),
+                    "slurm": lambda: self.slurm_job(self.tar())}.get(self.a.only)
+        if one_part:
             try:
-                self.split_session()
-            finally:
-                drop(self.work)
-                drop(self.disk_work)
-            return self.res
-        if self.a.only == "22k":
-            try:
-                self.meta_session(self.meta_22k())
-            finally:
-                drop(self.work)
-                drop(self.disk_work)
-            return self.res
-        if self.a.only == "slurm":
-            try:
-                self.slurm_job(self.tar())
+                one_part()
             finally:
                 drop(self.work)
                 drop(self.disk_work)
