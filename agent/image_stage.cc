@@ -237,7 +237,10 @@ Status Agent::WriteBlob(const Shards& shards) {
   std::vector<std::pair<const format::IndexEntry*, size_t>> first;  // by address: where a
   std::vector<uint64_t> offsets;                                    // shard's entries begin
   uint64_t next = 0, files = 0;
+  size_t entries = 0;
+  for (const auto& sh : shards) entries += sh->entries.size();
   blob_files_.clear();
+  blob_files_.reserve(entries);
   for (const auto& sh : shards) {
     first.emplace_back(sh->entries.data(), offsets.size());
     for (uint32_t i = 0; i < sh->entries.size(); i++) {

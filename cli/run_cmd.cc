@@ -353,9 +353,11 @@ bool Run::MakeDirs() {
 }
 
 int Run::StartAgent(const std::string& agent) {
+  const pid_t launcher = ::getpid();
   agent_pid_ = ::fork();
   if (agent_pid_ == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive `fanstore run`
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);         // never outlive `fanstore run`
+    if (::getppid() != launcher) ::_exit(127);  // it died before the line above took effect
     ::unsetenv(env::kLdPreload);
     ::setenv(env::kDisable, "1", 1);
     const std::string drain = std::to_string(o_.drain_timeout);

@@ -13,7 +13,8 @@ namespace fanstore {
 // `path` is on, and builds no path strings, so a tree thousands of levels deep costs neither
 // memory nor descriptors (directories deeper than a bound are moved up and removed from
 // there). A missing path is success. Errors name `path` and one entry name at most. With
-// `threads` above 1, the directories one and two levels down are removed in parallel first.
+// `threads` above 1, the directories of the first level (one to four down) that has several
+// for each thread are removed in parallel first.
 Status RemoveTree(const std::string& path, size_t threads = 1);
 
 // Empties the directory open (O_RDONLY) as `dir`, by the same rules, and keeps it; `name` is for

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <system_error>
 
 namespace fanstore {
 
@@ -77,7 +78,11 @@ void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn
     for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
   };
   std::vector<std::thread> extra;
-  for (size_t t = 1; t < std::min(threads, n); t++) extra.emplace_back(worker);
+  try {
+    for (size_t t = 1; t < std::min(threads, n); t++) extra.emplace_back(worker);
+  } catch (const std::system_error&) {
+    // No thread to be had (a pids cgroup, RLIMIT_NPROC): the ones started and this one do it.
+  }
   worker();
   for (auto& t : extra) t.join();
 }

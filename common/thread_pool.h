@@ -53,7 +53,8 @@ class TaskGroup {
 };
 
 // Runs fn(0) ... fn(n - 1) on `threads` threads (the caller's among them), each taking the
-// next index as it finishes one; returns when all are done.
+// next index as it finishes one; returns when all are done. Threads that cannot be started
+// (a pids cgroup, RLIMIT_NPROC) leave their share to the others.
 void ParallelFor(size_t n, size_t threads, const std::function<void(size_t)>& fn);
 
 }  // namespace fanstore

@@ -1,12 +1,16 @@
 #include "common/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -225,6 +229,32 @@ TEST(ParallelFor, TwoThreadsRunTwoIndexesAtOnce) {
     if (WaitFor([&] { return started.load() == 2; }, 2000)) met++;
   });
   EXPECT_EQ(met.load(), 2);
+}
+
+// Where no thread can be started (RLIMIT_NPROC reached, here as another user in a child: root
+// is not held to it), the caller's thread does every index.
+TEST(ParallelFor, WithoutThreadsTheCallerDoesEveryIndex) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to become a user held to RLIMIT_NPROC";
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    struct rlimit none = {0, 0};
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0 || ::setrlimit(RLIMIT_NPROC, &none) != 0)
+      ::_exit(2);
+    bool refused = false;
+    try {
+      std::thread([] {}).join();
+    } catch (const std::system_error&) {
+      refused = true;
+    }
+    std::atomic<int> done{0};
+    ParallelFor(100, 8, [&](size_t) { done++; });
+    ::_exit(!refused ? 3 : done == 100 ? 0 : 1);
+  }
+  int ws = 0;
+  ASSERT_EQ(::waitpid(pid, &ws, 0), pid);
+  ASSERT_TRUE(WIFEXITED(ws));
+  EXPECT_EQ(WEXITSTATUS(ws), 0) << "2: could not become nobody; 3: a thread was still started";
 }
 
 }  // namespace
