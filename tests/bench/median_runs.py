@@ -53,7 +53,13 @@ def main():
     a = ap.parse_args()
     if len(a.runs) < 3:
         ap.error("at least 3 runs (BENCHMARKS.md: medians of at least 3 runs)")
-    runs = [json.load(open(p)) for p in a.runs]
+    runs = []
+    for p in a.runs:
+        try:
+            with open(p) as f:
+                runs.append(json.load(f))
+        except (OSError, ValueError) as e:
+            ap.error(f"{p}: {e}")
     json.dump(merge(runs), open(a.out, "w"), indent=1)
     return 0
 
