@@ -185,7 +185,7 @@ Status Agent::WriteImageTree(int fd, bool with_remote, std::vector<uint64_t>* re
     const uint32_t s = f.shard, i = f.index;
     const table::Entry* t = s < index_.size() && i < index_.count(s) ? &index_.Meta(s, i) : nullptr;
     if (!t || !table::IsReg(*t) || (t->flags & table::kHardLink) || t->size != f.size ||
-        Xxh3(index_.Path(s, i)) != f.path_hash)
+        t->hash != f.path_hash)  // the entry's own XXH3 of its path, as the table was built
       return Status::Corruption("image: file " + std::to_string(i) + " of shard " +
                                 std::to_string(s) + " is not in the table as the blob has it");
     place(index_.TableEntry(s, i), f.size);
