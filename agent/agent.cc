@@ -299,10 +299,11 @@ Status Agent::StageAndPublish(Status st) {
       if (IsPrimary(sh->header.shard_id)) std::string().swap(sh->index_stored);
   // Eager unpack reads the entries as it stages (parsed at open; again after a fallback from
   // lazy). Lazy mode copies the shards as they are, and decodes each index again only when it
-  // unpacks that shard: no entries beside the table.
+  // unpacks that shard: no entries beside the table; nor does the image's blob, which decodes
+  // them a shard at a time as it writes it.
   if (st.ok() && !lazy_) {
     for (auto& sh : *shards)
-      if (st.ok() && !sh->parsed()) st = format::ReadIndex(sh.get());
+      if (st.ok() && !image_ && !sh->parsed()) st = format::ReadIndex(sh.get());
     if (st.ok()) st = StageAsync(&*shards);  // with image_, the blob
   }
 

@@ -283,14 +283,15 @@ class Agent {
   // while it writes closes nothing under it), and its block size.
   UniqueFD blob_fd_;
   unsigned blob_block_bits_ = 9;
-  // Each file of this node's shards in the blob's order (WriteBlob), for the tree's check
-  // (WriteImageTree) once the decoded indexes are gone: its shard and index there, its size
-  // and the XXH3 of its path. 24 bytes a file, where an index entry takes about 150.
-  struct BlobFile {
-    uint32_t shard, index;
-    uint64_t size, path_hash;
+  // Per shard of this node's, in the staging's order: where its files begin in the blob and
+  // what they take (DigestShards), and a digest of their sizes and paths' XXH3s in order
+  // (WriteBlob), which the tree's check (WriteImageTree) computes again from the table: the
+  // blob is written from each shard's index decoded once more, one shard a thread at a time.
+  struct BlobShard {
+    uint32_t shard = 0;
+    uint64_t start = 0, bytes = 0, files = 0, digest = 0;
   };
-  std::vector<BlobFile> blob_files_;
+  std::vector<BlobShard> blob_shards_;
   std::vector<uint64_t> image_extent_;
   std::string data_root_;  // <local_dir>/data: staged files
   UniqueFD data_root_fd_;

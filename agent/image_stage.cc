@@ -3,7 +3,6 @@
 // instead of a file per dataset file (see agent.h).
 #include <fcntl.h>
 #include <linux/magic.h>
-#include <malloc.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -32,6 +31,12 @@ namespace fanstore::agent {
 namespace {
 
 constexpr char kImageDir[] = "/image";
+
+// A step of a shard's digest in the blob (Agent::BlobShard): one file's size and its path's XXH3.
+uint64_t BlobDigest(uint64_t digest, uint64_t size, uint64_t path_hash) {
+  const uint64_t rec[2] = {size, path_hash};
+  return XXH3_64bits_withSeed(rec, sizeof rec, digest);
+}
 
 Result<UniqueFD> CreateIn(const std::string& dir, const char* name) {
   UniqueFD fd(
@@ -115,7 +120,7 @@ Status Agent::StageImage(Shards* shards) {
     read_bytes_ = 0;
     st = CheckInodes(share_inodes_);
     if (st.ok()) st = MakeDataDirs();
-    for (auto& sh : *shards)  // released once the blob was written (WriteBlob)
+    for (auto& sh : *shards)  // the blob decoded them a shard at a time (WriteBlob)
       if (st.ok() && !sh->parsed()) st = format::ReadIndex(sh.get());
     if (st.ok()) st = Stage(shards);
   }
@@ -181,16 +186,22 @@ Status Agent::WriteImageTree(int fd, bool with_remote, std::vector<uint64_t>* re
     blocks9 += image::BlobExtent(size, 9) >> 9;
     return at;
   };
-  for (const BlobFile& f : blob_files_) {
-    const uint32_t s = f.shard, i = f.index;
-    const table::Entry* t = s < index_.size() && i < index_.count(s) ? &index_.Meta(s, i) : nullptr;
-    if (!t || !table::IsReg(*t) || (t->flags & table::kHardLink) || t->size != f.size ||
-        t->hash != f.path_hash)  // the entry's own XXH3 of its path, as the table was built
-      return Status::Corruption("image: file " + std::to_string(i) + " of shard " +
-                                std::to_string(s) + " is not in the table as the blob has it");
-    place(index_.TableEntry(s, i), f.size);
+  for (const BlobShard& b : blob_shards_) {
+    uint64_t n = 0, digest = 0;
+    bool regular = b.shard < index_.size();
+    for (uint32_t i = 0; regular && i < index_.count(b.shard); i++) {
+      if (!index_.IsFile(b.shard, i)) continue;
+      const table::Entry& t = index_.Meta(b.shard, i);
+      regular = table::IsReg(t) && !(t.flags & table::kHardLink);
+      // The entry's own XXH3 of its path, as the table was built.
+      digest = BlobDigest(digest, t.size, t.hash);
+      n++;
+      place(index_.TableEntry(b.shard, i), t.size);
+    }
+    if (!regular || n != b.files || digest != b.digest)
+      return Status::Corruption("image: the files of shard " + std::to_string(b.shard) +
+                                " are not in the table as the blob has them");
   }
-  std::vector<BlobFile>().swap(blob_files_);
   remote_extent->clear();
   if (with_remote) {
     remote_extent->assign(n, RemoteFiles::kNoExtent);
@@ -228,78 +239,72 @@ Status Agent::WriteImageTree(int fd, bool with_remote, std::vector<uint64_t>* re
 Status Agent::WriteBlob(const Shards& shards) {
   TestPause("staging");
   const auto t0 = std::chrono::steady_clock::now();
-  // 512-byte blocks unless the dataset's files could take 2^32 of them, as ErofsImage::Plan
-  // chooses for the tree (WriteImageTree checks that it will).
-  blob_block_bits_ = image::BlockBitsFor(manifest_.raw_bytes / 512 + manifest_.files);
-  const uint64_t block = uint64_t{1} << blob_block_bits_;
-  // Each file's extent, in the order ErofsImage::Plan lays out the blob (WriteImageTree): the
-  // scan's, each file at the next block boundary.
-  std::vector<std::pair<const format::IndexEntry*, size_t>> first;  // by address: where a
-  std::vector<uint64_t> offsets;                                    // shard's entries begin
-  uint64_t next = 0, files = 0;
-  size_t entries = 0;
-  for (const auto& sh : shards) entries += sh->entries.size();
-  blob_files_.clear();
-  blob_files_.reserve(entries);
-  for (const auto& sh : shards) {
-    first.emplace_back(sh->entries.data(), offsets.size());
-    for (uint32_t i = 0; i < sh->entries.size(); i++) {
-      const format::IndexEntry& e = sh->entries[i];
-      offsets.push_back(next);
-      if (e.type != format::EntryType::kFile) continue;
-      next += image::BlobExtent(e.size, blob_block_bits_);
-      files++;
-      blob_files_.push_back({sh->header.shard_id, i, e.size, Xxh3(e.path)});
-    }
-  }
-  std::sort(first.begin(), first.end());
-  auto offset_of = [&](const format::IndexEntry& e) {
-    auto it = std::upper_bound(first.begin(), first.end(),
-                               std::make_pair(&e, std::numeric_limits<size_t>::max()));
-    return offsets[(it - 1)->second + static_cast<size_t>(&e - (it - 1)->first)];
-  };
-
+  uint64_t size = 0, files = 0;  // DigestShards laid the shards out (blob_shards_)
+  for (const BlobShard& b : blob_shards_) size += b.bytes, files += b.files;
   const std::string dir = cfg_.local_dir + kImageDir;
   if (::mkdir(dir.c_str(), 0700) != 0) return Status::FromErrno("image: create " + dir, errno);
   auto blob = CreateIn(dir, image::kBlobName);
   if (!blob.ok()) return blob.status();
   blob_fd_ = std::move(blob).value();
-  const int fd = blob_fd_.get();
-  image::BlobWriter out(fd, static_cast<uint32_t>(block), dir + "/" + image::kBlobName);
-  FS_RETURN_IF_ERROR(out.Map(next, files));
+  image::BlobWriter out(blob_fd_.get(), uint32_t{1} << blob_block_bits_,
+                        dir + "/" + image::kBlobName);
+  FS_RETURN_IF_ERROR(out.Map(size, files));
   format::DecoderPool decoders(&dict_);
-  auto counted = [&](const format::IndexEntry& e) {
-    staged_files_++;
-    staged_bytes_ += e.size;
-    return offset_of(e);
-  };
-  auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
-    if (e.type != format::EntryType::kFile) return Status::OK();
-    std::string_view raw;
-    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
-    const uint64_t off = counted(e);
-    return raw.empty() ? Status::OK() : out.Add(off, raw);
-  };
-  auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
-    uint64_t off = counted(e);
-    return decode([&](std::string_view piece) {
-      Status st = out.Write(off, piece);
-      off += piece.size();
-      return st;
-    });
-  };
   std::vector<const format::ShardFile*> ptrs;
   for (const auto& sh : shards) ptrs.push_back(sh.get());
   stage_bytes_total_ = 0;
   for (const auto* sh : ptrs) stage_bytes_total_ += sh->size;
-  FS_RETURN_IF_ERROR(format::ScanShards(
-      manifest_, ptrs, pool_.get(), [this](uint64_t b) { read_bytes_ += b; }, &stage_abort_, small,
-      large, &dict_));
+  // Each shard's index is decoded by the thread that writes its files, and released after: at
+  // 14.2M names every index decoded at once took 2 GB (about 150 B a name) beside the table
+  // being built, the agent's peak.
+  auto scan = [&](size_t k, const format::ScanOptions& base) -> Status {
+    const format::ShardFile& sh = *ptrs[k];
+    BlobShard& b = blob_shards_[k];
+    auto entries = format::ReadEntries(sh);
+    if (!entries.ok()) return entries.status();
+    // Each file's extent, in the order ErofsImage::Plan lays out the blob (WriteImageTree):
+    // the index's, each file at the next block boundary.
+    std::vector<uint64_t> offsets(entries->size());
+    uint64_t next = b.start, n = 0, digest = 0;
+    for (size_t i = 0; i < entries->size(); i++) {
+      const format::IndexEntry& e = (*entries)[i];
+      offsets[i] = next;
+      if (e.type != format::EntryType::kFile) continue;
+      next += image::BlobExtent(e.size, blob_block_bits_);
+      n++;
+      digest = BlobDigest(digest, e.size, Xxh3(e.path));
+    }
+    if (n != b.files || next - b.start != b.bytes)
+      return Status::Corruption(sh.path + ": its index changed while this node staged it");
+    b.digest = digest;
+    auto counted = [&](const format::IndexEntry& e) {
+      staged_files_++;
+      staged_bytes_ += e.size;
+      return offsets[static_cast<size_t>(&e - entries->data())];
+    };
+    auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
+      if (e.type != format::EntryType::kFile) return Status::OK();
+      std::string_view raw;
+      FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
+      const uint64_t off = counted(e);
+      return raw.empty() ? Status::OK() : out.Add(off, raw);
+    };
+    format::ScanOptions so = base;
+    so.entries = &*entries;
+    so.stream = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
+      uint64_t off = counted(e);
+      return decode([&](std::string_view piece) {
+        Status st = out.Write(off, piece);
+        off += piece.size();
+        return st;
+      });
+    };
+    return format::ScanShard(sh, so, small);
+  };
+  FS_RETURN_IF_ERROR(format::ForEachShard(
+      manifest_, ptrs, pool_.get(), [this](uint64_t b) { read_bytes_ += b; }, &stage_abort_, scan,
+      nullptr, &dict_));
   FS_RETURN_IF_ERROR(out.FlushAll());
-  // The decoded indexes are not needed any more (blob_files_ has what the tree's check needs),
-  // and at 14.2M names they are 2 GB beside the table being built: the agent's peak.
-  for (const auto& sh : shards) std::vector<format::IndexEntry>().swap(sh->entries);
-  ::malloc_trim(0);  // their paths' small blocks, back to the system
   stage_seconds_ = SecondsSince(t0);
   return Status::OK();
 }

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/remove_tree.h"
 #include "common/text.h"
+#include "image/erofs.h"
 #include "stage/stage.h"
 
 namespace fanstore::agent {
@@ -65,8 +66,9 @@ Status Agent::OpenAndPlan(Result<Shards>* shards) {
   FS_RETURN_IF_ERROR(MakeRoomForShards());
   FS_RETURN_IF_ERROR(ChooseUnpack());
   if (lazy_) FS_RETURN_IF_ERROR(StageAsync(nullptr));
-  // Eager unpack stages from the entries: parsed here, several shards at once.
-  *shards = stage::OpenShards(cfg_.dataset, manifest_, mine_, /*parse=*/!lazy_);
+  // Eager unpack stages from the entries: parsed here, several shards at once. The image's blob
+  // decodes each shard's index as it writes it (WriteBlob).
+  *shards = stage::OpenShards(cfg_.dataset, manifest_, mine_, /*parse=*/!lazy_ && !image_);
   if (!shards->ok()) return shards->status();
   Share share;
   FS_RETURN_IF_ERROR(DigestShards(**shards, &share));
@@ -115,11 +117,24 @@ constexpr uint64_t kSpareInodes = 64;
 Status Agent::DigestShards(const Shards& shards, Share* share) {
   own_links_.assign(manifest_.shards.size(), {});
   format::FrameDecoder dec(&dict_);
+  // The image's blob: 512-byte blocks unless the dataset's files could take 2^32 of them, as
+  // ErofsImage::Plan chooses for the tree (WriteImageTree checks that it will); each shard's
+  // files one after another, each at a block boundary.
+  blob_block_bits_ = image::BlockBitsFor(manifest_.raw_bytes / 512 + manifest_.files);
+  blob_shards_.clear();
+  uint64_t blob_next = 0;
   for (const auto& sh : shards) {
     exchange::Links& links = own_links_[sh->header.shard_id];
+    BlobShard& blob = blob_shards_.emplace_back();
+    blob.shard = sh->header.shard_id;
+    blob.start = blob_next;
     auto digest = [&](const format::IndexEntry& e) -> Status {
       share->entries++;
-      if (e.type == EntryType::kFile) share->files++, share->bytes += e.size;
+      if (e.type == EntryType::kFile) {
+        share->files++, share->bytes += e.size;
+        blob.files++;
+        blob.bytes += image::BlobExtent(e.size, blob_block_bits_);
+      }
       if (e.type != EntryType::kSymlink && e.type != EntryType::kHardLink) return Status::OK();
       std::string target;
       FS_RETURN_IF_ERROR(format::ReadEntry(*sh, e, &dec, &target));
@@ -135,6 +150,7 @@ Status Agent::DigestShards(const Shards& shards, Share* share) {
       st = format::ForEachIndexEntry(sh->index_stored, sh->footer, digest);
     }
     if (!st.ok()) return st.Prefixed(sh->path);
+    blob_next += blob.bytes;
   }
   return Status::OK();
 }

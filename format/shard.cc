@@ -135,15 +135,31 @@ Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t d
   return s;
 }
 
+namespace {
+Status ReadStoredIndex(const ShardFile& s, std::string* stored) {
+  stored->assign(s.footer.index_stored_len, '\0');
+  return PreadFull(s.fd.get(), stored->data(), stored->size(), s.footer.index_offset, s.path);
+}
+Result<std::vector<IndexEntry>> DecodeIndexOf(const ShardFile& s, std::string_view stored) {
+  auto entries = DecodeIndex(stored, s.footer);
+  if (!entries.ok()) return entries.status().Prefixed(s.path);
+  return entries;
+}
+}  // namespace
+
 Status ReadIndex(ShardFile* s, bool parse) {
-  s->index_stored.assign(s->footer.index_stored_len, '\0');
-  FS_RETURN_IF_ERROR(PreadFull(s->fd.get(), s->index_stored.data(), s->index_stored.size(),
-                               s->footer.index_offset, s->path));
+  FS_RETURN_IF_ERROR(ReadStoredIndex(*s, &s->index_stored));
   if (!parse) return Status::OK();
-  auto entries = DecodeIndex(s->index_stored, s->footer);
-  if (!entries.ok()) return entries.status().Prefixed(s->path);
+  auto entries = DecodeIndexOf(*s, s->index_stored);
+  if (!entries.ok()) return entries.status();
   s->entries = std::move(entries).value();
   return Status::OK();
+}
+
+Result<std::vector<IndexEntry>> ReadEntries(const ShardFile& s) {
+  std::string stored;
+  FS_RETURN_IF_ERROR(ReadStoredIndex(s, &stored));
+  return DecodeIndexOf(s, stored);
 }
 
 FrameDecoder* DecoderPool::Get() {
@@ -315,8 +331,9 @@ class Scanner {
         hasher_thread_(opts.pool && opts.check_file_hash ? std::make_unique<ThreadPool>(1)
                                                          : nullptr),
         hasher_(hasher_thread_.get(), 8) {
-    order_.reserve(shard.entries.size());
-    for (const auto& e : shard.entries)
+    const std::vector<IndexEntry>& entries = opts.entries ? *opts.entries : shard.entries;
+    order_.reserve(entries.size());
+    for (const auto& e : entries)
       if (e.type != EntryType::kDir) order_.push_back(&e);
     // Empty frames first at a shared offset, so that none sorts after a large frame it precedes.
     std::sort(order_.begin(), order_.end(), [](auto* a, auto* b) {
@@ -494,6 +511,15 @@ Status ScanShard(const ShardFile& shard, const ScanOptions& opts, const FrameFn&
 Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards, ThreadPool* pool,
                   const std::function<void(uint64_t)>& on_read, const std::atomic<bool>* cancel,
                   const FrameFn& fn, const StreamFn& stream, const Dictionary* dict) {
+  return ForEachShard(
+      m, shards, pool, on_read, cancel,
+      [&](size_t i, const ScanOptions& so) { return ScanShard(*shards[i], so, fn); }, stream, dict);
+}
+
+Status ForEachShard(const Manifest& m, const std::vector<const ShardFile*>& shards,
+                    ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
+                    const std::atomic<bool>* cancel, const ShardScanFn& scan,
+                    const StreamFn& stream, const Dictionary* dict) {
   const size_t n = shards.size(), threads = pool ? pool->size() : 1;
   auto options = [&](size_t i, ThreadPool* p) {
     ScanOptions so;
@@ -510,7 +536,7 @@ Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards
   if (n < threads || threads == 1) {
     for (size_t i = 0; i < n; i++) {
       if (cancelled()) return Status::Aborted("cancelled");
-      FS_RETURN_IF_ERROR(ScanShard(*shards[i], options(i, pool), fn));
+      FS_RETURN_IF_ERROR(scan(i, options(i, pool)));
     }
     return Status::OK();
   }
@@ -518,8 +544,7 @@ Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards
   std::atomic<size_t> first_bad{n};
   ParallelFor(n, threads, [&](size_t i) {
     if (i > first_bad.load()) return;  // a lower shard already failed: that is the answer
-    results[i] =
-        cancelled() ? Status::Aborted("cancelled") : ScanShard(*shards[i], options(i, nullptr), fn);
+    results[i] = cancelled() ? Status::Aborted("cancelled") : scan(i, options(i, nullptr));
     if (results[i].ok()) return;
     size_t cur = first_bad.load();
     while (i < cur && !first_bad.compare_exchange_weak(cur, i)) {

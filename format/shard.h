@@ -95,6 +95,9 @@ Result<std::unique_ptr<ShardFile>> OpenShard(const std::string& path, uint64_t d
 // Reads the index of an open shard (at its footer's place) into index_stored and, with
 // `parse`, decodes it into entries: again after they were dropped.
 Status ReadIndex(ShardFile* s, bool parse = true);
+// The same decoded into a vector of the caller's, the shard left as it is (other threads may
+// read it meanwhile): for one shard's index at a time.
+Result<std::vector<IndexEntry>> ReadEntries(const ShardFile& s);
 // A shard file `size` bytes long against its manifest entry; errors name `path`.
 Status CheckShardSize(const std::string& path, uint64_t size, const ShardRef& ref);
 // An opened shard against the manifest entry of shard `id`: size, then id.
@@ -138,6 +141,8 @@ struct ScanOptions {
   // without, they reach the FrameFn whole like any other (memory grows with the file).
   StreamFn stream;
   const Dictionary* dict = nullptr;
+  // The shard's index, decoded by the caller (ReadEntries); null: the shard's own entries.
+  const std::vector<IndexEntry>* entries = nullptr;
 };
 
 // Reads the shard front to back with large sequential reads, hashing the whole file, and hands
@@ -156,5 +161,13 @@ Status ScanShards(const Manifest& m, const std::vector<const ShardFile*>& shards
                   const std::function<void(uint64_t)>& on_read, const std::atomic<bool>* cancel,
                   const FrameFn& fn, const StreamFn& stream = nullptr,
                   const Dictionary* dict = nullptr);
+// The same schedule with the work per shard given: scan(i, so) is called for shards[i], on the
+// thread that scans it, with the options ScanShards would use (so.pool set or not), and does
+// what it will with them (ScanShards' own: ScanShard(*shards[i], so, fn)).
+using ShardScanFn = std::function<Status(size_t i, const ScanOptions& so)>;
+Status ForEachShard(const Manifest& m, const std::vector<const ShardFile*>& shards,
+                    ThreadPool* pool, const std::function<void(uint64_t)>& on_read,
+                    const std::atomic<bool>* cancel, const ShardScanFn& scan,
+                    const StreamFn& stream = nullptr, const Dictionary* dict = nullptr);
 
 }  // namespace fanstore::format
