@@ -212,6 +212,9 @@ class Agent {
   // The image's tree from the table, into fd (image::WriteTree), once the blob is written;
   // with_remote, each table entry's extent in the blob for the files of other nodes' shards
   // (RemoteFiles::kNoExtent for the rest). blob_size: what the image's files take of it.
+  // This node's files in the blob's order (WriteBlob's), from the table: fn(table entry, size)
+  // for each. Each shard's files must give the digest WriteBlob took of them.
+  Status ForEachBlobFile(const std::function<void(uint32_t, uint64_t)>& fn) const;
   Status WriteImageTree(int fd, bool with_remote, std::vector<uint64_t>* remote_extent,
                         uint64_t* blob_size);
   // Hands the remote files' extents of the mounted image, and its blob, to remote_.

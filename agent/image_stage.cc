@@ -151,13 +151,32 @@ bool Agent::ImageTakesRemoteFiles() const {
   return false;
 }
 
+Status Agent::ForEachBlobFile(const std::function<void(uint32_t, uint64_t)>& fn) const {
+  for (const BlobShard& b : blob_shards_) {
+    uint64_t files = 0, digest = 0;
+    bool regular = b.shard < index_.size();
+    for (uint32_t i = 0; regular && i < index_.count(b.shard); i++) {
+      if (!index_.IsFile(b.shard, i)) continue;
+      const table::Entry& t = index_.Meta(b.shard, i);
+      regular = table::IsReg(t) && !(t.flags & table::kHardLink);
+      // The entry's own XXH3 of its path, as the table was built.
+      digest = BlobDigest(digest, t.size, t.hash);
+      files++;
+      fn(index_.TableEntry(b.shard, i), t.size);
+    }
+    if (!regular || files != b.files || digest != b.digest)
+      return Status::Corruption("image: the files of shard " + std::to_string(b.shard) +
+                                " are not in the table as the blob has them");
+  }
+  return Status::OK();
+}
+
 Status Agent::WriteImageTree(int fd, bool with_remote, std::vector<uint64_t>* remote_extent,
                              uint64_t* blob_size) {
   // The image's tree: every directory and symlink of the table, this node's files and their
   // other names, and with_remote every other file too, breadth first, each directory's children
-  // in the table's order, which is by name: root's check of the tree (ErofsImage::Plan) then
-  // finds every directory sorted, where the entries' own order (the shards') would have it sort
-  // them (at 14.2M names, a fifth of root's time). Root plans the image from it
+  // in the table's order, which is by name: the canonical order that root reads a tree in, one
+  // node at a time, and refuses any other (ErofsImage::PlanSorted). Root plans the image from it
   // (image/mount.h); the agent plans nothing itself.
   const uint32_t n = view_.size();
   std::vector<uint32_t> node_of(n, image::kNone), entry_of;
@@ -186,22 +205,7 @@ Status Agent::WriteImageTree(int fd, bool with_remote, std::vector<uint64_t>* re
     blocks9 += image::BlobExtent(size, 9) >> 9;
     return at;
   };
-  for (const BlobShard& b : blob_shards_) {
-    uint64_t n = 0, digest = 0;
-    bool regular = b.shard < index_.size();
-    for (uint32_t i = 0; regular && i < index_.count(b.shard); i++) {
-      if (!index_.IsFile(b.shard, i)) continue;
-      const table::Entry& t = index_.Meta(b.shard, i);
-      regular = table::IsReg(t) && !(t.flags & table::kHardLink);
-      // The entry's own XXH3 of its path, as the table was built.
-      digest = BlobDigest(digest, t.size, t.hash);
-      n++;
-      place(index_.TableEntry(b.shard, i), t.size);
-    }
-    if (!regular || n != b.files || digest != b.digest)
-      return Status::Corruption("image: the files of shard " + std::to_string(b.shard) +
-                                " are not in the table as the blob has them");
-  }
+  FS_RETURN_IF_ERROR(ForEachBlobFile([&](uint32_t te, uint64_t size) { place(te, size); }));
   remote_extent->clear();
   if (with_remote) {
     remote_extent->assign(n, RemoteFiles::kNoExtent);

@@ -50,7 +50,7 @@ std::string ProbeIn(const std::string& dir) {
                          img->BlobOffset(1), "the probe's blob");
   if (st.ok() && ::ftruncate(blob.get(), static_cast<off_t>(img->blob_size())) != 0)
     st = Status::FromErrno("size the probe's blob", errno);
-  if (st.ok()) st = image::WriteTree(tree.get(), img->nodes(), {}, img->blob_size());
+  if (st.ok()) st = image::WriteTree(tree.get(), nodes, {}, img->blob_size());
   const std::string mnt = dir + "/mnt";
   if (st.ok() && ::mkdir(mnt.c_str(), 0700) != 0) st = Status::FromErrno("mkdir " + mnt, errno);
   if (!st.ok()) return st.ToString();

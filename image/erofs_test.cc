@@ -333,39 +333,81 @@ UniqueFD TreeFileOf(const std::string& path, const std::string& bytes) {
   return fd;
 }
 
-std::string TreeBytes(const Tree& t, const std::vector<uint32_t>& order, uint64_t blob_size) {
+// The tree file of `t` as the agent writes it: in canonical order (the blob's order renumbered
+// with the nodes), or as `t` has it.
+std::string TreeBytes(const Tree& t, const std::vector<uint32_t>& order, uint64_t blob_size,
+                      bool canonical = true) {
   test::TempDir dir("tree");
   UniqueFD fd(::open((dir.path() + "/t").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
-  EXPECT_TRUE(WriteTree(fd.get(), t.nodes, order, blob_size).ok());
+  std::vector<Node> nodes = t.nodes;
+  std::vector<uint32_t> o = order;
+  if (canonical) {
+    EXPECT_TRUE(Canonical(&nodes, &o).ok());
+  }
+  EXPECT_TRUE(WriteTree(fd.get(), nodes, o, blob_size).ok());
   return *ReadSmallFile(dir.path() + "/t", 1 << 30);
+}
+
+// Every node of a tree file (their strings kept in `keep`), or the first error.
+Result<std::vector<Node>> NodesOf(const TreeFile& t, std::deque<std::string>* keep) {
+  std::vector<Node> out;
+  auto cur = t.Nodes();
+  for (;;) {
+    auto x = cur->Next();
+    if (!x.ok()) return x.status();
+    if (*x == nullptr) return out;
+    Node n = **x;
+    n.name = keep->emplace_back(n.name);
+    n.target = keep->emplace_back(n.target);
+    out.push_back(n);
+  }
 }
 
 TEST(TreeFile, ReadsBackWhatWasWritten) {
   test::TempDir dir("tree");
   Tree t = Sample();
-  const std::vector<uint32_t> order = {5, 3, 4};
-  UniqueFD fd = TreeFileOf(dir.path() + "/t", TreeBytes(t, order, 12345));
+  std::vector<uint32_t> order = {5, 3, 4};
+  const std::string bytes = TreeBytes(t, order, 12345);
+  auto id = Canonical(&t.nodes, &order);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  UniqueFD fd = TreeFileOf(dir.path() + "/t", bytes);
   auto back = ReadTree(fd.get());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
-  EXPECT_EQ(back->blob_order, order);
-  EXPECT_EQ(back->blob_size, 12345u);
-  ASSERT_EQ(back->nodes.size(), t.nodes.size());
+  std::vector<uint32_t> back_order;
+  ASSERT_TRUE((*back)->BlobOrder([&](uint32_t x) { back_order.push_back(x); }).ok());
+  EXPECT_EQ(back_order, order);
+  EXPECT_EQ((*back)->blob_size(), 12345u);
+  std::deque<std::string> keep;
+  auto nodes = NodesOf(**back, &keep);
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), t.nodes.size());
   for (size_t i = 0; i < t.nodes.size(); i++) {
-    const Node &a = t.nodes[i], &b = back->nodes[i];
+    const Node &a = t.nodes[i], &b = (*nodes)[i];
     EXPECT_EQ(std::tie(a.parent, a.name, a.mode, a.size, a.mtime_ns, a.target, a.link),
               std::tie(b.parent, b.name, b.mode, b.size, b.mtime_ns, b.target, b.link));
+  }
+  // Breadth first, each directory's children by name.
+  for (size_t i = 2; i < t.nodes.size(); i++) {
+    EXPECT_LE(t.nodes[i - 1].parent, t.nodes[i].parent);
+    if (t.nodes[i - 1].parent == t.nodes[i].parent) {
+      EXPECT_LT(t.nodes[i - 1].name, t.nodes[i].name);
+    }
   }
 }
 
 // Cut anywhere, grown by a byte, given another magic, a count or a name length that runs past the
-// end: refused, with nothing allocated past the file's size.
+// end: refused (when it is opened, or when its nodes are read), with nothing allocated past the
+// file's size.
 TEST(TreeFile, RefusesEveryMalformedFile) {
   test::TempDir dir("tree");
   const std::string good = TreeBytes(Sample(), {1, 2}, 0);
   auto refused = [&](const std::string& bytes, uint64_t max = kMaxTreeBytes) {
     UniqueFD fd = TreeFileOf(dir.path() + "/t", bytes);
-    return !ReadTree(fd.get(), max).ok();
+    auto t = ReadTree(fd.get(), max);
+    std::deque<std::string> keep;
+    return !t.ok() || !NodesOf(**t, &keep).ok();
   };
+  EXPECT_FALSE(refused(good));
   for (size_t cut = 0; cut < good.size(); cut += cut < 64 ? 1 : 97)
     EXPECT_TRUE(refused(good.substr(0, cut))) << "cut at " << cut;
   EXPECT_TRUE(refused(good + "x"));
@@ -383,11 +425,12 @@ TEST(TreeFile, RefusesEveryMalformedFile) {
   EXPECT_TRUE(refused(bad));
 }
 
-// Bytes flipped at random: read and planned (as root does) or refused, never a crash; and a tree
-// that plans is one the kernel may see (ErofsImage::Check).
+// Bytes flipped at random: read, planned and written (as root does) or refused, never a crash;
+// and a tree that plans is one the kernel may see (ErofsImage::Check).
 TEST(TreeFile, FlippedBytesAreReadOrRefusedNeverTrusted) {
   test::TempDir dir("tree");
   const std::string good = TreeBytes(Sample(), {1, 2, 3}, 0);
+  UniqueFD null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
   uint32_t seed = 12345;
   for (int round = 0; round < 2000; round++) {
     std::string bad = good;
@@ -397,8 +440,40 @@ TEST(TreeFile, FlippedBytesAreReadOrRefusedNeverTrusted) {
     }
     UniqueFD fd = TreeFileOf(dir.path() + "/t", bad);
     auto tree = ReadTree(fd.get());
-    if (tree.ok()) (void)ErofsImage::Plan(std::move(tree->nodes), {}, tree->blob_order);
+    if (!tree.ok()) continue;
+    auto img = ErofsImage::PlanSorted(*tree, {});
+    if (img.ok()) {
+      EXPECT_TRUE(img->WriteMeta(null.get()).ok());
+    }
   }
+}
+
+// Root plans only a tree in canonical order: the same tree in another order is refused, never
+// sorted by root.
+TEST(TreeFile, RootRefusesATreeOutOfOrder) {
+  test::TempDir dir("tree");
+  auto plan = [&](const std::string& bytes) {
+    UniqueFD fd = TreeFileOf(dir.path() + "/t", bytes);
+    auto tree = ReadTree(fd.get());
+    EXPECT_TRUE(tree.ok());
+    return ErofsImage::PlanSorted(*tree, {}).status();
+  };
+  EXPECT_TRUE(plan(TreeBytes(Sample(), {}, 0)).ok());
+  Status st = plan(TreeBytes(Sample(), {}, 0, /*canonical=*/false));
+  EXPECT_NE(st.message().find("order"), std::string::npos) << st.ToString();
+  Tree d;  // a directory's children before its parent's other children
+  d.Add(0, "", S_IFDIR | 0755);
+  const uint32_t sub = d.Add(0, "sub", S_IFDIR | 0755);
+  d.Add(sub, "x", S_IFREG | 0644, 1);
+  d.Add(0, "y", S_IFREG | 0644, 1);
+  st = plan(TreeBytes(d, {}, 0, /*canonical=*/false));
+  EXPECT_NE(st.message().find("breadth-first order"), std::string::npos) << st.ToString();
+  Tree t;  // breadth first, but two siblings out of byte order
+  t.Add(0, "", S_IFDIR | 0755);
+  t.Add(0, "b", S_IFREG | 0644, 1);
+  t.Add(0, "a", S_IFREG | 0644, 1);
+  st = plan(TreeBytes(t, {}, 0, /*canonical=*/false));
+  EXPECT_NE(st.message().find("out of order"), std::string::npos) << st.ToString();
 }
 
 // Root's side: the image mounted from the agent's tree and blob, and what root refuses.

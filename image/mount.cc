@@ -93,7 +93,7 @@ Status WriteTree(int fd, const std::vector<Node>& nodes, const std::vector<uint3
       blob_order, blob_size);
 }
 
-Status WriteTree(int fd, const NodeSource& nodes, const std::vector<uint32_t>& blob_order,
+Status WriteTree(int fd, const EmitNodes& nodes, const std::vector<uint32_t>& blob_order,
                  uint64_t blob_size) {
   // Written a MiB at a time: the whole tree in memory would be tens of MB of fresh pages. The
   // header's counts are known once the records are out: it is written last, at offset 0.
@@ -144,87 +144,164 @@ Status WriteTree(int fd, const NodeSource& nodes, const std::vector<uint32_t>& b
   return PwriteFull(fd, header, 0, "image: the tree");
 }
 
-namespace {
-
-// Reads `len` bytes at `off` of the tree into `dst`, or fails.
-using ReadFn = std::function<Status(uint64_t off, size_t len, char* dst)>;
-
-// The tree of `size` bytes, each read once: the names into the tree's own memory, the records a
-// MiB at a time (never the whole file: it is mostly records, which become nodes).
-Result<Tree> Parse(uint64_t size, const ReadFn& read) {
-  Tree t;
-  t.file_bytes = size;
+Result<std::shared_ptr<TreeFile>> TreeFile::Open(uint64_t size, ReadFn read) {
+  auto t = std::make_shared<TreeFile>();
+  t->read_ = std::move(read);
+  t->file_bytes_ = size;
   if (size < kHeaderBytes)
     return Status::Corruption("image: the tree file is shorter than a header");
   char h[kHeaderBytes];
-  FS_RETURN_IF_ERROR(read(0, kHeaderBytes, h));
+  FS_RETURN_IF_ERROR(t->read_(0, kHeaderBytes, h));
   if (std::memcmp(h, kTreeMagic, sizeof kTreeMagic) != 0)
     return Status::Corruption("image: not a tree file");
-  const uint64_t nodes = Get<uint32_t>(h + 8), order = Get<uint32_t>(h + 12);
-  if (nodes > kMaxTreeNodes)
-    return Status::Corruption("image: the tree has " + std::to_string(nodes) +
+  t->nodes_ = Get<uint32_t>(h + 8);
+  t->order_ = Get<uint32_t>(h + 12);
+  if (t->nodes_ > kMaxTreeNodes)
+    return Status::Corruption("image: the tree has " + std::to_string(t->nodes_) +
                               " names, more than " + std::to_string(kMaxTreeNodes));
-  const uint64_t strings = Get<uint64_t>(h + 16);
-  t.blob_size = Get<uint64_t>(h + 24);
+  t->strings_ = Get<uint64_t>(h + 16);
+  t->blob_size_ = Get<uint64_t>(h + 24);
   // Each term is below 2^38, so the sum cannot wrap.
-  if (strings > size || kHeaderBytes + nodes * kRecordBytes + order * 4 + strings != size)
+  if (t->strings_ > size ||
+      kHeaderBytes + t->nodes_ * kRecordBytes + t->order_ * 4 + t->strings_ != size)
     return Status::Corruption("image: the tree file's size does not match its header");
-  const uint64_t order_at = kHeaderBytes + nodes * kRecordBytes, strings_at = order_at + order * 4;
-  t.bytes.resize(strings);
-  FS_RETURN_IF_ERROR(read(strings_at, strings, t.bytes.data()));
-  t.blob_order.resize(order);
-  FS_RETURN_IF_ERROR(read(order_at, order * 4, reinterpret_cast<char*>(t.blob_order.data())));
-  t.nodes.reserve(nodes);
-  const char* str = t.bytes.data();
-  const char* end = str + strings;
-  constexpr uint64_t kChunk = (1u << 20) / kRecordBytes;
-  std::vector<char> chunk(std::min(nodes, kChunk) * kRecordBytes);
-  for (uint64_t i = 0; i < nodes; i += kChunk) {
-    const uint64_t k = std::min(kChunk, nodes - i);
-    FS_RETURN_IF_ERROR(read(kHeaderBytes + i * kRecordBytes, k * kRecordBytes, chunk.data()));
-    for (const char* rec = chunk.data(); rec != chunk.data() + k * kRecordBytes;
-         rec += kRecordBytes) {
-      Node& n = t.nodes.emplace_back();
-      n.parent = Get<uint32_t>(rec);
-      n.mode = Get<uint32_t>(rec + 4);
-      n.size = Get<uint64_t>(rec + 8);
-      n.mtime_ns = Get<int64_t>(rec + 16);
-      n.link = Get<uint32_t>(rec + 24);
-      const size_t name = Get<uint16_t>(rec + 28), target = Get<uint16_t>(rec + 30);
-      if (static_cast<size_t>(end - str) < name + target)
-        return Status::Corruption("image: the tree's names run past its end");
-      n.name = std::string_view(str, name);
-      n.target = std::string_view(str + name, target);
-      str += name + target;
-    }
-  }
-  if (str != end) return Status::Corruption("image: the tree's names do not fill its strings");
   return t;
 }
 
-}  // namespace
+// A pass over the records, a MiB at a time, and beside them over the names they take in turn.
+class TreeFile::Cursor final : public NodeCursor {
+ public:
+  explicit Cursor(const TreeFile& t)
+      : t_(t), strings_at_(kHeaderBytes + t.nodes_ * kRecordBytes + t.order_ * 4) {}
 
-Result<Tree> ReadTree(int fd, uint64_t max_bytes) {
+  Result<const Node*> Next() override {
+    if (i_ == t_.nodes_) {
+      if (str_read_ != t_.strings_ || str_at_ != str_.size())
+        return Status::Corruption("image: the tree's names do not fill its strings");
+      return nullptr;
+    }
+    if (rec_at_ == rec_.size()) {
+      const uint64_t k = std::min<uint64_t>(kChunk / kRecordBytes, t_.nodes_ - i_);
+      rec_.resize(k * kRecordBytes);
+      FS_RETURN_IF_ERROR(t_.read_(kHeaderBytes + i_ * kRecordBytes, rec_.size(), rec_.data()));
+      rec_at_ = 0;
+    }
+    const char* rec = rec_.data() + rec_at_;
+    rec_at_ += kRecordBytes;
+    node_.parent = Get<uint32_t>(rec);
+    node_.mode = Get<uint32_t>(rec + 4);
+    node_.size = Get<uint64_t>(rec + 8);
+    node_.mtime_ns = Get<int64_t>(rec + 16);
+    node_.link = Get<uint32_t>(rec + 24);
+    const size_t name = Get<uint16_t>(rec + 28), target = Get<uint16_t>(rec + 30);
+    FS_RETURN_IF_ERROR(Strings(name + target));
+    node_.name = std::string_view(str_.data() + str_at_, name);
+    node_.target = std::string_view(str_.data() + str_at_ + name, target);
+    str_at_ += name + target;
+    i_++;
+    return &node_;
+  }
+
+ private:
+  static constexpr uint64_t kChunk = 1u << 20;
+  // At least `need` bytes of names from str_at_ in str_ (at most 2 x 64 KiB: a name and a target).
+  Status Strings(size_t need) {
+    if (str_.size() - str_at_ >= need) return Status::OK();
+    if (need - (str_.size() - str_at_) > t_.strings_ - str_read_)
+      return Status::Corruption("image: the tree's names run past its end");
+    str_.erase(0, str_at_);
+    str_at_ = 0;
+    const uint64_t k =
+        std::min<uint64_t>(std::max<uint64_t>(kChunk, need - str_.size()), t_.strings_ - str_read_);
+    const size_t had = str_.size();
+    str_.resize(had + k);
+    FS_RETURN_IF_ERROR(t_.read_(strings_at_ + str_read_, k, str_.data() + had));
+    str_read_ += k;
+    return Status::OK();
+  }
+
+  const TreeFile& t_;
+  const uint64_t strings_at_;
+  uint64_t i_ = 0, str_read_ = 0;
+  std::string rec_, str_;
+  size_t rec_at_ = 0, str_at_ = 0;
+  Node node_;
+};
+
+std::unique_ptr<NodeCursor> TreeFile::Nodes() const { return std::make_unique<Cursor>(*this); }
+
+Status TreeFile::BlobOrder(const std::function<void(uint32_t)>& fn) const {
+  constexpr uint64_t kChunk = 1u << 16;
+  std::vector<uint32_t> chunk;
+  for (uint64_t i = 0; i < order_; i += kChunk) {
+    chunk.resize(std::min(kChunk, order_ - i));
+    FS_RETURN_IF_ERROR(read_(kHeaderBytes + nodes_ * kRecordBytes + i * 4, chunk.size() * 4,
+                             reinterpret_cast<char*>(chunk.data())));
+    for (uint32_t x : chunk) fn(x);
+  }
+  return Status::OK();
+}
+
+Result<std::shared_ptr<TreeFile>> ReadTree(int fd, uint64_t max_bytes) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return Status::FromErrno("image: the tree", errno);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < kHeaderBytes || size > max_bytes)
     return Status::Corruption("image: the tree file's " + std::to_string(size) +
                               " bytes are not between a header's and " + std::to_string(max_bytes));
-  // A file that shrinks meanwhile fails a read; one that grows is read as it was.
-  return Parse(size, [fd](uint64_t off, size_t len, char* dst) {
+  return TreeFile::Open(size, [fd](uint64_t off, size_t len, char* dst) {
     return PreadFull(fd, dst, len, static_cast<off_t>(off), "image: the tree");
   });
 }
 
-Result<Tree> ParseTree(const std::vector<char>& bytes) {
-  return Parse(bytes.size(), [&bytes](uint64_t off, size_t len, char* dst) {
-    if (off > bytes.size() || len > bytes.size() - off)
+Result<std::shared_ptr<TreeFile>> ParseTree(std::vector<char> bytes) {
+  auto b = std::make_shared<const std::vector<char>>(std::move(bytes));
+  return TreeFile::Open(b->size(), [b](uint64_t off, size_t len, char* dst) {
+    if (off > b->size() || len > b->size() - off)
       return Status::Corruption("image: the tree file is shorter than its header says");
-    if (len) std::memcpy(dst, bytes.data() + off, len);
+    if (len) std::memcpy(dst, b->data() + off, len);
     return Status::OK();
   });
 }
+
+namespace {
+
+// Root's own copy of the job user's tree file, unnamed, in root's directory: the plan reads the
+// tree twice, and what it checked the first time must be what it writes from.
+Result<UniqueFD> CopyTree(int from, int dir) {
+  UniqueFD to(::openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!to.valid()) return Status::FromErrno("image: an unnamed file for the tree", errno);
+  uint64_t copied = 0;
+  loff_t in = 0;
+  bool in_kernel = true;
+  std::vector<char> buf;
+  for (;;) {
+    const size_t want =
+        static_cast<size_t>(std::min<uint64_t>(kMaxTreeBytes + 1 - copied, 1u << 30));
+    ssize_t k = in_kernel ? ::copy_file_range(from, &in, to.get(), nullptr, want, 0) : -1;
+    if (k < 0 && in_kernel && copied == 0 &&
+        (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP))
+      in_kernel = false;  // across file systems (or none): through a buffer
+    if (!in_kernel) {
+      buf.resize(1u << 20);
+      k = ::pread(from, buf.data(), std::min(want, buf.size()), in);
+      if (k > 0) {
+        FS_RETURN_IF_ERROR(
+            WriteFull(to.get(), buf.data(), static_cast<size_t>(k), "image: the tree's copy"));
+        in += k;
+      }
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return Status::FromErrno("image: copy the tree", errno);
+    if (k == 0) return to;
+    copied += static_cast<uint64_t>(k);
+    if (copied > kMaxTreeBytes)
+      return Status::Corruption("image: the tree file is larger than " +
+                                std::to_string(kMaxTreeBytes) + " bytes");
+  }
+}
+
+}  // namespace
 
 Status MountTree(const MountRequest& req) {
   if (req.owner == kNoOwner) return Status::InvalidArgument("image: no owner given");
@@ -233,26 +310,28 @@ Status MountTree(const MountRequest& req) {
   FS_RETURN_IF_ERROR(Regular(req.blob_fd, req.owner, "blob", &blob_st));
   FS_RETURN_IF_ERROR(RootsDirectory(req.meta_dir_fd));
   const auto t0 = SteadyClock::now();
-  auto tree = ReadTree(req.tree_fd);
+  auto copy = CopyTree(req.tree_fd, req.meta_dir_fd);
+  if (!copy.ok()) return copy.status();
+  auto tree = ReadTree(copy->get());
   if (!tree.ok()) return tree.status();
   const double read_s = SecondsSince(t0);
-  const size_t names = tree->nodes.size();
+  const TreeFile& t = **tree;
   Options opts;
   opts.uid = req.owner;
   opts.gid = req.group;
-  auto img = ErofsImage::Plan(std::move(tree->nodes), opts, tree->blob_order);
+  auto img = ErofsImage::PlanSorted(*tree, opts);
   if (!img.ok()) return img.status();
   const double plan_s = SecondsSince(t0);
-  if (img->blob_size() != tree->blob_size)
+  if (img->blob_size() != t.blob_size())
     return Status::Corruption("image: the tree's files take " + std::to_string(img->blob_size()) +
-                              " bytes of blob, not the " + std::to_string(tree->blob_size) +
+                              " bytes of blob, not the " + std::to_string(t.blob_size()) +
                               " it says");
   if (static_cast<uint64_t>(blob_st.st_size) < img->blob_size())
     return Status::Corruption("image: the blob holds " + std::to_string(blob_st.st_size) +
                               " bytes, short of its files' " + std::to_string(img->blob_size()));
   // A name costs a block of metadata at most when it is a directory or a symlink: bounded by the
   // tree's size, and by what the job could have written there itself.
-  const uint64_t bound = (uint64_t{64} << 20) + 24 * tree->file_bytes;
+  const uint64_t bound = (uint64_t{64} << 20) + 24 * t.file_bytes();
   struct statfs fs;
   if (img->meta_size() > bound)
     return Status::InvalidArgument("image: its metadata would take " +
@@ -275,10 +354,11 @@ Status MountTree(const MountRequest& req) {
               options.c_str()) != 0)
     return Status::FromErrno("image: mount it", errno);
   LOG_DEBUG(
-      "image: %zu names; tree read in %.2f s, planned in %.2f s, %llu bytes of metadata "
+      "image: %llu names; tree copied in %.2f s, planned in %.2f s, %llu bytes of metadata "
       "written in %.2f s, mounted in %.2f s",
-      names, read_s, plan_s - read_s, static_cast<unsigned long long>(img->meta_size()),
-      write_s - plan_s, SecondsSince(t0) - write_s);
+      static_cast<unsigned long long>(t.size()), read_s, plan_s - read_s,
+      static_cast<unsigned long long>(img->meta_size()), write_s - plan_s,
+      SecondsSince(t0) - write_s);
   return Status::OK();
 }
 

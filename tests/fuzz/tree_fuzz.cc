@@ -23,8 +23,8 @@ void Try(std::vector<char> bytes) {
   const size_t size = bytes.size();
   auto tree = ParseTree(std::move(bytes));
   if (!tree.ok()) return;
-  const size_t nodes = tree->nodes.size();
-  auto img = ErofsImage::Plan(std::move(tree->nodes), {}, tree->blob_order);
+  const uint64_t nodes = (*tree)->size();
+  auto img = ErofsImage::PlanSorted(*tree, {});
   if (!img.ok()) return;
   for (uint32_t i = 0; i < nodes; i++) {
     const uint64_t off = img->BlobOffset(i);
