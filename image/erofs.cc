@@ -51,14 +51,14 @@ bool IsRegular(const Node& n) { return S_ISREG(n.mode) && n.link == kNone; }
 constexpr uint64_t kRecordAlign = 512;
 uint64_t RecordBytes(const Node& x) { return IsRegular(x) && x.size > 0 ? 96 : kInodeBytes; }
 
-// Sequential writes of one region of the image through a buffer: Put(offset, bytes) with
-// offsets that only grow, from `start`; the gaps are zeros.
+// Sequential writes of one region of the image, [start, end), through a buffer: Put(offset,
+// bytes) with offsets that only grow; the gaps are zeros.
 class Out {
  public:
-  Out(int fd, uint64_t start) : fd_(fd), pos_(start) {}
+  Out(int fd, uint64_t start, uint64_t end) : fd_(fd), pos_(start), end_(end) {}
   Status Put(uint64_t off, std::string_view bytes) {
-    if (off < pos_ + buf_.size())
-      return Status::InvalidArgument("erofs image: a write out of order");
+    if (off < pos_ + buf_.size() || off > end_ || bytes.size() > end_ - off)
+      return Status::InvalidArgument("erofs image: a write out of order or out of its region");
     buf_.append(off - pos_ - buf_.size(), '\0');
     buf_.append(bytes);
     return buf_.size() >= (1u << 20) ? Flush() : Status::OK();
@@ -72,7 +72,7 @@ class Out {
 
  private:
   int fd_;
-  uint64_t pos_;
+  uint64_t pos_, end_;
   std::string buf_;
 };
 
@@ -270,7 +270,7 @@ class ErofsImage::Pass {
       }
     } else if (S_ISDIR(x.mode)) {
       m.dir_[i] = true;
-      m.dirs_.push_back({0, 0, x.parent, 0});
+      m.dirs_.push_back({0, x.parent, 0});
     } else {
       return bad("neither a directory, a regular file nor a symlink");
     }
@@ -296,14 +296,14 @@ class ErofsImage::Pass {
     subdirs_ += S_ISDIR(x.mode) && x.link == kNone;
     return entries_->Child(x.name, 0, 0);
   }
-  Status End(uint32_t) {
+  Status End(uint32_t dir) {
     FS_RETURN_IF_ERROR(entries_->End());
     Dir& d = img_->dirs_[ended_++];
     auto s9 = p9_.Finish(), s12 = p12_.Finish();
     if (!s9.ok()) return s9.status();
     if (!s12.ok()) return s12.status();
-    d.size9 = *s9;
-    d.size12 = *s12;
+    img_->where_[dir] = *s9;
+    d.size = *s12;
     d.subdirs = subdirs_;
     return Status::OK();
   }
@@ -374,8 +374,10 @@ Status ErofsImage::Check() {
   dirs_blk_ = blk;
   for (uint64_t i = 0, d = 0; i < n; i++)
     if (dir_[i]) {
+      Dir& x = dirs_[d++];
+      if (block_bits_ == 9) x.size = where_[i];
       where_[i] = blk;
-      blk += Blocks(DirSize(dirs_[d++]), block_bits_);
+      blk += Blocks(x.size, block_bits_);
     }
   links_blk_ = blk;
   for (uint64_t i = 0; i < n; i++)
@@ -417,9 +419,9 @@ class ErofsImage::Writer {
  public:
   Writer(const ErofsImage& img, int fd)
       : m_(img),
-        inodes_(fd, 0),
-        dirs_(fd, img.dirs_blk_ << img.block_bits_),
-        links_(fd, img.links_blk_ << img.block_bits_) {}
+        inodes_(fd, 0, img.dirs_blk_ << img.block_bits_),
+        dirs_(fd, img.dirs_blk_ << img.block_bits_, img.links_blk_ << img.block_bits_),
+        links_(fd, img.links_blk_ << img.block_bits_, img.meta_size()) {}
 
   Status Header() {
     const ErofsImage& m = m_;
@@ -446,6 +448,12 @@ class ErofsImage::Writer {
 
   Status Node(uint32_t i, const image::Node& x) {
     const ErofsImage& m = m_;
+    // The node as it was planned (the source is root's own copy: a difference is a bug).
+    const bool symlink = S_ISLNK(x.mode) && x.link == kNone;
+    if (S_ISDIR(x.mode) != m.dir_[i] || IsRegular(x) != m.reg_[i] ||
+        (IsRegular(x) && x.size > 0) != m.file_[i] ||
+        symlink != (!m.dir_[i] && !m.reg_[i] && m.where_[i] != kNoWhere))
+      return Status::InvalidArgument("the tree changed between its plan and its writing");
     if (x.link != kNone) return Status::OK();
     const bool chunked = m.file_[i];
     char p[kInodeBytes + kChunkIndexBytes] = {};
@@ -453,7 +461,7 @@ class ErofsImage::Writer {
     uint32_t nlink = 1;
     if (S_ISDIR(x.mode)) {
       const Dir& d = m.dirs_[inode_dir_++];
-      size = m.DirSize(d);
+      size = d.size;
       nlink = 2 + d.subdirs;
     } else if (S_ISLNK(x.mode)) {
       size = x.target.size();
@@ -507,7 +515,7 @@ class ErofsImage::Writer {
     FS_RETURN_IF_ERROR(entries_->End());
     auto size = packer_->Finish();
     if (!size.ok()) return size.status();
-    if (*size != m_.DirSize(m_.dirs_[ended_++]))
+    if (*size != m_.dirs_[ended_++].size)
       return Status::InvalidArgument("the tree changed between its plan and its writing");
     return Status::OK();
   }

@@ -18,9 +18,9 @@
 // PlanSorted() reads the tree front to back, once to check it (one root, every node after its
 // parent, names that the kernel accepts, sorted and unique in their directory, sizes that fit)
 // and lay it out, once more to write it (WriteMeta), holding 12 bytes a node and 16 a
-// directory, never the names: root plans ImageNet-22k's 14.2M names from its own copy of the
-// agent's tree file (image/mount.h) in about 200 MB. It is deterministic, so the agent and the
-// mounter compute the same blob extents from the same tree.
+// directory (up to 32 while their array grows), never the names: root plans ImageNet-22k's 14.2M
+// names from its own copy of the agent's tree file (image/mount.h) in about 200 MB. It is
+// deterministic, so the agent and the mounter compute the same blob extents from the same tree.
 #pragma once
 
 #include <cstdint>
@@ -113,7 +113,7 @@ class ErofsImage {
   uint64_t meta_size() const { return meta_blocks_ << block_bits_; }
   uint32_t BlockSize() const { return 1u << block_bits_; }
   // The node's nid (its inode's slot), or the nid of the file a hard link names.
-  uint64_t Nid(uint32_t node) const { return nid_[Id(node)]; }
+  uint64_t Nid(uint32_t node) const { return node < nodes_ ? nid_[Id(node)] : kNone; }
 
   // Writes the metadata image into fd (an empty regular file) from offset 0, reading the source
   // once more.
@@ -121,7 +121,9 @@ class ErofsImage {
 
  private:
   struct Dir {
-    uint64_t size9 = 0, size12 = 0;  // its entries' bytes, in blocks of 512 B and of 4 KiB
+    // Its entries' bytes in blocks of 4 KiB, then (Check) in the block size chosen; those in
+    // blocks of 512 B wait in where_ until then.
+    uint64_t size = 0;
     uint32_t parent = 0, subdirs = 0;
   };
   class Pass;
@@ -130,7 +132,6 @@ class ErofsImage {
   ErofsImage() = default;
   Status Check();
   Status PlaceBlob();
-  uint64_t DirSize(const Dir& d) const { return block_bits_ == 9 ? d.size9 : d.size12; }
   uint32_t Id(uint32_t node) const { return id_.empty() ? node : id_[node]; }
 
   std::shared_ptr<const NodeSource> src_;

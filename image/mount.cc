@@ -266,9 +266,18 @@ Result<std::shared_ptr<TreeFile>> ParseTree(std::vector<char> bytes) {
 
 namespace {
 
-// Root's own copy of the job user's tree file, unnamed, in root's directory: the plan reads the
-// tree twice, and what it checked the first time must be what it writes from.
-Result<UniqueFD> CopyTree(int from, int dir) {
+// Root's own copy of the job user's tree file (`size` bytes by its fstat), unnamed, in root's
+// directory: the plan reads the tree twice, and what it checked the first time must be what it
+// writes from. A file past the cap, or past the space users may still use there, is refused
+// before any byte is copied (a sparse one would be copied whole).
+Result<UniqueFD> CopyTree(int from, uint64_t size, int dir) {
+  if (size > kMaxTreeBytes)
+    return Status::Corruption("image: the tree file is larger than " +
+                              std::to_string(kMaxTreeBytes) + " bytes");
+  struct statfs fs;
+  if (::fstatfs(dir, &fs) == 0 && size > static_cast<uint64_t>(fs.f_bavail) * fs.f_bsize)
+    return Status::NoSpace("image: a copy of the tree (" + std::to_string(size) +
+                           " bytes) would not fit the space left to users");
   UniqueFD to(::openat(dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
   if (!to.valid()) return Status::FromErrno("image: an unnamed file for the tree", errno);
   uint64_t copied = 0;
@@ -310,7 +319,7 @@ Status MountTree(const MountRequest& req) {
   FS_RETURN_IF_ERROR(Regular(req.blob_fd, req.owner, "blob", &blob_st));
   FS_RETURN_IF_ERROR(RootsDirectory(req.meta_dir_fd));
   const auto t0 = SteadyClock::now();
-  auto copy = CopyTree(req.tree_fd, req.meta_dir_fd);
+  auto copy = CopyTree(req.tree_fd, static_cast<uint64_t>(tree_st.st_size), req.meta_dir_fd);
   if (!copy.ok()) return copy.status();
   auto tree = ReadTree(copy->get());
   if (!tree.ok()) return tree.status();

@@ -27,8 +27,9 @@ namespace fanstore::image {
 
 // What root takes at most from the job user's agent: a tree file of 2 GiB and 32M names (14.2M
 // names take about 0.8 GB). Root copies the file to one of its own and reads it twice (the plan,
-// then the metadata's writing), holding about 12 bytes a name and 16 a directory (image/erofs.h):
-// 0.4 GB at the cap, 0.2 GB at 14.2M.
+// then the metadata's writing), holding about 12 bytes a name and 16 a directory, up to 32 while
+// their array grows (image/erofs.h): 0.2 GB at 14.2M, 0.4 GB at the cap, 1.4 GB at the cap for a
+// tree of nothing but directories.
 inline constexpr uint64_t kMaxTreeBytes = uint64_t{2} << 30;
 inline constexpr uint64_t kMaxTreeNodes = uint64_t{32} << 20;
 

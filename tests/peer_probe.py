@@ -113,7 +113,7 @@ def fake_server(ep, secs):
         try:
             ls.bind((host, int(port)))
             break
-        except OSError as e:
+        except OSError:
             if time.time() - t0 > 60:
                 raise
             time.sleep(0.2)
