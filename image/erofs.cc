@@ -240,7 +240,7 @@ class ErofsImage::Pass {
       if (x.name.empty() || x.name.size() > kNameMax || x.name == "." || x.name == ".." ||
           x.name.find('/') != std::string_view::npos || x.name.find('\0') != std::string_view::npos)
         return bad("not a valid file name");
-      if (x.parent == prev_parent_ && i > 1 && !(prev_name_ < x.name))
+      if (x.parent == prev_parent_ && !(prev_name_ < x.name))
         return Status::InvalidArgument(
             "\"" + std::string(x.name) + "\" " +
             (prev_name_ == x.name ? "twice in directory " : "out of order in directory ") +
