@@ -84,6 +84,17 @@ class Scale:
                     "scale_divisor": a.divisor}
         for d in (self.cache, self.work, self.disk_work):
             os.makedirs(d, mode=0o700, exist_ok=True)
+        self.drop_stale_work()
+
+    def drop_stale_work(self):
+        """The work directories of runs that were killed (their process is gone): a 1.33M-file
+        tree each, which nothing else removes."""
+        for base, prefix in ((self.cache, "work."), (self.a.work_base, "fanstore-scale.")):
+            for name in os.listdir(base):
+                pid = name[len(prefix):]
+                if name.startswith(prefix) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                    log(f"removing {os.path.join(base, name)}, left by a run that was killed")
+                    drop(os.path.join(base, name))
 
     def row(self, wid, what, baseline, fanstore, unit, target, ratio=None, met=None, note=""):
         r = dict(id=wid, workload=what, baseline=baseline, fanstore=fanstore, unit=unit, ratio=ratio,
