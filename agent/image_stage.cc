@@ -281,29 +281,15 @@ Status Agent::WriteBlob(const Shards& shards) {
     if (n != b.files || next - b.start != b.bytes)
       return Status::Corruption(sh.path + ": its index changed while this node staged it");
     b.digest = digest;
-    auto counted = [&](const format::IndexEntry& e) {
+    const image::BlobWriter::Fill fill = out.Filler(&decoders, [&](const format::IndexEntry& e) {
       staged_files_++;
       staged_bytes_ += e.size;
       return offsets[static_cast<size_t>(&e - entries->data())];
-    };
-    auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
-      if (e.type != format::EntryType::kFile) return Status::OK();
-      std::string_view raw;
-      FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
-      const uint64_t off = counted(e);
-      return raw.empty() ? Status::OK() : out.Add(off, raw);
-    };
+    });
     format::ScanOptions so = base;
     so.entries = &*entries;
-    so.stream = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
-      uint64_t off = counted(e);
-      return decode([&](std::string_view piece) {
-        Status st = out.Write(off, piece);
-        off += piece.size();
-        return st;
-      });
-    };
-    return format::ScanShard(sh, so, small);
+    so.stream = fill.large;
+    return format::ScanShard(sh, so, fill.small);
   };
   FS_RETURN_IF_ERROR(format::ForEachShard(
       manifest_, ptrs, pool_.get(), [this](uint64_t b) { read_bytes_ += b; }, &stage_abort_, scan,

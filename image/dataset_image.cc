@@ -111,21 +111,9 @@ Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
   for (const Node& n : tree->nodes) files += S_ISREG(n.mode) && n.link == kNone;
   FS_RETURN_IF_ERROR(out.Map(img->blob_size(), files));
   format::DecoderPool decoders(&ds.dict());
-  auto small = [&](const format::IndexEntry& e, std::string_view stored) -> Status {
-    if (e.type != format::EntryType::kFile) return Status::OK();
-    std::string_view raw;
-    FS_RETURN_IF_ERROR(decoders.Get()->Decode(e, stored, nullptr, &raw));
-    return raw.empty() ? Status::OK() : out.Add(img->BlobOffset(node_of.at(&e)), raw);
-  };
-  auto large = [&](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
-    uint64_t off = img->BlobOffset(node_of.at(&e));
-    return decode([&](std::string_view piece) {  // large pieces: written as they come
-      Status st = out.Write(off, piece);
-      off += piece.size();
-      return st;
-    });
-  };
-  FS_RETURN_IF_ERROR(format::ScanAll(ds, opts.threads, opts.progress, small, large));
+  const BlobWriter::Fill fill = out.Filler(
+      &decoders, [&](const format::IndexEntry& e) { return img->BlobOffset(node_of.at(&e)); });
+  FS_RETURN_IF_ERROR(format::ScanAll(ds, opts.threads, opts.progress, fill.small, fill.large));
   FS_RETURN_IF_ERROR(out.FlushAll());
   if (::ftruncate(blob->get(), static_cast<off_t>(img->blob_size())) != 0)
     return Status::FromErrno("size the image's blob", errno);
@@ -135,6 +123,27 @@ Status WriteDatasetImage(const format::Dataset& ds, const std::string& dest,
 }  // namespace fanstore::image
 
 namespace fanstore::image {
+
+BlobWriter::Fill BlobWriter::Filler(format::DecoderPool* decoders,
+                                    std::function<uint64_t(const format::IndexEntry&)> at) {
+  Fill f;
+  f.small = [this, decoders, at](const format::IndexEntry& e, std::string_view stored) -> Status {
+    if (e.type != format::EntryType::kFile) return Status::OK();
+    std::string_view raw;
+    FS_RETURN_IF_ERROR(decoders->Get()->Decode(e, stored, nullptr, &raw));
+    const uint64_t off = at(e);
+    return raw.empty() ? Status::OK() : Add(off, raw);
+  };
+  f.large = [this, at](const format::IndexEntry& e, const format::DecodeFn& decode) -> Status {
+    uint64_t off = at(e);
+    return decode([&](std::string_view piece) {  // large pieces: written as they come
+      Status st = Write(off, piece);
+      off += piece.size();
+      return st;
+    });
+  };
+  return f;
+}
 
 Status BlobWriter::Add(uint64_t off, std::string_view bytes) {
   Run* r;

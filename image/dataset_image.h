@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -47,6 +48,14 @@ class BlobWriter {
   Status Add(uint64_t off, std::string_view file_bytes);  // a whole file, at its extent
   Status Write(uint64_t off, std::string_view bytes);     // now, as they are
   Status FlushAll();
+  // What a shard scan hands the blob (format::ScanShard's callbacks): each regular file's
+  // decoded bytes at the offset at(file) gives, a small file whole (Add), a large one as it is
+  // decoded (Write). `at` is called once a file, from the scan's threads.
+  struct Fill {
+    format::FrameFn small;
+    format::StreamFn large;
+  };
+  Fill Filler(format::DecoderPool* decoders, std::function<uint64_t(const format::IndexEntry&)> at);
 
  private:
   struct Run {

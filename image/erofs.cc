@@ -409,8 +409,9 @@ Status ErofsImage::PlaceBlob() {
 }
 
 uint64_t ErofsImage::BlobOffset(uint32_t node) const {
-  const uint32_t i = node < (id_.empty() ? nodes_ : id_.size()) ? Id(node) : kNone;
-  return i < nodes_ && file_[i] ? where_[i] : kNone;
+  if (node >= nodes_) return kNone;
+  const uint32_t i = Id(node);
+  return file_[i] ? where_[i] : kNone;
 }
 
 // The writing's pass: each inode in node order, each directory's blocks once its children are

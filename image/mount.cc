@@ -271,9 +271,9 @@ namespace {
 // writes from. A file past the cap, or past the space users may still use there, is refused
 // before any byte is copied (a sparse one would be copied whole).
 Result<UniqueFD> CopyTree(int from, uint64_t size, int dir) {
-  if (size > kMaxTreeBytes)
-    return Status::Corruption("image: the tree file is larger than " +
-                              std::to_string(kMaxTreeBytes) + " bytes");
+  const Status too_large = Status::Corruption("image: the tree file is larger than " +
+                                              std::to_string(kMaxTreeBytes) + " bytes");
+  if (size > kMaxTreeBytes) return too_large;
   struct statfs fs;
   if (::fstatfs(dir, &fs) == 0 && size > static_cast<uint64_t>(fs.f_bavail) * fs.f_bsize)
     return Status::NoSpace("image: a copy of the tree (" + std::to_string(size) +
@@ -304,9 +304,7 @@ Result<UniqueFD> CopyTree(int from, uint64_t size, int dir) {
     if (k < 0) return Status::FromErrno("image: copy the tree", errno);
     if (k == 0) return to;
     copied += static_cast<uint64_t>(k);
-    if (copied > kMaxTreeBytes)
-      return Status::Corruption("image: the tree file is larger than " +
-                                std::to_string(kMaxTreeBytes) + " bytes");
+    if (copied > kMaxTreeBytes) return too_large;
   }
 }
 
